@@ -1,0 +1,34 @@
+# Setup and common tasks. `make demo` and `make test` work on a fresh clone.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch/torchvision are capped here for this environment (a local wheel cache); the
+# package itself only requires torch>=2.2. Override on other machines, e.g.
+#   make test TORCH_SPEC="torch torchvision"
+TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+STAMP := $(VENV)/.fewtrans-installed
+
+.PHONY: install test demo lint docs clean
+
+$(STAMP): pyproject.toml plugins/fewtrans-example/pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH_SPEC)
+	$(PY) -m pip install --quiet -e ".[dev]" -e plugins/fewtrans-example $(TORCH_SPEC)
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check fewtrans_board tests plugins benchmarks
+	$(VENV)/bin/ruff format --check fewtrans_board tests plugins benchmarks
+	$(VENV)/bin/mypy fewtrans_board
+
+docs: $(STAMP)
+	$(PY) -m fewtrans_board.docs CONTRIBUTING.md
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info demo-output

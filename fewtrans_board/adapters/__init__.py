@@ -1,0 +1,1 @@
+"""The adapter interface and the data types adapters receive."""

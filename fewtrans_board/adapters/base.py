@@ -1,0 +1,264 @@
+"""``Adapter``: a transfer algorithm, its ``Config`` and the ``Predictor`` it returns.
+
+An adapter is registered as a class. Its nested ``Config`` dataclass declares the
+hyperparameters with help text (and, for the ones the HPE protocol varies, their role:
+a learning rate or the epoch count). ``fit`` adapts a backbone to a support set and
+returns a predictor that maps query images to logits; the core, not the adapter,
+computes accuracy, and query labels are never passed to adapters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import typing
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
+
+from fewtrans_board.errors import ConfigError, RegistrationError
+
+if TYPE_CHECKING:
+    import torch
+
+    from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
+    from fewtrans_board.models.backbone import Backbone
+
+HpeRole = Literal["lr", "epochs"]
+C = TypeVar("C", bound="AdapterConfig")
+
+_SCALARS: dict[str, tuple[type, ...]] = {
+    "float": (float, int),
+    "int": (int,),
+    "bool": (bool,),
+    "str": (str,),
+}
+
+
+def hparam(default: Any, help: str, *, hpe: HpeRole | None = None) -> Any:
+    """Declare a ``Config`` field with help text.
+
+    Args:
+        default: the default value (a JSON scalar).
+        help: one sentence saying what the hyperparameter does.
+        hpe: ``"lr"`` for a learning rate or ``"epochs"`` for the epoch count that the
+            Hyperparameter Ensemble protocol varies around its centre; ``None`` otherwise.
+
+    Returns:
+        A dataclass field carrying the metadata.
+    """
+    return dataclasses.field(default=default, metadata={"help": help, "hpe": hpe})
+
+
+@dataclass(frozen=True)
+class ConfigField:
+    """Description of one hyperparameter, for listings and validation."""
+
+    name: str
+    type: str
+    default: Any
+    help: str
+    hpe: HpeRole | None
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    """Base class of every adapter's nested ``Config`` dataclass.
+
+    Subclasses are frozen dataclasses whose fields are JSON scalars declared with
+    :func:`hparam`.
+    """
+
+    @classmethod
+    def fields_info(cls) -> list[ConfigField]:
+        """Return the declared hyperparameters in declaration order."""
+        hints = typing.get_type_hints(cls)
+        info = []
+        for f in dataclasses.fields(cls):
+            hint = hints.get(f.name, Any)
+            type_name = getattr(hint, "__name__", str(hint))
+            info.append(
+                ConfigField(
+                    name=f.name,
+                    type=type_name,
+                    default=f.default,
+                    help=str(f.metadata.get("help", "")),
+                    hpe=f.metadata.get("hpe"),
+                )
+            )
+        return info
+
+    @classmethod
+    def from_dict(cls: type[C], values: Mapping[str, Any]) -> C:
+        """Build a config from a mapping, rejecting unknown keys and wrong types.
+
+        Args:
+            values: field values; missing fields keep their defaults.
+
+        Returns:
+            The config instance.
+
+        Raises:
+            ConfigError: on an unknown key or a value of the wrong type.
+        """
+        fields = {f.name: f for f in cls.fields_info()}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise ConfigError(
+                f"{cls.__qualname__}: unknown option(s) {', '.join(unknown)}; "
+                f"valid options: {', '.join(fields) or '(none)'}"
+            )
+        clean: dict[str, Any] = {}
+        for key, value in values.items():
+            expected = _SCALARS.get(fields[key].type)
+            bad_bool = isinstance(value, bool) and fields[key].type in ("int", "float")
+            if expected is not None and (not isinstance(value, expected) or bad_bool):
+                raise ConfigError(
+                    f"{cls.__qualname__}.{key}: expected {fields[key].type}, "
+                    f"got {value!r} ({type(value).__name__})"
+                )
+            clean[key] = float(value) if fields[key].type == "float" else value
+        return cls(**clean)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the field values as a plain dict."""
+        return dataclasses.asdict(self)
+
+    def replace(self: C, **changes: Any) -> C:
+        """Return a copy with some fields changed (validated like ``from_dict``)."""
+        merged = {**self.to_dict(), **changes}
+        return type(self).from_dict(merged)
+
+    def digest(self) -> str:
+        """Short sha256 of the canonical JSON of the values (stable across runs)."""
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    """What ``Adapter.fit`` returns: maps query images to logits."""
+
+    def predict(self, query: ImageSet) -> torch.Tensor:
+        """Return logits ``[len(query), n_way]`` (finite floats) for the query images."""
+        ...
+
+
+class Adapter(ABC):
+    """Base class of transfer algorithms.
+
+    Class attributes:
+        name: registry name (lowercase, ``-``/``_`` separated).
+        description: one line for listings.
+        paper: citation or URL of the method's paper.
+        code: URL of the reference implementation.
+        Config: the nested hyperparameter dataclass (subclass of ``AdapterConfig``).
+        needs_text: ``True`` if the adapter needs a CLIP-style text tower.
+        frozen_backbone: ``True`` if only frozen features are used, so the runner may
+            serve ``ImageSet.features`` from its cache.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    code: ClassVar[str] = ""
+    Config: ClassVar[type[AdapterConfig]] = AdapterConfig
+    needs_text: ClassVar[bool] = False
+    frozen_backbone: ClassVar[bool] = False
+
+    @abstractmethod
+    def fit(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        config: Any,
+    ) -> Predictor:
+        """Adapt ``backbone`` to ``support`` and return a predictor for the query images.
+
+        Args:
+            backbone: the loaded model; never modify it in place (deep-copy to train).
+            support: labeled support images of the episode.
+            class_names: natural-language names of the episode's classes, in label order.
+            config: an instance of this adapter's ``Config``.
+
+        Returns:
+            A predictor mapping query images to ``[n_query, n_way]`` logits.
+        """
+
+    def fit_many(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        configs: Sequence[Any],
+    ) -> list[Predictor]:
+        """Fit one predictor per configuration (the HPE grid of one episode).
+
+        The default calls :meth:`fit` in a loop. Adapters can override it to share work
+        across configurations (one batched run over learning rates, epoch snapshots),
+        provided the results equal the loop's.
+        """
+        return [self.fit(backbone, support, class_names, c) for c in configs]
+
+    @classmethod
+    def default_config(cls) -> AdapterConfig:
+        """Return the ``Config`` with every default."""
+        return cls.Config()
+
+    @classmethod
+    def check_class(cls) -> None:
+        """Check the class-level declarations (called at registration).
+
+        Raises:
+            RegistrationError: if ``name``, ``description`` or ``Config`` is malformed.
+        """
+        where = f"adapter class {cls.__module__}.{cls.__qualname__}"
+        if not isinstance(getattr(cls, "name", None), str):
+            raise RegistrationError(f"{where} has no string class attribute 'name'")
+        if not cls.description:
+            raise RegistrationError(f"{where} has an empty 'description'")
+        config = cls.Config
+        if not (isinstance(config, type) and issubclass(config, AdapterConfig)):
+            raise RegistrationError(f"{where}: Config must subclass AdapterConfig")
+        if not dataclasses.is_dataclass(config):
+            raise RegistrationError(f"{where}: Config must be a @dataclass(frozen=True)")
+        for info in config.fields_info():
+            if not info.help:
+                raise RegistrationError(
+                    f"{where}: Config field {info.name!r} has no help text "
+                    "(declare it with fewtrans_board.hparam(default, help))"
+                )
+            if info.type not in _SCALARS:
+                raise RegistrationError(
+                    f"{where}: Config field {info.name!r} has type {info.type}; "
+                    f"use one of {', '.join(_SCALARS)}"
+                )
+            if info.default is dataclasses.MISSING:
+                raise RegistrationError(
+                    f"{where}: Config field {info.name!r} needs a default value"
+                )
+            if info.hpe not in (None, "lr", "epochs"):
+                raise RegistrationError(
+                    f"{where}: Config field {info.name!r} has hpe={info.hpe!r}; "
+                    "use 'lr', 'epochs' or None"
+                )
+
+    @classmethod
+    def summary(cls) -> dict[str, Any]:
+        """Return a JSON-friendly summary for listings."""
+        return {
+            "name": cls.name,
+            "description": cls.description,
+            "paper": cls.paper,
+            "code": cls.code,
+            "needs_text": cls.needs_text,
+            "frozen_backbone": cls.frozen_backbone,
+        }
+
+    @classmethod
+    def options(cls) -> list[dict[str, Any]]:
+        """Return the ``Config`` fields as JSON-friendly dicts."""
+        return [dataclasses.asdict(f) for f in cls.Config.fields_info()]

@@ -1,0 +1,31 @@
+"""Per-invocation application state shared by commands (``ctx.obj``)."""
+
+from __future__ import annotations
+
+import click
+
+from fewtrans_board.plugins import PluginManager
+from fewtrans_board.registry import Registry
+
+
+class App:
+    """The plugin manager and a registry built on first use.
+
+    Args:
+        pm: the plugin manager the CLI was built from.
+    """
+
+    def __init__(self, pm: PluginManager) -> None:
+        self.pm = pm
+        self._registry: Registry | None = None
+
+    @property
+    def registry(self) -> Registry:
+        """The registry, built from the plugin manager on first access."""
+        if self._registry is None:
+            self._registry = Registry.from_plugin_manager(self.pm)
+        return self._registry
+
+
+pass_app = click.make_pass_decorator(App)
+"""Decorator passing the :class:`App` to a command."""

@@ -1,0 +1,1 @@
+"""Dataset specifications, readers of local copies, and the built-in dataset catalogue."""

@@ -1,0 +1,1 @@
+"""Built-in plugins: ordinary plugin modules registered like third-party ones."""

@@ -1,0 +1,21 @@
+"""Built-in CLI commands, registered through the same hook third parties use."""
+
+from __future__ import annotations
+
+import click
+
+from fewtrans_board.hookspecs import hookimpl
+
+
+@hookimpl
+def register_commands(cli: click.Group) -> None:
+    """Attach the built-in commands."""
+    from fewtrans_board.cli.listing import (
+        adapters_group,
+        datasets_group,
+        models_group,
+        plugins_command,
+    )
+
+    for command in (plugins_command, datasets_group, models_group, adapters_group):
+        cli.add_command(command)

@@ -1,0 +1,1 @@
+"""Model specifications, the loaded ``Backbone`` interface and built-in model families."""

@@ -1,0 +1,145 @@
+"""The loaded-model interface adapters program against.
+
+``Backbone`` wraps an image encoder (pixels to features) and, for CLIP-style models, a
+text encoder. It holds torch modules but this module itself imports torch only for type
+checking, so that importing :mod:`fewtrans_board` stays light.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """A deterministic evaluation transform, recorded in results.
+
+    Attributes:
+        name: ``"fewtrans"`` (squash resize) or ``"bscd"`` (resize then centre crop).
+        image_size: final square side in pixels.
+        resize: side of the (square) resize before cropping; equal to ``image_size`` when
+            there is no crop.
+        mean: per-channel normalisation mean.
+        std: per-channel normalisation std.
+    """
+
+    name: str
+    image_size: int
+    resize: int
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+
+    @classmethod
+    def fewtrans(cls, image_size: int = 224) -> Preprocessing:
+        """FewTrans evaluation transform: squash-resize to ``image_size``, ImageNet stats."""
+        return cls("fewtrans", image_size, image_size)
+
+    @classmethod
+    def bscd(cls, image_size: int = 224) -> Preprocessing:
+        """BSCD-FSL test transform: resize to ``int(1.15 * size)``, centre crop ``size``."""
+        return cls("bscd", image_size, int(image_size * 1.15))
+
+    @classmethod
+    def named(cls, name: str, image_size: int) -> Preprocessing:
+        """Build the named transform at a given image size."""
+        builders = {"fewtrans": cls.fewtrans, "bscd": cls.bscd}
+        if name not in builders:
+            raise ValueError(f"unknown preprocessing {name!r}; use one of {sorted(builders)}")
+        return builders[name](image_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-friendly description."""
+        return {
+            "name": self.name,
+            "image_size": self.image_size,
+            "resize": self.resize,
+            "mean": list(self.mean),
+            "std": list(self.std),
+        }
+
+    def digest(self) -> str:
+        """Short content hash, part of feature-cache keys."""
+        text = repr(sorted(self.to_dict().items()))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@runtime_checkable
+class TextEncoder(Protocol):
+    """Text side of a CLIP-style backbone.
+
+    Attributes:
+        model: the full CLIP module (prompt learners hook into its text tower).
+        logit_scale: CLIP's temperature ``exp(s)``, kept frozen by CLIP methods.
+    """
+
+    model: nn.Module
+    logit_scale: float
+
+    def tokenize(self, texts: Sequence[str]) -> torch.Tensor:
+        """Tokenize prompts into a LongTensor ``[N, context_length]``."""
+        ...
+
+    def encode(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Encode tokens into (unnormalised) text features ``[N, D]``."""
+        ...
+
+
+@dataclass
+class Backbone:
+    """A loaded pretrained model, ready for adapters.
+
+    Attributes:
+        name: registry name of the model.
+        image_encoder: module mapping preprocessed pixels ``[N, 3, H, W]`` to features
+            ``[N, feature_dim]``; fine-tuning adapters deep-copy it.
+        feature_dim: output feature size.
+        image_size: native input side in pixels.
+        text: the text encoder of CLIP-style models, else ``None``.
+        weights_id: content hash of the weights (part of feature-cache keys).
+        device: torch device string the modules live on.
+        info: extra provenance (architecture, source, checkpoint path ...).
+    """
+
+    name: str
+    image_encoder: nn.Module
+    feature_dim: int
+    image_size: int
+    text: TextEncoder | None = None
+    weights_id: str = ""
+    device: str = "cpu"
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def embed(self, pixels: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
+        """Return frozen features of preprocessed images, without gradients.
+
+        Args:
+            pixels: float tensor ``[N, 3, H, W]``.
+            batch_size: forward batch size.
+
+        Returns:
+            Float32 features ``[N, feature_dim]`` on the backbone's device.
+        """
+        import torch
+
+        encoder = self.image_encoder
+        was_training = encoder.training
+        encoder.eval()
+        outputs = []
+        with torch.no_grad():
+            for start in range(0, pixels.shape[0], batch_size):
+                chunk = pixels[start : start + batch_size].to(self.device)
+                outputs.append(encoder(chunk).float())
+        encoder.train(was_training)
+        if not outputs:
+            return torch.zeros(0, self.feature_dim, device=self.device)
+        return torch.cat(outputs)

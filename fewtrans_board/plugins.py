@@ -1,0 +1,220 @@
+"""The plugin manager factory: built-in plugins, entry points, allow-list and checks.
+
+There is no global plugin manager and nothing is loaded at import time. Call
+:func:`get_plugin_manager` to get a fresh, fully checked manager; tests build their own.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from fewtrans_board import __version__, hookspecs
+from fewtrans_board.errors import PluginError
+
+ENTRY_POINT_GROUP = "fewtrans_board"
+"""Entry-point group third-party plugins declare in their ``pyproject.toml``."""
+
+LOAD_PLUGINS_ENV = "FEWTRANS_BOARD_LOAD_PLUGINS"
+"""Comma-separated allow-list of third-party plugins (entry-point or distribution names).
+
+Unset: load every installed plugin. Empty: load none. Built-ins always load.
+"""
+
+TRACE_PLUGINS_ENV = "FEWTRANS_BOARD_TRACE_PLUGINS"
+"""Set to ``1`` to print every hook call to stderr."""
+
+DISTRIBUTION = "fewtrans-board"
+
+DEFAULT_PLUGINS: tuple[str, ...] = ("fewtrans_board.default_plugins.commands",)
+"""Built-in plugin modules, registered exactly like third-party plugins."""
+
+
+@dataclass(frozen=True)
+class PluginSource:
+    """Where a registered plugin comes from.
+
+    Attributes:
+        name: the plugin's name in the manager (entry-point name or module path).
+        distribution: the installed distribution that provides it, if any.
+        version: that distribution's version, if any.
+        builtin: whether it is one of :data:`DEFAULT_PLUGINS`.
+    """
+
+    name: str
+    distribution: str | None
+    version: str | None
+    builtin: bool
+
+    def describe(self) -> str:
+        """Return ``"name (distribution version)"`` for messages."""
+        if self.distribution:
+            return f"{self.name!r} ({self.distribution} {self.version})"
+        return f"{self.name!r} (not from an installed distribution)"
+
+
+class PluginManager(pluggy.PluginManager):
+    """A pluggy manager that remembers the distribution and version of every plugin."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT_NAME)
+        self.sources: dict[str, PluginSource] = {}
+
+    def register_plugin(self, plugin: object, source: PluginSource) -> None:
+        """Register ``plugin`` under ``source.name``, turning pluggy errors into ours.
+
+        Args:
+            plugin: a module or object with ``@hookimpl`` functions.
+            source: the plugin's provenance.
+
+        Raises:
+            PluginError: if the name is taken or a hook implementation is malformed.
+        """
+        if source.name in self.sources:
+            raise PluginError(
+                f"two plugins are named {source.name!r}: "
+                f"{self.sources[source.name].describe()} and {source.describe()}. "
+                "Entry-point names must be unique; uninstall or rename one of them."
+            )
+        try:
+            self.register(plugin, name=source.name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(f"plugin {source.describe()} is invalid: {exc}") from exc
+        except ValueError as exc:
+            raise PluginError(f"cannot register plugin {source.describe()}: {exc}") from exc
+        self.sources[source.name] = source
+
+    def source_of(self, plugin_name: str) -> PluginSource:
+        """Return the provenance recorded for a plugin name."""
+        return self.sources[plugin_name]
+
+
+def _hook_names() -> list[str]:
+    return sorted(
+        name
+        for name in dir(hookspecs)
+        if name.startswith("register_") and callable(getattr(hookspecs, name))
+    )
+
+
+def _check_unknown_hooks(pm: PluginManager) -> None:
+    """Fail on implementations that match no hookspec (``register_model`` vs ``..._models``)."""
+    known = _hook_names()
+    for hook_name in sorted(vars(pm.hook)):
+        caller = getattr(pm.hook, hook_name)
+        if not isinstance(caller, pluggy.HookCaller) or caller.spec is not None:
+            continue
+        for impl in caller.get_hookimpls():
+            if impl.optionalhook:
+                continue
+            close = difflib.get_close_matches(hook_name, known, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise PluginError(
+                f"plugin {pm.source_of(impl.plugin_name).describe()} implements "
+                f"{hook_name!r}, which is not a fewtrans-board hook.{hint} "
+                f"Known hooks: {', '.join(known)}."
+            )
+    pm.check_pending()
+
+
+def parse_allow_list(value: str | None) -> frozenset[str] | None:
+    """Parse the :data:`LOAD_PLUGINS_ENV` value.
+
+    Args:
+        value: the raw environment value, or ``None`` when unset.
+
+    Returns:
+        ``None`` to load everything, otherwise the set of allowed names (possibly empty).
+    """
+    if value is None:
+        return None
+    return frozenset(part.strip() for part in value.split(",") if part.strip())
+
+
+def _iter_entry_points() -> Iterable[importlib.metadata.EntryPoint]:
+    return sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+
+
+def _load_entry_point(pm: PluginManager, ep: importlib.metadata.EntryPoint) -> None:
+    dist = ep.dist
+    source = PluginSource(
+        name=ep.name,
+        distribution=dist.metadata["Name"] if dist is not None else None,
+        version=dist.version if dist is not None else None,
+        builtin=False,
+    )
+    try:
+        plugin = ep.load()
+    except Exception as exc:
+        raise PluginError(
+            f"plugin {source.describe()} failed to import ({ep.value}): "
+            f"{type(exc).__name__}: {exc}. Fix or uninstall it, or exclude it with "
+            f"{LOAD_PLUGINS_ENV}=<comma-separated allowed plugins>."
+        ) from exc
+    pm.register_plugin(plugin, source)
+
+
+def get_plugin_manager(
+    *,
+    entry_points: bool = True,
+    allow: Iterable[str] | None = None,
+    extra_plugins: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> PluginManager:
+    """Build a fresh plugin manager with built-ins, third-party plugins and checks applied.
+
+    Args:
+        entry_points: load third-party plugins from the ``fewtrans_board`` entry-point group.
+        allow: names (entry point or distribution) of third-party plugins to load; ``None``
+            reads :data:`LOAD_PLUGINS_ENV` from ``environ`` (unset there means "all").
+        extra_plugins: additional ``{name: plugin object}`` to register, e.g. in tests.
+        environ: environment to read settings from; defaults to ``os.environ``.
+
+    Returns:
+        A manager whose hooks are all known (misspelled hooks raise).
+
+    Raises:
+        PluginError: a plugin failed to import, is registered twice or implements an
+            unknown hook.
+    """
+    env = os.environ if environ is None else environ
+    pm = PluginManager()
+    pm.add_hookspecs(hookspecs)
+    if env.get(TRACE_PLUGINS_ENV, "") not in ("", "0"):
+        pm.trace.root.setwriter(sys.stderr.write)
+        pm.enable_tracing()
+
+    for module_name in DEFAULT_PLUGINS:
+        pm.register_plugin(
+            importlib.import_module(module_name),
+            PluginSource(module_name, DISTRIBUTION, __version__, builtin=True),
+        )
+
+    if entry_points:
+        allowed = (
+            frozenset(allow) if allow is not None else parse_allow_list(env.get(LOAD_PLUGINS_ENV))
+        )
+        for ep in _iter_entry_points():
+            dist_name = ep.dist.metadata["Name"] if ep.dist is not None else None
+            if allowed is not None and ep.name not in allowed and dist_name not in allowed:
+                continue
+            _load_entry_point(pm, ep)
+
+    for name, plugin in (extra_plugins or {}).items():
+        pm.register_plugin(plugin, PluginSource(name, None, None, builtin=False))
+
+    _check_unknown_hooks(pm)
+    return pm
+
+
+def hook_names() -> list[str]:
+    """Return the names of all hooks defined in :mod:`fewtrans_board.hookspecs`."""
+    return _hook_names()

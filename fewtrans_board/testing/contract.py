@@ -1,0 +1,327 @@
+"""The contract checks: ``check_dataset``, ``check_model``, ``check_adapter``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from fewtrans_board.adapters.base import Adapter, AdapterConfig, Predictor
+from fewtrans_board.datasets.spec import DatasetReader, DatasetSpec
+from fewtrans_board.errors import ContractError, FewtransError
+from fewtrans_board.models.backbone import Backbone
+from fewtrans_board.models.spec import ModelSpec
+from fewtrans_board.registry import validate_name
+
+if TYPE_CHECKING:
+    import torch
+
+    from fewtrans_board.testing.tiny import ToyEpisode
+
+
+@dataclass
+class CheckReport:
+    """What a passing check verified.
+
+    Attributes:
+        subject: the checked object's name.
+        passed: the checks that ran, in order.
+        details: measured values worth printing (shapes, accuracy, counts).
+    """
+
+    subject: str
+    passed: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def _require(condition: bool, subject: str, message: str) -> None:
+    if not condition:
+        raise ContractError(f"{subject}: {message}")
+
+
+# --- datasets ---------------------------------------------------------------------------
+
+
+def check_dataset(spec: DatasetSpec, root: Path | str | None = None) -> CheckReport:
+    """Check a dataset spec's metadata and, given a local copy, its reader.
+
+    Args:
+        spec: the spec to check.
+        root: a local copy of the dataset (optional); embedded datasets accept ``None``.
+
+    Returns:
+        A report of what was checked.
+
+    Raises:
+        ContractError: naming the dataset and the broken rule.
+    """
+    subject = f"dataset {spec.name!r}"
+    report = CheckReport(subject)
+    try:
+        validate_name("dataset", spec.name)
+    except FewtransError as exc:
+        raise ContractError(f"{subject}: {exc}") from exc
+    for attr in ("title", "domain", "layout", "license", "source_url", "download"):
+        _require(bool(str(getattr(spec, attr)).strip()), subject, f"empty {attr!r}")
+    _require(spec.num_classes >= 2, subject, "needs at least two classes")
+    for cid, cname in zip(spec.class_ids, spec.class_names, strict=True):
+        _require(bool(cname.strip()), subject, f"class {cid!r} has an empty name")
+    _require(len(spec.split.base) >= 2, subject, "needs at least two base classes")
+    _require(isinstance(spec.reader, DatasetReader), subject, "reader lacks list_items/load_image")
+    report.passed.append("metadata")
+
+    if root is None and not spec.extra.get("embedded"):
+        return report
+    listing = spec.reader.list_items(Path(root) if root is not None else None, spec)
+    _require(
+        len(listing) == spec.num_classes,
+        subject,
+        f"reader returned {len(listing)} classes, expected {spec.num_classes}",
+    )
+    for cid, items in zip(spec.class_ids, listing, strict=True):
+        _require(len(set(items)) == len(items), subject, f"class {cid!r} lists duplicates")
+        for item in items:
+            path = PurePosixPath(item)
+            _require(
+                not path.is_absolute() and ".." not in path.parts and "\\" not in item,
+                subject,
+                f"item id {item!r} must be a relative POSIX path without '..'",
+            )
+    first = next((items[0] for items in listing if items), None)
+    _require(first is not None, subject, "reader found no items at all")
+    assert first is not None
+    image = spec.reader.load_image(Path(root) if root is not None else None, first)
+    _require(image.mode == "RGB", subject, f"load_image returned mode {image.mode}, want RGB")
+    report.passed.append("reader")
+    report.details["items"] = sum(len(items) for items in listing)
+    return report
+
+
+# --- models -----------------------------------------------------------------------------
+
+
+def _random_pixels(n: int, size: int, seed: int = 0) -> torch.Tensor:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 3, size, size, generator=g)
+
+
+def check_backbone(backbone: Backbone, subject: str) -> CheckReport:
+    """Check a loaded backbone: feature shape, finiteness, determinism, text tower."""
+    import torch
+
+    report = CheckReport(subject)
+    _require(backbone.feature_dim > 0, subject, "feature_dim must be positive")
+    _require(not backbone.image_encoder.training, subject, "image encoder must be in eval mode")
+    pixels = _random_pixels(3, backbone.image_size)
+    first = backbone.embed(pixels)
+    _require(
+        tuple(first.shape) == (3, backbone.feature_dim),
+        subject,
+        f"embed returned shape {tuple(first.shape)}, expected (3, {backbone.feature_dim})",
+    )
+    _require(bool(torch.isfinite(first).all()), subject, "embed returned non-finite features")
+    second = backbone.embed(pixels)
+    _require(torch.equal(first, second), subject, "embed is not deterministic")
+    single = backbone.embed(pixels[:1])
+    _require(
+        torch.allclose(single, first[:1], atol=1e-4, rtol=1e-4),
+        subject,
+        "features depend on the other images in the batch",
+    )
+    report.passed.append("image features")
+    if backbone.text is not None:
+        tokens = backbone.text.tokenize(["a photo of a cat.", "a photo of a dog."])
+        text = backbone.text.encode(tokens)
+        _require(
+            text.ndim == 2 and text.shape[0] == 2,
+            subject,
+            f"text.encode returned shape {tuple(text.shape)}, expected (2, D)",
+        )
+        _require(
+            text.shape[1] == backbone.feature_dim,
+            subject,
+            "text and image features must share one embedding size",
+        )
+        _require(backbone.text.logit_scale > 0, subject, "logit_scale must be positive")
+        report.passed.append("text features")
+    report.details["feature_dim"] = backbone.feature_dim
+    return report
+
+
+def check_model(
+    spec: ModelSpec, weights: Path | str | None = None, device: str = "cpu"
+) -> CheckReport:
+    """Load a model spec and check the resulting backbone.
+
+    Args:
+        spec: the spec to check.
+        weights: a local checkpoint (needed offline for hub-backed models).
+        device: torch device.
+
+    Raises:
+        ContractError: naming the model and the broken rule.
+    """
+    subject = f"model {spec.name!r}"
+    try:
+        validate_name("model", spec.name)
+    except FewtransError as exc:
+        raise ContractError(f"{subject}: {exc}") from exc
+    for attr in ("family", "architecture", "source"):
+        _require(bool(getattr(spec, attr)), subject, f"empty {attr!r}")
+    backbone = spec.load(weights=weights, device=device)
+    report = check_backbone(backbone, subject)
+    _require(
+        spec.has_text == (backbone.text is not None),
+        subject,
+        f"modalities {spec.modalities} disagree with the loaded backbone's text tower",
+    )
+    report.passed.insert(0, "metadata")
+    return report
+
+
+# --- adapters ---------------------------------------------------------------------------
+
+
+def _fit_and_predict(
+    adapter: Adapter,
+    backbone: Backbone,
+    episode: ToyEpisode,
+    config: AdapterConfig,
+    seed: int,
+) -> torch.Tensor:
+    import torch
+
+    torch.manual_seed(seed)
+    predictor = adapter.fit(backbone, episode.support, episode.class_names, config)
+    if not isinstance(predictor, Predictor):
+        raise ContractError(
+            f"adapter {adapter.name!r}: fit returned {type(predictor).__name__}, "
+            "which has no predict(query) method"
+        )
+    with torch.no_grad():
+        return predictor.predict(episode.query).detach().float().cpu()
+
+
+def _state_fingerprint(backbone: Backbone) -> list[torch.Tensor]:
+    modules = [backbone.image_encoder]
+    if backbone.text is not None:
+        modules.append(backbone.text.model)
+    return [t.detach().clone() for m in modules for t in m.state_dict().values()]
+
+
+def check_adapter(
+    adapter_cls: type[Adapter],
+    backbone: Backbone | None = None,
+    config: AdapterConfig | None = None,
+    seed: int = 0,
+) -> CheckReport:
+    """Check an adapter class on a toy episode.
+
+    Verifies the class declarations, config round-trip, logits shape and finiteness,
+    determinism under a fixed seed, that the backbone is left unmodified, and that
+    ``fit_many`` agrees with ``fit``.
+
+    Args:
+        adapter_cls: the adapter class.
+        backbone: the backbone to use; defaults to a tiny random ViT, or a tiny CLIP for
+            adapters that need text.
+        config: the config to use; defaults to ``adapter_cls.Config()``.
+        seed: torch seed set before each fit.
+
+    Raises:
+        ContractError: naming the adapter and the broken rule.
+    """
+    import torch
+
+    from fewtrans_board.testing.tiny import tiny_clip_backbone, tiny_vit_backbone, toy_episode
+
+    try:
+        validate_name("adapter", getattr(adapter_cls, "name", None))
+        adapter_cls.check_class()
+    except FewtransError as exc:
+        raise ContractError(f"adapter class {adapter_cls.__qualname__}: {exc}") from exc
+    subject = f"adapter {adapter_cls.name!r}"
+    report = CheckReport(subject)
+    cfg = config if config is not None else adapter_cls.Config()
+    _require(isinstance(cfg, adapter_cls.Config), subject, "config is not an instance of Config")
+    round_trip = adapter_cls.Config.from_dict(cfg.to_dict())
+    _require(round_trip == cfg, subject, "Config.from_dict(to_dict()) changed the values")
+    report.passed.append("declarations")
+
+    if backbone is None:
+        backbone = tiny_clip_backbone() if adapter_cls.needs_text else tiny_vit_backbone()
+    if adapter_cls.needs_text:
+        _require(backbone.text is not None, subject, "needs a text tower; got a vision backbone")
+    episode = toy_episode(image_size=backbone.image_size, seed=seed)
+    adapter = adapter_cls()
+    before = _state_fingerprint(backbone)
+
+    logits = _fit_and_predict(adapter, backbone, episode, cfg, seed)
+    n_query, n_way = len(episode.query), episode.support.n_way
+    _require(
+        tuple(logits.shape) == (n_query, n_way),
+        subject,
+        f"logits have shape {tuple(logits.shape)}, expected ({n_query}, {n_way})",
+    )
+    _require(bool(torch.isfinite(logits).all()), subject, "logits contain NaN or inf")
+    report.passed.append("logits shape and finiteness")
+
+    again = _fit_and_predict(adapter, backbone, episode, cfg, seed)
+    _require(
+        torch.equal(logits, again),
+        subject,
+        "two fits with the same seed gave different logits; seed every random choice "
+        "from torch's global generator so results can be re-run and verified",
+    )
+    report.passed.append("determinism")
+
+    after = _state_fingerprint(backbone)
+    _require(
+        len(before) == len(after)
+        and all(torch.equal(a, b) for a, b in zip(before, after, strict=True)),
+        subject,
+        "fit modified the shared backbone in place; deep-copy the modules you train",
+    )
+    report.passed.append("backbone untouched")
+
+    torch.manual_seed(seed)
+    many = adapter.fit_many(backbone, episode.support, episode.class_names, [cfg, cfg])
+    _require(len(many) == 2, subject, f"fit_many returned {len(many)} predictors for 2 configs")
+    with torch.no_grad():
+        first_many = many[0].predict(episode.query).detach().float().cpu()
+    _require(
+        torch.allclose(first_many, logits, atol=1e-5, rtol=1e-4),
+        subject,
+        "fit_many's first predictor disagrees with fit on the same config and seed",
+    )
+    report.passed.append("fit_many agrees with fit")
+    accuracy = float((logits.argmax(1) == episode.query_labels).float().mean())
+    report.details.update({"toy_accuracy": accuracy, "n_query": n_query, "n_way": n_way})
+    return report
+
+
+def check_import_is_light(module: str) -> None:
+    """Check, in a fresh interpreter, that importing ``module`` does not import torch.
+
+    Raises:
+        ContractError: if torch, timm or open_clip is imported.
+    """
+    code = (
+        "import importlib, sys; importlib.import_module(sys.argv[1]); "
+        "heavy = sorted({'torch', 'timm', 'open_clip', 'peft'} & set(sys.modules)); "
+        "print(','.join(heavy))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, module], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise ContractError(f"importing {module} failed: {result.stderr.strip()}")
+    heavy = result.stdout.strip()
+    if heavy:
+        raise ContractError(
+            f"importing {module} imports {heavy}; move heavy imports inside load()/fit()"
+        )

@@ -1,0 +1,127 @@
+"""fewtrans-example: the copy-me template for fewtrans-board plugins.
+
+Registers one model (timm's ResNet-10t, ImageNet-1k weights) and one adapter
+(SimpleShot: centred, L2-normalised nearest-centroid classification). Heavy libraries
+(torch, timm) are imported inside ``load``/``fit`` only, so ``fewtrans-board --help``
+stays fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fewtrans_board import (
+    Adapter,
+    AdapterConfig,
+    Backbone,
+    ImageSet,
+    ModelSpec,
+    SupportSet,
+    hookimpl,
+    hparam,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+__version__ = "0.1.0"
+
+
+def load_resnet10t(weights: Path | None, device: str) -> Backbone:
+    """Load timm ``resnet10t.c3_in1k`` (hub when online, or a local checkpoint)."""
+    from fewtrans_board.models.timm_family import load_timm_backbone
+
+    return load_timm_backbone(
+        "resnet10t.c3_in1k", weights, device, name="example-resnet10t.c3_in1k"
+    )
+
+
+RESNET10T = ModelSpec(
+    name="example-resnet10t.c3_in1k",
+    loader=load_resnet10t,
+    family="timm",
+    architecture="resnet10t",
+    source="hf-hub:timm/resnet10t.c3_in1k",
+    license="apache-2.0",
+    description="ResNet-10t (timm), ImageNet-1k weights; small and fast on CPU.",
+    paper="https://arxiv.org/abs/1812.01187",
+)
+
+
+class SimpleShotPredictor:
+    """Scores query features against the class centroids of the support set."""
+
+    def __init__(
+        self,
+        backbone: Backbone,
+        centroids: torch.Tensor,
+        transform: Callable[[torch.Tensor], torch.Tensor],
+        temperature: float,
+    ) -> None:
+        self.backbone = backbone
+        self.centroids = centroids
+        self.transform = transform
+        self.temperature = temperature
+
+    def predict(self, query: ImageSet) -> torch.Tensor:
+        """Return negative squared distances to centroids, scaled, as logits."""
+        import torch
+
+        features = self.transform(query.features(self.backbone))
+        return -self.temperature * torch.cdist(features, self.centroids).pow(2)
+
+
+class SimpleShotAdapter(Adapter):
+    """SimpleShot (Wang et al., 2019): nearest centroid on centred, L2-normalised features."""
+
+    name = "simpleshot"
+    description = "Nearest centroid on centred, L2-normalised frozen features (no training)."
+    paper = "Wang et al., SimpleShot, arXiv:1911.04623"
+    code = "https://github.com/mileyan/simple_shot"
+    frozen_backbone = True
+
+    @dataclass(frozen=True)
+    class Config(AdapterConfig):
+        """SimpleShot options."""
+
+        center: bool = hparam(
+            True, "Subtract the support-set mean feature before L2 normalisation (CL2N)."
+        )
+        temperature: float = hparam(1.0, "Scale applied to negative squared distances.")
+
+    def fit(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        config: Config,
+    ) -> SimpleShotPredictor:
+        """Compute class centroids of transformed support features."""
+        import torch
+        import torch.nn.functional as F
+
+        features = support.images.features(backbone)
+        mean = features.mean(0, keepdim=True) if config.center else torch.zeros_like(features[:1])
+
+        def transform(x: torch.Tensor) -> torch.Tensor:
+            return F.normalize(x - mean, dim=-1)
+
+        z = transform(features)
+        labels = support.labels.to(z.device)
+        centroids = torch.stack([z[labels == c].mean(0) for c in range(support.n_way)])
+        return SimpleShotPredictor(backbone, centroids, transform, config.temperature)
+
+
+@hookimpl
+def register_models(register: Callable[[ModelSpec], None]) -> None:
+    """Register the example backbone."""
+    register(RESNET10T)
+
+
+@hookimpl
+def register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    """Register the SimpleShot adapter."""
+    register(SimpleShotAdapter)

@@ -1,0 +1,108 @@
+"""Shared fixtures: fresh plugin managers, registries, CLI invocation, toy plugins."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from fewtrans_board import Adapter, AdapterConfig, hookimpl, hparam
+from fewtrans_board.cli import make_cli
+from fewtrans_board.plugins import PluginManager, get_plugin_manager
+from fewtrans_board.registry import Registry
+
+
+class CentroidAdapter(Adapter):
+    """A minimal nearest-centroid adapter used to build test plugins."""
+
+    name = "test-centroid"
+    description = "Nearest centroid on frozen features (test helper)."
+    frozen_backbone = True
+
+    @dataclass(frozen=True)
+    class Config(AdapterConfig):
+        scale: float = hparam(1.0, "Logit scale.")
+
+    def fit(self, backbone, support, class_names, config):  # type: ignore[no-untyped-def]
+        import torch
+
+        feats = support.images.features(backbone)
+        cents = torch.stack([feats[support.labels == c].mean(0) for c in range(support.n_way)])
+
+        class _P:
+            def predict(self, query):  # type: ignore[no-untyped-def]
+                return -config.scale * torch.cdist(query.features(backbone), cents)
+
+        return _P()
+
+
+def adapter_plugin(*adapters: type[Adapter]) -> object:
+    """Return a plugin object registering the given adapter classes."""
+
+    class _Plugin:
+        @hookimpl
+        def register_adapters(self, register: Callable[[type[Adapter]], None]) -> None:
+            for adapter in adapters:
+                register(adapter)
+
+    return _Plugin()
+
+
+def renamed(adapter: type[Adapter], name: str) -> type[Adapter]:
+    """Return a subclass of ``adapter`` registered under another name."""
+    return type(f"{adapter.__name__}_{name}", (adapter,), {"name": name})
+
+
+@pytest.fixture
+def pm() -> PluginManager:
+    """A manager with built-ins only (no installed entry points)."""
+    return get_plugin_manager(entry_points=False)
+
+
+@pytest.fixture
+def registry(pm: PluginManager) -> Registry:
+    return Registry.from_plugin_manager(pm)
+
+
+@pytest.fixture
+def invoke() -> Callable[..., Result]:
+    """Invoke the CLI built from a given manager (default: built-ins + installed plugins)."""
+
+    def _invoke(args: Sequence[str], pm: PluginManager | None = None, **kwargs: Any) -> Result:
+        manager = pm if pm is not None else get_plugin_manager()
+        return CliRunner().invoke(make_cli(manager), list(args), catch_exceptions=False, **kwargs)
+
+    return _invoke
+
+
+@pytest.fixture
+def tiny_dataset_spec() -> Any:
+    """A three-class dataset spec whose reader serves in-memory images."""
+    from fewtrans_board import ClassSplit, DatasetSpec
+
+    class _Reader:
+        def list_items(self, root, spec):  # type: ignore[no-untyped-def]
+            return [[f"{cid}/{i}.png" for i in range(4)] for cid in spec.class_ids]
+
+        def load_image(self, root, item):  # type: ignore[no-untyped-def]
+            from PIL import Image
+
+            return Image.new("RGB", (8, 8), color=(hash(item) % 255, 0, 0))
+
+    return DatasetSpec(
+        name="tiny-three",
+        title="Tiny three-class dataset",
+        domain="synthetic",
+        class_ids=("a", "b", "c"),
+        class_names=("apple", "banana", "cherry"),
+        split=ClassSplit(base=(2, 0), novel=(1,)),
+        reader=_Reader(),
+        layout="<class>/<i>.png",
+        license="CC0",
+        source_url="https://example.invalid/tiny",
+        download="Generated in memory.",
+        extra={"embedded": True},
+    )

@@ -1,0 +1,1 @@
+"""Small plugin modules that tests load through fake entry points."""
