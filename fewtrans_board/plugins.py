@@ -34,7 +34,10 @@ TRACE_PLUGINS_ENV = "FEWTRANS_BOARD_TRACE_PLUGINS"
 
 DISTRIBUTION = "fewtrans-board"
 
-DEFAULT_PLUGINS: tuple[str, ...] = ("fewtrans_board.default_plugins.commands",)
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "fewtrans_board.default_plugins.commands",
+    "fewtrans_board.default_plugins.datasets",
+)
 """Built-in plugin modules, registered exactly like third-party plugins."""
 
 

@@ -106,3 +106,10 @@ def tiny_dataset_spec() -> Any:
         download="Generated in memory.",
         extra={"embedded": True},
     )
+
+
+@pytest.fixture(scope="session")
+def datasets_registry() -> dict[str, Any]:
+    """Built-in dataset specs by name."""
+    registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
+    return {e.name: e.obj for e in registry.datasets}

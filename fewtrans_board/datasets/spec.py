@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from fewtrans_board.errors import RegistrationError
+from fewtrans_board.errors import FewtransError, RegistrationError
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -135,6 +135,30 @@ class DatasetSpec:
     def names_of(self, indices: Sequence[int]) -> list[str]:
         """Return natural-language names of the given class indices."""
         return [self.class_names[i] for i in indices]
+
+    @property
+    def partitions(self) -> tuple[str, ...]:
+        """Partitions the reader distinguishes (``("all",)`` or ``("train", "val", "test")``)."""
+        return tuple(getattr(self.reader, "partitions", ("all",)))
+
+    def list_items(self, root: Path | None, partition: str = "all") -> list[list[str]]:
+        """List item ids per class (``class_ids`` order) of a local copy.
+
+        Args:
+            root: the local copy (``None`` for embedded datasets).
+            partition: ``"all"`` or one of :attr:`partitions`.
+
+        Raises:
+            FewtransError: the root is missing or lacks required files.
+        """
+        if partition == "all":
+            return self.reader.list_items(root, self)
+        if partition not in self.partitions:
+            raise FewtransError(
+                f"dataset {self.name!r} has no partition {partition!r}; "
+                f"it has {', '.join(self.partitions)}"
+            )
+        return self.reader.list_partition(root, self, partition)  # type: ignore[attr-defined,no-any-return]
 
     def summary(self) -> dict[str, object]:
         """Return a JSON-friendly summary for listings."""

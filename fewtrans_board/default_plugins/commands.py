@@ -16,6 +16,8 @@ def register_commands(cli: click.Group) -> None:
         models_group,
         plugins_command,
     )
+    from fewtrans_board.cli.manifest_cmd import datasets_check, manifest_group
 
-    for command in (plugins_command, datasets_group, models_group, adapters_group):
+    datasets_group.add_command(datasets_check)
+    for command in (plugins_command, datasets_group, models_group, adapters_group, manifest_group):
         cli.add_command(command)

@@ -1,0 +1,203 @@
+"""``manifest build|show|verify`` and ``datasets check`` commands."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from fewtrans_board.cli.app import App, pass_app
+from fewtrans_board.cli.groups import echo_json
+
+ROOT_HELP = "Folder of your local copy of the dataset (omit for embedded datasets)."
+root_option = click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help=ROOT_HELP,
+)
+
+
+def _root(path: Path | None) -> Path | None:
+    if path is not None and not path.exists():
+        raise click.ClickException(f"--root {path} does not exist")
+    return path
+
+
+@click.command("check")
+@click.argument("name")
+@root_option
+@click.option("--no-verify-images", is_flag=True, help="Skip decoding every image (faster).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@pass_app
+def datasets_check(
+    app: App, name: str, root: Path | None, no_verify_images: bool, as_json: bool
+) -> None:
+    """Check a local copy of dataset NAME: classes, counts, unreadable images.
+
+    Exits 1 when anything is missing, extra, too small or unreadable.
+    """
+    from fewtrans_board.datasets.check import check_local_copy
+
+    spec = app.registry.datasets.get(name).obj
+    report = check_local_copy(
+        spec, _root(root), verify_images=not no_verify_images, progress=not as_json
+    )
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        click.echo(
+            f"{spec.name}: {report.total} items in {len(report.counts)} classes"
+            + (f" (a complete copy has {report.expected_total})" if report.expected_total else "")
+        )
+        for label, values in (
+            ("missing or empty classes", report.empty_classes),
+            (f"classes with fewer than {spec.min_items_per_class} items", report.small_classes),
+            ("extra folders not in the class list", report.extra_classes),
+            ("unreadable images", report.unreadable),
+        ):
+            if values:
+                click.echo(
+                    f"  {len(values)} {label}: "
+                    + ", ".join(values[:10])
+                    + (" ..." if len(values) > 10 else "")
+                )
+        if report.expected_total is not None and report.total != report.expected_total:
+            expected = report.expected_total
+            click.echo(f"  item count {report.total} differs from a complete copy's {expected}")
+        click.echo("OK" if report.ok else "FAILED")
+    if not report.ok:
+        sys.exit(1)
+
+
+@click.group("manifest")
+def manifest_group() -> None:
+    """Build, inspect and verify frozen episode manifests."""
+
+
+@manifest_group.command("build")
+@click.option(
+    "--protocol", "protocol_name", required=True, help="Sampling protocol, e.g. fewtrans-varied."
+)
+@click.option("--dataset", "dataset_name", required=True, help="Registered dataset name.")
+@root_option
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Output Parquet file.",
+)
+@click.option("--ways", type=int, default=None, help="Fixed protocols: classes per episode.")
+@click.option("--shots", type=int, default=None, help="Fixed protocols: support items per class.")
+@click.option("--queries", type=int, default=None, help="Fixed protocols: query items per class.")
+@click.option("--episodes", type=int, default=None, help="Episodes per draw block.")
+@click.option("--seed", type=int, default=None, help="Sampler seed (protocol default otherwise).")
+@click.option("--block", type=int, default=None, help="Draw block to keep (0 = first).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@pass_app
+def manifest_build(
+    app: App,
+    protocol_name: str,
+    dataset_name: str,
+    root: Path | None,
+    out: Path,
+    ways: int | None,
+    shots: int | None,
+    queries: int | None,
+    episodes: int | None,
+    seed: int | None,
+    block: int | None,
+    as_json: bool,
+) -> None:
+    """Draw a protocol's episodes from a local dataset copy and write a manifest."""
+    from fewtrans_board.episodes.build import build_manifest
+    from fewtrans_board.episodes.protocols import get_protocol
+
+    spec = app.registry.datasets.get(dataset_name).obj
+    protocol = get_protocol(protocol_name).with_overrides(
+        ways=ways, shots=shots, queries=queries, episodes=episodes, seed=seed, block=block
+    )
+    # The recorded recipe leaves out machine-specific paths so that identical inputs give
+    # byte-identical files wherever they are built.
+    recipe = ["fewtrans-board", "manifest", "build", "--protocol", protocol_name]
+    recipe += ["--dataset", dataset_name] + (["--root", "<root>"] if root is not None else [])
+    overrides = {
+        "ways": ways,
+        "shots": shots,
+        "queries": queries,
+        "episodes": episodes,
+        "seed": seed,
+        "block": block,
+    }
+    for flag, value in overrides.items():
+        if value is not None:
+            recipe += [f"--{flag}", str(value)]
+    recipe += ["--out", out.name]
+    manifest = build_manifest(spec, _root(root), protocol, command=recipe)
+    file_hash = manifest.write(out)
+    if as_json:
+        echo_json({"path": str(out), "file_sha256": file_hash, **manifest.summary()})
+    else:
+        click.echo(
+            f"wrote {out}: {len(manifest.episodes())} episodes, "
+            f"{len(manifest.rows['item'])} rows\nmanifest sha256 {manifest.sha256}"
+        )
+
+
+@manifest_group.command("show")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def manifest_show(path: Path, as_json: bool) -> None:
+    """Summarise a manifest: episodes and way/shot/query histograms."""
+    from fewtrans_board.episodes.manifest import Manifest
+
+    summary = Manifest.load(path).summary()
+    if as_json:
+        echo_json(summary)
+        return
+    protocol = summary["protocol"]
+    click.echo(f"{path}\n  dataset   {summary['dataset']}")
+    click.echo(f"  protocol  {protocol['name']} v{protocol['version']}")
+    click.echo(f"  episodes  {summary['episodes']} ({summary['rows']} rows)")
+    click.echo(f"  sha256    {summary['sha256']}")
+    for key in ("way_histogram", "shot_histogram", "query_histogram"):
+        hist = summary[key]
+        click.echo(f"  {key.split('_')[0]:<9} " + ", ".join(f"{k}:{v}" for k, v in hist.items()))
+
+
+@manifest_group.command("verify")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@root_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@pass_app
+def manifest_verify(app: App, path: Path, root: Path | None, as_json: bool) -> None:
+    """Check that a local dataset copy holds every item of a manifest. Exits 1 if not."""
+    from fewtrans_board.episodes.manifest import Manifest
+    from fewtrans_board.episodes.verify import verify_manifest
+
+    manifest = Manifest.load(path)
+    spec = app.registry.datasets.get(manifest.dataset).obj
+    check = verify_manifest(manifest, spec, _root(root))
+    if as_json:
+        echo_json(check.to_dict())
+    else:
+        click.echo(f"manifest {path} ({manifest.dataset}, sha256 {manifest.sha256[:16]}...)")
+        click.echo(
+            "  listing fingerprint "
+            + (
+                "matches"
+                if check.fingerprint_matches
+                else "differs (other files added or removed; the episodes can still be verified)"
+            )
+        )
+        for label, values in (
+            ("missing items", check.missing),
+            ("items under another class", check.wrong_class),
+        ):
+            if values:
+                shown = ", ".join(f"{c}/{i}" if not i.startswith(c) else i for c, i in values[:10])
+                click.echo(f"  {len(values)} {label}: {shown}")
+        click.echo("OK" if check.ok else "FAILED")
+    if not check.ok:
+        sys.exit(1)

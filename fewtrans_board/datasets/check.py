@@ -1,0 +1,118 @@
+"""Check a local dataset copy against its spec: classes, counts and readable images."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fewtrans_board.datasets.spec import DatasetSpec
+from fewtrans_board.errors import FewtransError
+
+
+@dataclass
+class CopyReport:
+    """Result of checking a local copy.
+
+    Attributes:
+        dataset: dataset name.
+        root: the checked folder.
+        counts: items per class id.
+        empty_classes: class ids with no items (missing or empty folders).
+        small_classes: class ids with fewer items than the spec's minimum.
+        extra_classes: folders present on disk but not in the class list.
+        unreadable: item ids whose image could not be decoded.
+        total: total items found.
+        expected_total: total a complete copy has, if known.
+    """
+
+    dataset: str
+    root: str | None
+    counts: dict[str, int] = field(default_factory=dict)
+    empty_classes: list[str] = field(default_factory=list)
+    small_classes: list[str] = field(default_factory=list)
+    extra_classes: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+    total: int = 0
+    expected_total: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the copy is complete and readable."""
+        return not (
+            self.empty_classes
+            or self.small_classes
+            or self.extra_classes
+            or self.unreadable
+            or (self.expected_total is not None and self.total != self.expected_total)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return {
+            "dataset": self.dataset,
+            "root": self.root,
+            "ok": self.ok,
+            "total": self.total,
+            "expected_total": self.expected_total,
+            "classes": len(self.counts),
+            "empty_classes": self.empty_classes,
+            "small_classes": self.small_classes,
+            "extra_classes": self.extra_classes,
+            "unreadable": self.unreadable,
+            "counts": self.counts,
+        }
+
+
+def _image_is_readable(spec: DatasetSpec, root: Path | None, item: str) -> bool:
+    from PIL import Image
+
+    if root is None:
+        try:
+            spec.reader.load_image(root, item)
+        except FewtransError:
+            return False
+        return True
+    try:
+        with Image.open(root / item) as image:
+            image.verify()
+    except Exception:
+        return False
+    return True
+
+
+def check_local_copy(
+    spec: DatasetSpec, root: Path | None, *, verify_images: bool = True, progress: bool = False
+) -> CopyReport:
+    """Compare a local copy with the spec.
+
+    Args:
+        spec: the dataset spec.
+        root: the local copy (``None`` for embedded datasets).
+        verify_images: decode-check every image (slow on large copies).
+        progress: show a progress bar on stderr.
+
+    Raises:
+        FewtransError: the root does not exist or lacks the files the layout requires.
+    """
+    listing = spec.list_items(root, "all")
+    report = CopyReport(spec.name, str(root) if root is not None else None)
+    report.expected_total = spec.expected_items
+    for cid, items in zip(spec.class_ids, listing, strict=True):
+        report.counts[cid] = len(items)
+        if not items:
+            report.empty_classes.append(cid)
+        elif len(items) < spec.min_items_per_class:
+            report.small_classes.append(cid)
+    report.total = sum(report.counts.values())
+    extra = getattr(spec.reader, "extra_classes", None)
+    if extra is not None and root is not None:
+        report.extra_classes = list(extra(root, spec))
+    if verify_images:
+        from tqdm import tqdm
+
+        items = [item for class_items in listing for item in class_items]
+        for item in tqdm(items, desc=f"checking {spec.name}", unit="img", disable=not progress):
+            if not _image_is_readable(spec, root, item):
+                report.unreadable.append(item)
+    return report

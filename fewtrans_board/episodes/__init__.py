@@ -1,0 +1,1 @@
+"""Episode samplers, named sampling protocols and frozen episode manifests."""

@@ -1,0 +1,116 @@
+"""Build a manifest from a dataset spec, a local copy and a sampling protocol."""
+
+from __future__ import annotations
+
+import itertools
+import shlex
+from pathlib import Path
+from typing import Any
+
+from fewtrans_board.canonical import canonical_json, sha256_text
+from fewtrans_board.datasets.spec import DatasetSpec
+from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
+from fewtrans_board.episodes.protocols import SamplingProtocol
+from fewtrans_board.episodes.samplers import ClassPool, CoopKShotSampler, EpisodeDraw
+from fewtrans_board.errors import FewtransError
+
+
+def listing_fingerprint(spec: DatasetSpec, listing: list[list[str]]) -> str:
+    """sha256 of the full item listing of a local copy (class ids and item ids, in order)."""
+    return sha256_text(
+        canonical_json([[cid, items] for cid, items in zip(spec.class_ids, listing, strict=True)])
+    )
+
+
+def class_pool(spec: DatasetSpec, listing: list[list[str]], part: str) -> ClassPool:
+    """Build the pool of ``part`` ("base" or "all") classes with their items and hierarchy."""
+    classes = spec.classes_of(part)
+    nodes = None
+    edges: Any = spec.extra.get("hierarchy_edges")
+    if edges is not None and part == "base":
+        from fewtrans_board.datasets.hierarchy import pool_nodes
+
+        pairs = [(str(parent), str(child)) for parent, child in edges]
+        nodes = pool_nodes(pairs, [spec.class_ids[c] for c in classes])
+    return ClassPool(
+        classes=tuple(classes),
+        items=tuple(tuple(listing[c]) for c in classes),
+        nodes=nodes,
+    )
+
+
+def _to_manifest_episode(spec: DatasetSpec, index: int, draw: EpisodeDraw) -> ManifestEpisode:
+    return ManifestEpisode(
+        index=index,
+        stream_index=draw.stream_index,
+        classes=draw.classes,
+        class_ids=tuple(spec.class_ids[c] for c in draw.classes),
+        support=tuple((item, label) for label, items in enumerate(draw.support) for item in items),
+        query=tuple((item, label) for label, items in enumerate(draw.query) for item in items),
+    )
+
+
+def build_manifest(
+    spec: DatasetSpec,
+    root: Path | None,
+    protocol: SamplingProtocol,
+    *,
+    command: list[str] | None = None,
+) -> Manifest:
+    """Draw a protocol's episodes from a local copy of a dataset.
+
+    Args:
+        spec: the dataset.
+        root: its local copy (``None`` for embedded datasets).
+        protocol: the sampling protocol, overrides applied.
+        command: the command line that built it, recorded for provenance.
+
+    Returns:
+        The manifest (not yet written).
+
+    Raises:
+        FewtransError: missing files, classes too small for the protocol, empty pools.
+    """
+    listing = spec.list_items(root, "all")
+    empty = [spec.class_ids[c] for c in spec.classes_of(protocol.class_pool) if not listing[c]]
+    if empty:
+        raise FewtransError(
+            f"dataset {spec.name!r} at {root}: {len(empty)} class(es) have no items, e.g. "
+            f"{', '.join(repr(e) for e in empty[:5])}. Run 'fewtrans-board datasets check "
+            f"{spec.name} --root {root}' for a full report."
+        )
+    meta: dict[str, Any] = {
+        "protocol": protocol.describe(),
+        "dataset": {
+            "name": spec.name,
+            "num_classes": spec.num_classes,
+            "fingerprint": listing_fingerprint(spec, listing),
+        },
+        "seed": protocol.seed,
+    }
+    sampler = protocol.sampler
+    if isinstance(sampler, CoopKShotSampler):
+        train = class_pool(
+            spec, spec.list_items(root, protocol.support_partition), protocol.class_pool
+        )
+        test = class_pool(
+            spec, spec.list_items(root, protocol.query_partition), protocol.class_pool
+        )
+        pairs = list(sampler.episodes(train, test))
+        meta["episode_info"] = [info for info, _ in pairs]
+        draws = [draw for _, draw in pairs]
+        meta["seed"] = None
+    else:
+        pool = class_pool(spec, listing, protocol.class_pool)
+        start = protocol.block * protocol.episodes
+        stream = sampler.stream(pool, protocol.seed)
+        draws = list(itertools.islice(stream, start, start + protocol.episodes))
+        meta["draw"] = {
+            "block": protocol.block,
+            "block_size": protocol.episodes,
+            "first_stream_index": start,
+        }
+    if command is not None:
+        meta["build_command"] = shlex.join(command)
+    episodes = [_to_manifest_episode(spec, i, d) for i, d in enumerate(draws)]
+    return Manifest.from_episodes(spec.name, episodes, meta)

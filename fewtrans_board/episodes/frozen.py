@@ -1,0 +1,89 @@
+"""The catalogue of frozen benchmark manifests under ``leaderboard/manifests/``.
+
+Each entry fixes the exact ``manifest build`` command. Entries whose dataset is embedded
+are committed; the others are built by maintainers from their local copies with the
+printed command and committed with their ``.sha256`` sidecar.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FEWTRANS_TEST = (
+    "imagenet-sketch",
+    "quickdraw",
+    "vgg-flower",
+    "aircraft",
+    "dtd",
+    "fungi",
+    "cifar100",
+    "eurosat",
+    "ucf101",
+    "plant-disease",
+)
+BSCD = ("bscd-cropdisease", "bscd-eurosat", "bscd-isic", "bscd-chestx")
+CLIP = (
+    "clip-caltech101",
+    "clip-stanford-cars",
+    "clip-stanford-dogs",
+    "clip-oxford-flowers",
+    "clip-food101",
+    "clip-fgvc-aircraft",
+    "clip-sun397",
+    "clip-dtd",
+    "clip-eurosat",
+    "clip-ucf101",
+    "clip-cub",
+    "clip-plantdoc",
+)
+EMBEDDED = ("digits",)
+
+
+@dataclass(frozen=True)
+class FrozenManifest:
+    """One frozen manifest: its file name and the command that builds it."""
+
+    protocol: str
+    dataset: str
+    overrides: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def filename(self) -> str:
+        """``<protocol>[-<W>w<K>s]--<dataset>.parquet``."""
+        suffix = ""
+        if "shots" in self.overrides:
+            suffix = f"-{self.overrides.get('ways', 5)}w{self.overrides['shots']}s"
+        return f"{self.protocol}{suffix}--{self.dataset}.parquet"
+
+    def command(self, out_dir: str = "leaderboard/manifests") -> list[str]:
+        """The ``fewtrans-board manifest build`` command line."""
+        cmd = [
+            "fewtrans-board",
+            "manifest",
+            "build",
+            "--protocol",
+            self.protocol,
+            "--dataset",
+            self.dataset,
+        ]
+        if self.dataset not in EMBEDDED:
+            cmd += ["--root", f"$DATA/{self.dataset}"]
+        for key, value in self.overrides.items():
+            cmd += [f"--{key}", str(value)]
+        return [*cmd, "--out", f"{out_dir}/{self.filename}"]
+
+    @property
+    def embedded(self) -> bool:
+        """Whether it can be built without a local dataset copy."""
+        return self.dataset in EMBEDDED
+
+
+FROZEN: tuple[FrozenManifest, ...] = (
+    FrozenManifest("fewtrans-varied", "digits"),
+    FrozenManifest("fewtrans-fixed", "digits", {"ways": 5, "shots": 1}),
+    FrozenManifest("fewtrans-search", "digits"),
+    *(FrozenManifest("fewtrans-varied", d) for d in FEWTRANS_TEST),
+    FrozenManifest("fewtrans-search", "cub"),
+    *(FrozenManifest("bscd", d, {"shots": k}) for d in BSCD for k in (5, 20, 50)),
+    *(FrozenManifest("clip-kshot", d) for d in CLIP),
+)

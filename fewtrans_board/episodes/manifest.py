@@ -1,0 +1,308 @@
+"""Frozen episode manifests: Parquet, one row per (episode, item), content-addressed.
+
+The sha256 covers a canonical serialisation of the content metadata and every row in
+stored order, so it does not depend on the Parquet encoder. It is stored in the file's
+metadata and checked on every load; a sidecar ``<file>.sha256`` holds the file's byte hash
+in ``sha256sum`` format for frozen copies.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fewtrans_board import __version__
+from fewtrans_board.atomic import write_bytes_atomic, write_with
+from fewtrans_board.canonical import canonical_json, sha256_text
+from fewtrans_board.errors import FewtransError
+from fewtrans_board.models.weights import file_sha256
+
+SCHEMA_VERSION = 1
+METADATA_KEY = b"fewtrans_board.manifest"
+ROLES = ("support", "query")
+# Provenance that must not change the content hash of identical episodes.
+UNHASHED_KEYS = frozenset({"sha256", "built_with", "build_command"})
+COLUMNS = ("dataset", "episode", "stream_index", "role", "item", "label", "class_index", "class_id")
+
+
+class ManifestError(FewtransError):
+    """A manifest file is unreadable, altered, or inconsistent."""
+
+
+@dataclass(frozen=True)
+class ManifestEpisode:
+    """One episode of a manifest.
+
+    Attributes:
+        index: episode position in the manifest (0-based).
+        stream_index: position in the sampler's stream.
+        classes: global class indices in label order.
+        class_ids: the matching class ids.
+        support: ``(item, label)`` pairs in stored order.
+        query: ``(item, label)`` pairs in stored order.
+    """
+
+    index: int
+    stream_index: int
+    classes: tuple[int, ...]
+    class_ids: tuple[str, ...]
+    support: tuple[tuple[str, int], ...]
+    query: tuple[tuple[str, int], ...]
+
+    @property
+    def ways(self) -> int:
+        """Number of classes."""
+        return len(self.classes)
+
+    def shots(self) -> list[int]:
+        """Support items per class, in label order."""
+        counts = collections.Counter(label for _, label in self.support)
+        return [counts[c] for c in range(self.ways)]
+
+    def queries(self) -> list[int]:
+        """Query items per class, in label order."""
+        counts = collections.Counter(label for _, label in self.query)
+        return [counts[c] for c in range(self.ways)]
+
+
+@dataclass
+class Manifest:
+    """An episode manifest in memory.
+
+    Attributes:
+        rows: column name to list of values, in stored order.
+        meta: content metadata (protocol, dataset, seed, draw ...).
+        sha256: canonical content hash.
+    """
+
+    rows: dict[str, list[Any]]
+    meta: dict[str, Any]
+    sha256: str = ""
+    _episodes: list[ManifestEpisode] | None = field(default=None, repr=False)
+
+    # --- construction -------------------------------------------------------------------
+
+    @classmethod
+    def from_episodes(
+        cls,
+        dataset: str,
+        episodes: Sequence[ManifestEpisode],
+        meta: dict[str, Any],
+    ) -> Manifest:
+        """Build a manifest from episodes and content metadata, computing its hash."""
+        rows: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+        for ep in episodes:
+            for role, pairs in (("support", ep.support), ("query", ep.query)):
+                for item, label in pairs:
+                    rows["dataset"].append(dataset)
+                    rows["episode"].append(ep.index)
+                    rows["stream_index"].append(ep.stream_index)
+                    rows["role"].append(role)
+                    rows["item"].append(item)
+                    rows["label"].append(label)
+                    rows["class_index"].append(ep.classes[label])
+                    rows["class_id"].append(ep.class_ids[label])
+        meta = {**meta, "schema_version": SCHEMA_VERSION, "episodes": len(episodes)}
+        manifest = cls(rows=rows, meta=meta)
+        manifest.sha256 = manifest.compute_sha256()
+        manifest._episodes = list(episodes)
+        return manifest
+
+    def compute_sha256(self) -> str:
+        """Hash the canonical serialisation of content metadata and rows."""
+        content_meta = {k: v for k, v in self.meta.items() if k not in UNHASHED_KEYS}
+        lines = "\n".join(
+            "\t".join(str(value) for value in row)
+            for row in zip(*(self.rows[name] for name in COLUMNS), strict=True)
+        )
+        return sha256_text(canonical_json(content_meta), "\t".join(COLUMNS), lines)
+
+    # --- I/O ----------------------------------------------------------------------------
+
+    def to_table(self) -> Any:
+        """Return the rows as a ``pyarrow.Table`` with the metadata attached."""
+        import pyarrow as pa
+
+        schema = pa.schema(
+            [
+                pa.field("dataset", pa.dictionary(pa.int32(), pa.string())),
+                pa.field("episode", pa.int32()),
+                pa.field("stream_index", pa.int32()),
+                pa.field("role", pa.dictionary(pa.int8(), pa.string())),
+                pa.field("item", pa.string()),
+                pa.field("label", pa.int16()),
+                pa.field("class_index", pa.int32()),
+                pa.field("class_id", pa.dictionary(pa.int32(), pa.string())),
+            ]
+        )
+        arrays = [
+            pa.array(self.rows[f.name], type=f.type.value_type).dictionary_encode()
+            if pa.types.is_dictionary(f.type)
+            else pa.array(self.rows[f.name], type=f.type)
+            for f in schema
+        ]
+        stored_meta = {
+            **self.meta,
+            "sha256": self.sha256,
+            "built_with": f"fewtrans-board {__version__}",
+        }
+        table = pa.Table.from_arrays(arrays, schema=schema)
+        return table.replace_schema_metadata({METADATA_KEY: canonical_json(stored_meta).encode()})
+
+    def write(self, path: Path) -> str:
+        """Write the manifest atomically, plus ``<path>.sha256``; return the file hash.
+
+        The same manifest written twice gives byte-identical files.
+        """
+        import pyarrow.parquet as pq
+
+        table = self.to_table()
+        write_with(
+            path,
+            lambda tmp: pq.write_table(
+                table, tmp, compression="zstd", use_dictionary=True, write_statistics=True
+            ),
+        )
+        digest = file_sha256(path)
+        write_bytes_atomic(sidecar_path(path), f"{digest}  {path.name}\n".encode())
+        return digest
+
+    @classmethod
+    def load(cls, path: Path | str, *, check_sidecar: bool = True) -> Manifest:
+        """Read a manifest and refuse it if its content does not match its hash.
+
+        Args:
+            path: the Parquet file.
+            check_sidecar: also compare the file bytes with ``<path>.sha256`` if present.
+
+        Raises:
+            ManifestError: unreadable file, missing metadata, or a hash mismatch.
+        """
+        import pyarrow.parquet as pq
+
+        path = Path(path)
+        if not path.is_file():
+            raise ManifestError(f"manifest {path} does not exist")
+        try:
+            table = pq.read_table(path)
+        except Exception as exc:
+            raise ManifestError(
+                f"manifest {path} is not a readable Parquet file ({type(exc).__name__}: "
+                f"{exc}); it is corrupt or truncated: restore it or rebuild it"
+            ) from exc
+        raw = (table.schema.metadata or {}).get(METADATA_KEY)
+        if raw is None:
+            raise ManifestError(f"{path} has no fewtrans-board manifest metadata")
+        stored = json.loads(raw)
+        if stored.get("schema_version") != SCHEMA_VERSION:
+            raise ManifestError(
+                f"manifest {path} has schema version {stored.get('schema_version')}; "
+                f"this fewtrans-board reads version {SCHEMA_VERSION}"
+            )
+        missing = [c for c in COLUMNS if c not in table.column_names]
+        if missing:
+            raise ManifestError(f"manifest {path} lacks columns {missing}")
+        rows = {name: table.column(name).to_pylist() for name in COLUMNS}
+        meta = {k: v for k, v in stored.items() if k not in UNHASHED_KEYS}
+        manifest = cls(rows=rows, meta=meta, sha256=stored.get("sha256", ""))
+        actual = manifest.compute_sha256()
+        if actual != manifest.sha256:
+            raise ManifestError(
+                f"manifest {path} content does not match its sha256 (stored "
+                f"{manifest.sha256[:16]}..., computed {actual[:16]}...): the file was modified "
+                "after it was built. Restore the frozen copy or rebuild it."
+            )
+        side = sidecar_path(path)
+        if check_sidecar and side.is_file():
+            expected = side.read_text().split()[0]
+            if file_sha256(path) != expected:
+                raise ManifestError(
+                    f"manifest {path} bytes do not match {side.name}: the file was modified"
+                )
+        manifest.meta["built_with"] = stored.get("built_with")
+        return manifest
+
+    # --- views --------------------------------------------------------------------------
+
+    @property
+    def dataset(self) -> str:
+        """Name of the dataset the episodes come from."""
+        return str(self.meta["dataset"]["name"])
+
+    @property
+    def protocol(self) -> str:
+        """Name of the sampling protocol."""
+        return str(self.meta["protocol"]["name"])
+
+    def episodes(self) -> list[ManifestEpisode]:
+        """Group rows into episodes (cached)."""
+        if self._episodes is None:
+            self._episodes = list(self._group())
+        return self._episodes
+
+    def _group(self) -> Iterator[ManifestEpisode]:
+        current: dict[str, Any] | None = None
+        columns = [self.rows[name] for name in COLUMNS]
+        for _, episode, stream, role, item, label, cls_index, cls_id in zip(*columns, strict=True):
+            if current is None or current["index"] != episode:
+                if current is not None:
+                    yield _finish(current)
+                current = {
+                    "index": episode,
+                    "stream": stream,
+                    "classes": {},
+                    "support": [],
+                    "query": [],
+                }
+            current["classes"][label] = (cls_index, cls_id)
+            current[role].append((item, label))
+        if current is not None:
+            yield _finish(current)
+
+    def summary(self) -> dict[str, Any]:
+        """Episode count and way / shot / query histograms."""
+        episodes = self.episodes()
+        ways = collections.Counter(ep.ways for ep in episodes)
+        shots = collections.Counter(s for ep in episodes for s in ep.shots())
+        queries = collections.Counter(q for ep in episodes for q in ep.queries())
+        support_sizes = [len(ep.support) for ep in episodes]
+        return {
+            "sha256": self.sha256,
+            "dataset": self.dataset,
+            "protocol": self.meta["protocol"],
+            "seed": self.meta.get("seed"),
+            "draw": self.meta.get("draw"),
+            "episodes": len(episodes),
+            "rows": len(self.rows["item"]),
+            "way_histogram": dict(sorted(ways.items())),
+            "shot_histogram": dict(sorted(shots.items())),
+            "query_histogram": dict(sorted(queries.items())),
+            "support_size": {
+                "min": min(support_sizes, default=0),
+                "max": max(support_sizes, default=0),
+                "mean": sum(support_sizes) / max(len(support_sizes), 1),
+            },
+        }
+
+
+def _finish(current: dict[str, Any]) -> ManifestEpisode:
+    labels = sorted(current["classes"])
+    if labels != list(range(len(labels))):
+        raise ManifestError(f"episode {current['index']}: labels {labels} are not 0..W-1")
+    return ManifestEpisode(
+        index=current["index"],
+        stream_index=current["stream"],
+        classes=tuple(current["classes"][c][0] for c in labels),
+        class_ids=tuple(current["classes"][c][1] for c in labels),
+        support=tuple(current["support"]),
+        query=tuple(current["query"]),
+    )
+
+
+def sidecar_path(path: Path) -> Path:
+    """Return the ``<file>.sha256`` path next to a manifest."""
+    return path.with_name(path.name + ".sha256")
