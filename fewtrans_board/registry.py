@@ -183,6 +183,20 @@ def _check_adapter(obj: object) -> str:
     return obj.name
 
 
+def resolve_model(catalog: Catalog[ModelSpec], name: str) -> Registered[ModelSpec]:
+    """Look up a model, resolving ``FAMILY:ARGUMENT`` names of parametric families.
+
+    Raises:
+        UnknownNameError: the model or family is not registered.
+        FewtransError: the family takes no argument, or the argument is malformed.
+    """
+    family, sep, argument = name.partition(":")
+    if not sep:
+        return catalog.get(name)
+    entry = catalog.get(family)
+    return Registered(entry.kind, name, entry.obj.variant(argument), entry.source)
+
+
 class Registry:
     """All datasets, models and adapters registered by the installed plugins.
 
@@ -196,6 +210,10 @@ class Registry:
         self.datasets: Catalog[DatasetSpec] = Catalog("dataset")
         self.models: Catalog[ModelSpec] = Catalog("model")
         self.adapters: Catalog[type[Adapter]] = Catalog("adapter")
+
+    def model(self, name: str) -> Registered[ModelSpec]:
+        """Look up a model by name, including ``FAMILY:ARGUMENT`` forms."""
+        return resolve_model(self.models, name)
 
     @classmethod
     def from_plugin_manager(cls, pm: PluginManager) -> Registry:

@@ -64,7 +64,7 @@ def test_unknown_adapter_prints_suggestion(invoke) -> None:  # type: ignore[no-u
     )
     result = invoke(["adapters", "test-centriod"], pm=pm)
     assert result.exit_code == 1
-    assert "Did you mean 'test-centroid'?" in result.output
+    assert "Did you mean 'test-centroid'" in result.output
 
 
 def test_wildcard_without_matches_is_empty_not_error(invoke) -> None:  # type: ignore[no-untyped-def]

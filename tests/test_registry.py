@@ -99,17 +99,24 @@ def test_listing_is_fnmatch_and_natural_sorted() -> None:
     registry = registry_with(many=adapter_plugin(*(renamed(CentroidAdapter, n) for n in names)))
     assert [e.name for e in registry.adapters.list("ft-*")] == ["ft-last1", "ft-last2", "ft-last10"]
     assert [e.name for e in registry.adapters.list("probe")] == ["probe"]
-    assert len(registry.adapters) == 4 and "probe" in registry.adapters
+    assert "probe" in registry.adapters and "nothing" not in registry.adapters
 
 
 def test_unknown_name_suggests_close_matches() -> None:
-    registry = registry_with(mine=adapter_plugin(CentroidAdapter))
+    from fewtrans_board.plugins import PluginSource
+    from fewtrans_board.registry import Catalog
+
+    catalog: Catalog[object] = Catalog("adapter")
+    source = PluginSource("mine", None, None, builtin=False)
+    for name in ("test-centroid", "linear-probe", "finetune"):
+        catalog.add(name, object(), source)
     with pytest.raises(UnknownNameError) as info:
-        registry.adapters.get("test-centriod")
+        catalog.get("test-centriod")
     assert info.value.suggestions == ["test-centroid"]
     assert "Did you mean 'test-centroid'?" in str(info.value)
+    assert catalog.suggest("probe") == ["linear-probe"]  # substring matches count too
     with pytest.raises(UnknownNameError) as info:
-        registry.adapters.get("zzz")
+        catalog.get("zzz")
     assert info.value.suggestions == [] and "Did you mean" not in str(info.value)
 
 

@@ -194,14 +194,28 @@ class Adapter(ABC):
         support: SupportSet,
         class_names: Sequence[str],
         configs: Sequence[Any],
+        seeds: Sequence[int],
     ) -> list[Predictor]:
         """Fit one predictor per configuration (the HPE grid of one episode).
 
-        The default calls :meth:`fit` in a loop. Adapters can override it to share work
-        across configurations (one batched run over learning rates, epoch snapshots),
-        provided the results equal the loop's.
+        The default seeds torch's global generator with ``seeds[i]`` and calls
+        :meth:`fit` for each configuration. Adapters can override it to share work across
+        configurations (one batched run over learning rates, epoch snapshots), provided the
+        results equal the loop's; the runner then calls it once per episode instead of
+        calling :meth:`fit` per configuration.
         """
-        return [self.fit(backbone, support, class_names, c) for c in configs]
+        import torch
+
+        predictors = []
+        for config, seed in zip(configs, seeds, strict=True):
+            torch.manual_seed(seed)
+            predictors.append(self.fit(backbone, support, class_names, config))
+        return predictors
+
+    @classmethod
+    def overrides_fit_many(cls) -> bool:
+        """Whether the class batches configurations itself."""
+        return cls.fit_many is not Adapter.fit_many
 
     @classmethod
     def default_config(cls) -> AdapterConfig:

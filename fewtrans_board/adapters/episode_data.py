@@ -24,6 +24,8 @@ class ImageSet:
         pixels: a tensor ``[N, 3, H, W]`` or a zero-argument callable producing it.
         size: number of images (required when ``pixels`` is a callable).
         features: optional ``features(backbone) -> [N, D]`` supplied by the runner.
+        memoize: keep computed features for later calls (``False`` recomputes them on
+            every call; benchmarks use it as the uncached baseline).
     """
 
     def __init__(
@@ -32,6 +34,7 @@ class ImageSet:
         *,
         size: int | None = None,
         features: FeatureLoader | None = None,
+        memoize: bool = True,
     ) -> None:
         if callable(pixels):
             if size is None:
@@ -44,6 +47,7 @@ class ImageSet:
             self._load = None
             self._size = int(pixels.shape[0])
         self._features = features
+        self._memoize = memoize
         self._feature_memo: dict[int, torch.Tensor] = {}
 
     def __len__(self) -> int:
@@ -68,12 +72,15 @@ class ImageSet:
             Float32 features on the backbone's device.
         """
         key = id(backbone)
-        if key not in self._feature_memo:
-            if self._features is not None:
-                self._feature_memo[key] = self._features(backbone)
-            else:
-                self._feature_memo[key] = backbone.embed(self.pixels)
-        return self._feature_memo[key]
+        if key in self._feature_memo:
+            return self._feature_memo[key]
+        if self._features is not None:
+            features = self._features(backbone)
+        else:
+            features = backbone.embed(self.pixels)
+        if self._memoize:
+            self._feature_memo[key] = features
+        return features
 
 
 class SupportSet:

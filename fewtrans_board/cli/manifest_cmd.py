@@ -111,29 +111,27 @@ def manifest_build(
     as_json: bool,
 ) -> None:
     """Draw a protocol's episodes from a local dataset copy and write a manifest."""
-    from fewtrans_board.episodes.build import build_manifest
+    from fewtrans_board.episodes.build import build_manifest, manifest_recipe
     from fewtrans_board.episodes.protocols import get_protocol
 
     spec = app.registry.datasets.get(dataset_name).obj
     protocol = get_protocol(protocol_name).with_overrides(
         ways=ways, shots=shots, queries=queries, episodes=episodes, seed=seed, block=block
     )
-    # The recorded recipe leaves out machine-specific paths so that identical inputs give
-    # byte-identical files wherever they are built.
-    recipe = ["fewtrans-board", "manifest", "build", "--protocol", protocol_name]
-    recipe += ["--dataset", dataset_name] + (["--root", "<root>"] if root is not None else [])
-    overrides = {
-        "ways": ways,
-        "shots": shots,
-        "queries": queries,
-        "episodes": episodes,
-        "seed": seed,
-        "block": block,
-    }
-    for flag, value in overrides.items():
-        if value is not None:
-            recipe += [f"--{flag}", str(value)]
-    recipe += ["--out", out.name]
+    recipe = manifest_recipe(
+        protocol_name,
+        dataset_name,
+        out.name,
+        with_root=root is not None,
+        overrides={
+            "ways": ways,
+            "shots": shots,
+            "queries": queries,
+            "episodes": episodes,
+            "seed": seed,
+            "block": block,
+        },
+    )
     manifest = build_manifest(spec, _root(root), protocol, command=recipe)
     file_hash = manifest.write(out)
     if as_json:

@@ -16,8 +16,23 @@ def register_commands(cli: click.Group) -> None:
         models_group,
         plugins_command,
     )
+    from fewtrans_board.cli.demo_cmd import demo_command
+    from fewtrans_board.cli.evaluate_cmd import evaluate_command, results_group
+    from fewtrans_board.cli.hpe_cmd import hpe_group
     from fewtrans_board.cli.manifest_cmd import datasets_check, manifest_group
+    from fewtrans_board.cli.validate_cmd import validate_command
 
     datasets_group.add_command(datasets_check)
-    for command in (plugins_command, datasets_group, models_group, adapters_group, manifest_group):
+    for command in (
+        plugins_command,
+        datasets_group,
+        models_group,
+        adapters_group,
+        manifest_group,
+        evaluate_command,
+        results_group,
+        hpe_group,
+        validate_command,
+        demo_command,
+    ):
         cli.add_command(command)

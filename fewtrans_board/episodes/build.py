@@ -15,6 +15,21 @@ from fewtrans_board.episodes.samplers import ClassPool, CoopKShotSampler, Episod
 from fewtrans_board.errors import FewtransError
 
 
+def manifest_recipe(
+    protocol: str, dataset: str, out_name: str, *, with_root: bool, overrides: dict[str, int | None]
+) -> list[str]:
+    """The ``manifest build`` command recorded in a manifest, without machine-specific paths.
+
+    Identical inputs then give byte-identical files wherever they are built.
+    """
+    recipe = ["fewtrans-board", "manifest", "build", "--protocol", protocol, "--dataset", dataset]
+    recipe += ["--root", "<root>"] if with_root else []
+    for flag, value in overrides.items():
+        if value is not None:
+            recipe += [f"--{flag}", str(value)]
+    return [*recipe, "--out", out_name]
+
+
 def listing_fingerprint(spec: DatasetSpec, listing: list[list[str]]) -> str:
     """sha256 of the full item listing of a local copy (class ids and item ids, in order)."""
     return sha256_text(

@@ -67,6 +67,31 @@ class Preprocessing:
             "std": list(self.std),
         }
 
+    def resize_uint8(self, image: Any) -> torch.Tensor:
+        """Resize (and crop) a PIL image to a ``uint8`` tensor ``[3, S, S]`` (cacheable).
+
+        FewTrans squashes to ``S x S``; BSCD resizes to ``R x R`` then centre-crops ``S``,
+        both with torchvision's bilinear (antialiased) resize on PIL images.
+        """
+        import torchvision.transforms.functional as TF
+
+        resized = TF.resize(image, [self.resize, self.resize])
+        if self.resize != self.image_size:
+            resized = TF.center_crop(resized, [self.image_size, self.image_size])
+        return TF.pil_to_tensor(resized)
+
+    def normalize(self, images: torch.Tensor) -> torch.Tensor:
+        """Turn ``uint8 [N, 3, S, S]`` into normalised float32 pixels."""
+        import torch
+
+        mean = torch.tensor(self.mean, dtype=torch.float32).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32).view(1, 3, 1, 1)
+        return (images.float().div(255.0) - mean) / std
+
+    def apply(self, image: Any) -> torch.Tensor:
+        """Full transform of one PIL image to a normalised float tensor ``[3, S, S]``."""
+        return self.normalize(self.resize_uint8(image)[None])[0]
+
     def digest(self) -> str:
         """Short content hash, part of feature-cache keys."""
         text = repr(sorted(self.to_dict().items()))

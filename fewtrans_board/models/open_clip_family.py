@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fewtrans_board.errors import FewtransError
 from fewtrans_board.models.backbone import Backbone
+from fewtrans_board.models.weights import file_sha256, read_state_dict
 
 if TYPE_CHECKING:
     import torch
@@ -70,4 +73,58 @@ def backbone_from_open_clip(
         weights_id=weights_id,
         device=device,
         info={"family": "open_clip", "architecture": architecture, **(info or {})},
+    )
+
+
+def load_open_clip_backbone(
+    argument: str, weights: Path | None, device: str = "cpu", *, name: str | None = None
+) -> Backbone:
+    """Create an open_clip model ``ARCH[/PRETRAINED_TAG]`` and wrap it as a :class:`Backbone`.
+
+    Args:
+        argument: architecture and optional pretrained tag, e.g. ``"ViT-B-16/openai"``.
+        weights: local checkpoint (state dict of the whole CLIP model); ``None`` downloads
+            the pretrained tag.
+        device: torch device.
+        name: registry name recorded on the backbone.
+
+    Raises:
+        FewtransError: unknown architecture, missing tag, failed download or a checkpoint
+            that does not fit.
+    """
+    import open_clip
+
+    arch, _, tag = argument.partition("/")
+    if arch not in open_clip.list_models():
+        raise FewtransError(f"open_clip has no architecture {arch!r}; see open_clip.list_models()")
+    if weights is None and not tag:
+        raise FewtransError(
+            f"open-clip:{argument}: give a pretrained tag (ARCH/TAG, see "
+            "open_clip.list_pretrained()) or a local checkpoint with --weights"
+        )
+    try:
+        model = open_clip.create_model(arch, pretrained=None if weights is not None else tag)
+    except Exception as exc:  # hub and network failures come in many types
+        raise FewtransError(
+            f"cannot load open_clip {argument!r} ({type(exc).__name__}: {exc}). Offline? "
+            "Pass --weights FILE with a local checkpoint (safetensors preferred)."
+        ) from exc
+    if weights is not None:
+        result = model.load_state_dict(read_state_dict(weights), strict=False)
+        if result.missing_keys or result.unexpected_keys:
+            raise FewtransError(
+                f"weights file {weights} does not fit open_clip {arch!r}: missing "
+                f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}"
+            )
+        weights_id = "sha256:" + file_sha256(weights)
+    else:
+        weights_id = f"open_clip:{argument}"
+    return backbone_from_open_clip(
+        model,
+        open_clip.get_tokenizer(arch),
+        name=name or f"open-clip:{argument}",
+        weights_id=weights_id,
+        architecture=arch,
+        device=device,
+        info={"pretrained": tag or None, "weights": str(weights) if weights else "hub"},
     )

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fewtrans_board.errors import ContractError
+from fewtrans_board.errors import ContractError, FewtransError
 
 if TYPE_CHECKING:
     from fewtrans_board.models.backbone import Backbone
 
 ModelLoader = Callable[[Path | None, str], "Backbone"]
 """``loader(weights, device) -> Backbone``; ``weights`` is a local file or ``None`` (hub)."""
+
+FamilyLoader = Callable[[str, Path | None, str], "Backbone"]
+"""``loader(argument, weights, device) -> Backbone`` for parametric families (``timm:ARCH``)."""
 
 
 @dataclass(frozen=True)
@@ -33,10 +38,13 @@ class ModelSpec:
         description: one line for listings.
         paper: citation or URL of the paper that introduced the weights.
         modalities: ``("image",)`` or ``("image", "text")`` for CLIP-style models.
+        family_loader: set for a parametric family; the model is then used as
+            ``NAME:ARGUMENT`` (``timm:vit_small_patch16_224.augreg_in21k``).
+        argument_help: what ``ARGUMENT`` means, for listings.
     """
 
     name: str
-    loader: ModelLoader
+    loader: ModelLoader | None
     family: str
     architecture: str
     source: str
@@ -44,6 +52,35 @@ class ModelSpec:
     description: str = ""
     paper: str = ""
     modalities: tuple[str, ...] = ("image",)
+    family_loader: FamilyLoader | None = None
+    argument_help: str = ""
+
+    @property
+    def parametric(self) -> bool:
+        """Whether this entry is a family used as ``NAME:ARGUMENT``."""
+        return self.family_loader is not None
+
+    def variant(self, argument: str) -> ModelSpec:
+        """Return the concrete spec ``NAME:ARGUMENT`` of a parametric family.
+
+        Raises:
+            FewtransError: the model is not parametric or the argument is malformed.
+        """
+        if self.family_loader is None:
+            raise FewtransError(f"model {self.name!r} takes no ':ARGUMENT'")
+        if not argument or any(ch.isspace() for ch in argument):
+            raise FewtransError(
+                f"model {self.name}:{argument!r}: the argument must be non-empty without "
+                f"spaces ({self.argument_help})"
+            )
+        family_loader = self.family_loader
+        return dataclasses.replace(
+            self,
+            name=f"{self.name}:{argument}",
+            loader=functools.partial(family_loader, argument),
+            architecture=argument,
+            family_loader=None,
+        )
 
     def load(self, weights: Path | str | None = None, device: str = "cpu") -> Backbone:
         """Load the backbone (heavy: imports torch and reads weights).
@@ -60,6 +97,11 @@ class ModelSpec:
         """
         from fewtrans_board.models.backbone import Backbone
 
+        if self.loader is None:
+            raise FewtransError(
+                f"model {self.name!r} is a family: use it as '{self.name}:ARGUMENT' "
+                f"({self.argument_help})"
+            )
         path = Path(weights) if weights is not None else None
         backbone = self.loader(path, device)
         if not isinstance(backbone, Backbone):
@@ -85,4 +127,5 @@ class ModelSpec:
             "modalities": list(self.modalities),
             "description": self.description,
             "paper": self.paper,
+            "argument": self.argument_help or None,
         }

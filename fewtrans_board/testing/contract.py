@@ -288,8 +288,9 @@ def check_adapter(
     )
     report.passed.append("backbone untouched")
 
-    torch.manual_seed(seed)
-    many = adapter.fit_many(backbone, episode.support, episode.class_names, [cfg, cfg])
+    many = adapter.fit_many(
+        backbone, episode.support, episode.class_names, [cfg, cfg], [seed, seed]
+    )
     _require(len(many) == 2, subject, f"fit_many returned {len(many)} predictors for 2 configs")
     with torch.no_grad():
         first_many = many[0].predict(episode.query).detach().float().cpu()

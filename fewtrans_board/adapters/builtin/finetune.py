@@ -1,0 +1,189 @@
+"""Fine-tuning baselines: full fine-tune, last-k fine-tune and transductive fine-tune."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fewtrans_board.adapters.base import Adapter, AdapterConfig, hparam
+from fewtrans_board.errors import FewtransError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
+    from fewtrans_board.models.backbone import Backbone
+
+# Modules that come after the block stack in timm / open_clip / the demo CNN.
+POST_BLOCK_MODULES = ("norm", "fc_norm", "ln_post", "proj", "attn_pool", "head", "head_drop")
+
+
+def block_list(module: nn.Module) -> list[nn.Module]:
+    """The residual blocks / stages of a backbone, in forward order.
+
+    Recognises timm ViTs (``blocks``), stage-based nets (``stages``), torchvision/timm
+    ResNets (``layer1``..``layer4``) and open_clip towers (``transformer.resblocks``).
+
+    Raises:
+        FewtransError: no known block structure.
+    """
+    for path in ("blocks", "stages", "transformer.resblocks"):
+        found: Any = module
+        for part in path.split("."):
+            found = getattr(found, part, None)
+        if found is not None:
+            return list(found)
+    layers = [getattr(module, f"layer{i}") for i in range(1, 5) if hasattr(module, f"layer{i}")]
+    if layers:
+        return layers
+    raise FewtransError(
+        f"cannot find the blocks of {type(module).__name__} for last-k fine-tuning "
+        "(expected .blocks, .stages, .layer1-4 or .transformer.resblocks)"
+    )
+
+
+def last_k_parameters(module: nn.Module, k: int) -> list[torch.Tensor]:
+    """Parameters of the last ``k`` blocks plus the modules after the block stack."""
+    params = [p for block in block_list(module)[-k:] for p in block.parameters()]
+    for name in POST_BLOCK_MODULES:
+        child = getattr(module, name, None)
+        if child is None:
+            continue
+        if hasattr(child, "parameters"):
+            params.extend(child.parameters())
+        elif getattr(child, "requires_grad", False):
+            params.append(child)
+    return params
+
+
+class FinetunePredictor:
+    """Runs query pixels through the fine-tuned encoder and head."""
+
+    def __init__(
+        self, encoder: nn.Module, head: nn.Module, device: str, transductive: bool
+    ) -> None:
+        self.encoder = encoder
+        self.head = head
+        self.device = device
+        self.transductive = transductive
+
+    def predict(self, query: ImageSet) -> torch.Tensor:
+        """Logits of the query images (query BN statistics when transductive)."""
+        import torch
+
+        from fewtrans_board.adapters.builtin.training import autocast, normalized
+
+        self.encoder.eval()
+        if self.transductive:
+            for m in self.encoder.modules():
+                if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                    m.train()  # normalise with the statistics of the whole query batch
+        with torch.no_grad(), autocast(self.device):
+            features = self.encoder(query.pixels.to(self.device))
+        return self.head(normalized(features))  # type: ignore[no-any-return]
+
+
+class FinetuneAdapter(Adapter):
+    """FewTrans full fine-tuning: every backbone parameter and the head train."""
+
+    name = "finetune"
+    description = (
+        "Full fine-tuning, FewTrans recipe (Adam on backbone and head, cosine, eval mode)."
+    )
+    paper = "Luo et al., FewTrans (arXiv:2603.00478), mode 'finetune'"
+    code = "https://github.com/Frankluox/FewTrans"
+    transductive = False
+
+    @dataclass(frozen=True)
+    class Config(AdapterConfig):
+        """Fine-tuning hyperparameters; defaults are FewTrans's CLIP ViT-B/16 centre."""
+
+        lr_backbone: float = hparam(1e-5, "Adam learning rate of the backbone.", hpe="lr")
+        lr_head: float = hparam(2e-3, "Adam learning rate of the linear head.", hpe="lr")
+        epochs: int = hparam(70, "Passes over the support set.", hpe="epochs")
+        batch_size: int = hparam(64, "Optimiser batch size.")
+
+    def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
+        """Backbone parameters that receive gradients (all of them here)."""
+        return list(encoder.parameters())
+
+    def fit(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        config: Any,
+    ) -> FinetunePredictor:
+        """Fine-tune a deep copy of the image encoder with a new head."""
+        import torch
+        import torch.nn.functional as F
+
+        from fewtrans_board.adapters.builtin.training import (
+            autocast,
+            make_head,
+            normalized,
+            run_adam,
+        )
+
+        device = backbone.device
+        encoder = copy.deepcopy(backbone.image_encoder).to(device).eval()
+        trainable = self.trainable(encoder, config)
+        ids = {id(p) for p in trainable}
+        for p in encoder.parameters():
+            p.requires_grad_(id(p) in ids)
+        head = make_head(backbone.feature_dim, support.n_way, device)
+        pixels = support.images.pixels.to(device)
+        labels = support.labels.to(device)
+
+        def loss_of(batch: Any) -> torch.Tensor:
+            index = torch.as_tensor(batch, device=device)
+            with autocast(device):
+                features = encoder(pixels[index])
+            return F.cross_entropy(head(normalized(features)), labels[index])
+
+        run_adam(
+            [(trainable, config.lr_backbone), (list(head.parameters()), config.lr_head)],
+            loss_of,
+            len(labels),
+            config.batch_size,
+            config.epochs,
+        )
+        for p in encoder.parameters():
+            p.requires_grad_(False)
+        return FinetunePredictor(encoder, head, device, self.transductive)
+
+
+class FinetuneLastKAdapter(FinetuneAdapter):
+    """Fine-tune only the last k blocks/stages (plus the final norm/projection) and the head."""
+
+    name = "finetune-last-k"
+    description = "Fine-tune the last k blocks and the head; earlier blocks stay frozen (BSCD-FSL)."
+    paper = "Guo et al., BSCD-FSL, ECCV 2020 (fine-tune last-k)"
+    code = "https://github.com/IBM/cdfsl-benchmark"
+
+    @dataclass(frozen=True)
+    class Config(FinetuneAdapter.Config):
+        """Last-k fine-tuning hyperparameters."""
+
+        k: int = hparam(1, "Number of final blocks (stages) that train.")
+
+    def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
+        """Parameters of the last k blocks and the post-block modules."""
+        if config.k < 1:
+            raise FewtransError(f"finetune-last-k: k must be >= 1, got {config.k}")
+        return last_k_parameters(encoder, config.k)
+
+
+class TransductiveFinetuneAdapter(FinetuneAdapter):
+    """Full fine-tuning; at inference BatchNorm uses the statistics of the query batch."""
+
+    name = "finetune-transductive"
+    description = "Full fine-tuning with query-batch BatchNorm statistics at inference (no effect on LayerNorm ViTs)."
+    paper = (
+        "Dhillon et al., A Baseline for Few-Shot Image Classification, ICLR 2020 (transductive BN)"
+    )
+    code = "https://github.com/IBM/cdfsl-benchmark"
+    transductive = True

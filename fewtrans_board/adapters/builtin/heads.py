@@ -1,0 +1,239 @@
+"""Trained heads on frozen features: the FewTrans linear probe and the cosine classifier."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fewtrans_board.adapters.base import Adapter, AdapterConfig, Predictor, hparam
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
+    from fewtrans_board.models.backbone import Backbone
+
+
+class StackedHead:
+    """One head out of a stack trained by :func:`train_heads` (linear or cosine)."""
+
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, cosine_scale: float | None
+    ) -> None:
+        self.weight = weight
+        self.bias = bias
+        self.cosine_scale = cosine_scale
+
+    def __call__(self, features: torch.Tensor) -> torch.Tensor:
+        import torch.nn.functional as F
+
+        if self.cosine_scale is not None:
+            return self.cosine_scale * features @ F.normalize(self.weight, dim=-1).t()
+        assert self.bias is not None
+        return features @ self.weight.t() + self.bias
+
+
+def _fit_many_heads(
+    adapter: Adapter,
+    backbone: Backbone,
+    support: SupportSet,
+    configs: Sequence[Any],
+    seeds: Sequence[int],
+    cosine: bool,
+) -> list[HeadPredictor]:
+    """Group configurations that differ only in lr/epochs and train each group batched."""
+    import torch
+
+    from fewtrans_board.adapters.builtin.batched_heads import train_heads
+    from fewtrans_board.adapters.builtin.training import normalized
+
+    features = normalized(support.images.features(backbone))
+    labels = support.labels.to(features.device)
+    dim = features.shape[1]
+    predictors: list[HeadPredictor | None] = [None] * len(configs)
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, config in enumerate(configs):
+        fixed = tuple(
+            v for k, v in sorted(config.to_dict().items()) if k not in ("lr_head", "epochs")
+        )
+        groups.setdefault(fixed, []).append(i)
+    for members in groups.values():
+        if cosine:
+            inits = []
+            for i in members:
+                torch.manual_seed(seeds[i])
+                inits.append(torch.randn(support.n_way, dim, device=features.device) * dim**-0.5)
+            weights, biases = torch.stack(inits), None
+            scale = float(configs[members[0]].scale)
+        else:
+            weights = torch.ones(len(members), support.n_way, dim, device=features.device)
+            biases = torch.zeros(len(members), support.n_way, device=features.device)
+            scale = None
+        trained_w, trained_b = train_heads(
+            features,
+            labels,
+            weights,
+            biases,
+            [configs[i].lr_head for i in members],
+            [configs[i].epochs for i in members],
+            int(configs[members[0]].batch_size),
+            cosine_scale=scale,
+        )
+        for j, i in enumerate(members):
+            bias = trained_b[j] if trained_b is not None else None
+            predictors[i] = HeadPredictor(backbone, StackedHead(trained_w[j], bias, scale))  # type: ignore[arg-type]
+    return [p for p in predictors if p is not None]
+
+
+class HeadPredictor:
+    """Applies a trained head to normalised frozen query features."""
+
+    def __init__(self, backbone: Backbone, head: nn.Module) -> None:
+        self.backbone = backbone
+        self.head = head
+
+    def predict(self, query: ImageSet) -> torch.Tensor:
+        """Return head logits of the query features."""
+        import torch
+
+        from fewtrans_board.adapters.builtin.training import normalized
+
+        with torch.no_grad():
+            return self.head(normalized(query.features(self.backbone)))  # type: ignore[no-any-return]
+
+
+class CosineHead:
+    """Weight-normalised linear layer on normalised features with a fixed scale."""
+
+    def __init__(self, dim: int, n_way: int, scale: float, device: str) -> None:
+        import torch
+
+        self.weight = torch.nn.Parameter(torch.randn(n_way, dim, device=device) * dim**-0.5)
+        self.scale = scale
+
+    def __call__(self, features: torch.Tensor) -> torch.Tensor:
+        import torch.nn.functional as F
+
+        return self.scale * features @ F.normalize(self.weight, dim=-1).t()
+
+
+def _train(
+    head_params: list[torch.Tensor],
+    head: object,
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    lr: float,
+    epochs: int,
+    batch_size: int,
+) -> None:
+    import torch.nn.functional as F
+
+    from fewtrans_board.adapters.builtin.training import run_adam
+
+    def loss_of(batch: object) -> torch.Tensor:
+        return F.cross_entropy(head(features[batch]), labels[batch])  # type: ignore[operator,index]
+
+    run_adam([(head_params, lr)], loss_of, len(labels), batch_size, epochs)
+
+
+class LinearProbeAdapter(Adapter):
+    """FewTrans linear probe: a linear head on frozen, L2-normalised features."""
+
+    name = "linear-probe"
+    description = "Linear head on frozen L2-normalised features (FewTrans recipe, Adam + cosine)."
+    paper = "Luo et al., FewTrans (arXiv:2603.00478), mode 'linear'"
+    code = "https://github.com/Frankluox/FewTrans"
+    frozen_backbone = True
+
+    @dataclass(frozen=True)
+    class Config(AdapterConfig):
+        """Linear-probe hyperparameters; the defaults are the HPE centre."""
+
+        lr_head: float = hparam(0.2, "Adam learning rate of the head.", hpe="lr")
+        epochs: int = hparam(50, "Passes over the support set.", hpe="epochs")
+        batch_size: int = hparam(512, "Optimiser batch size.")
+
+    def fit(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        config: Config,
+    ) -> HeadPredictor:
+        """Train the head on cached support features."""
+        from fewtrans_board.adapters.builtin.training import make_head, normalized
+
+        features = normalized(support.images.features(backbone))
+        labels = support.labels.to(features.device)
+        head = make_head(features.shape[1], support.n_way, str(features.device))
+        _train(
+            list(head.parameters()),
+            head,
+            features,
+            labels,
+            config.lr_head,
+            config.epochs,
+            config.batch_size,
+        )
+        return HeadPredictor(backbone, head)
+
+    def fit_many(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        configs: Sequence[Any],
+        seeds: Sequence[int],
+    ) -> list[Predictor]:
+        """Train every configuration's head at once; equal to the loop (see batched_heads)."""
+        return list(_fit_many_heads(self, backbone, support, configs, seeds, cosine=False))
+
+
+class CosineClassifierAdapter(Adapter):
+    """Baseline++ cosine classifier trained on the support set (BSCD-FSL baseline)."""
+
+    name = "cosine-classifier"
+    description = "Cosine-similarity classifier (Baseline++) trained on frozen normalised features."
+    paper = "Chen et al., A Closer Look at Few-shot Classification, ICLR 2019"
+    code = "https://github.com/IBM/cdfsl-benchmark"
+    frozen_backbone = True
+
+    @dataclass(frozen=True)
+    class Config(AdapterConfig):
+        """Cosine-classifier hyperparameters; the defaults are the HPE centre."""
+
+        lr_head: float = hparam(0.01, "Adam learning rate of the class weights.", hpe="lr")
+        epochs: int = hparam(50, "Passes over the support set.", hpe="epochs")
+        scale: float = hparam(10.0, "Fixed temperature multiplying cosine similarities.")
+        batch_size: int = hparam(512, "Optimiser batch size.")
+
+    def fit(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        config: Config,
+    ) -> HeadPredictor:
+        """Train weight-normalised class vectors on cached support features."""
+        from fewtrans_board.adapters.builtin.training import normalized
+
+        features = normalized(support.images.features(backbone))
+        labels = support.labels.to(features.device)
+        head = CosineHead(features.shape[1], support.n_way, config.scale, str(features.device))
+        _train(
+            [head.weight], head, features, labels, config.lr_head, config.epochs, config.batch_size
+        )
+        return HeadPredictor(backbone, head)  # type: ignore[arg-type]
+
+    def fit_many(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        configs: Sequence[Any],
+        seeds: Sequence[int],
+    ) -> list[Predictor]:
+        """Train every configuration's head at once; equal to the loop (see batched_heads)."""
+        return list(_fit_many_heads(self, backbone, support, configs, seeds, cosine=True))

@@ -1,0 +1,174 @@
+"""``hpe grid`` and ``hpe search`` commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from fewtrans_board.cli.app import App, pass_app
+from fewtrans_board.cli.evaluate_cmd import default_device, parse_config_options
+from fewtrans_board.cli.groups import echo_json, echo_table
+
+
+@click.group("hpe")
+def hpe_group() -> None:
+    """Hyperparameter Ensemble: show grids, search centres on a held-out dataset."""
+
+
+@hpe_group.command("grid")
+@click.option("--adapter", "adapter", required=True, help="Adapter name.")
+@click.option(
+    "--protocol", "hpe", default="fewtrans-paper", show_default=True, help="HPE protocol."
+)
+@click.option(
+    "--config", "config", multiple=True, metavar="KEY=VALUE", help="Centre override (repeatable)."
+)
+@click.option(
+    "--centre",
+    "centre_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Centre from 'hpe search'.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+@pass_app
+def hpe_grid(
+    app: App,
+    adapter: str,
+    hpe: str,
+    config: tuple[str, ...],
+    centre_file: Path | None,
+    as_json: bool,
+) -> None:
+    """List the configurations an HPE protocol evaluates for ADAPTER."""
+    from fewtrans_board.hpe.protocols import get_hpe_protocol
+    from fewtrans_board.runner.spec import load_centre_file
+
+    adapter_cls = app.registry.adapters.get(adapter).obj
+    protocol = get_hpe_protocol(hpe)
+    values = adapter_cls.Config().to_dict()
+    if centre_file is not None:
+        values.update(load_centre_file(centre_file)["centre"])
+    values.update(parse_config_options(config))
+    centre = adapter_cls.Config.from_dict(values)
+    grid = protocol.grid(adapter_cls, centre)
+    axes = protocol.axes(adapter_cls, centre)
+    if as_json:
+        echo_json(
+            {
+                "protocol": protocol.describe(),
+                "centre": centre.to_dict(),
+                "axes": axes,
+                "hash": protocol.digest(adapter_cls, centre),
+                "grid": [c.to_dict() for c in grid],
+            }
+        )
+        return
+    click.echo(
+        f"{protocol.name} v{protocol.version} for {adapter}: {len(grid)} configurations "
+        f"({' x '.join(str(len(v)) for v in axes.values()) or 'centre only'}), "
+        f"fused by {protocol.aggregation}"
+    )
+    names = list(axes) or list(centre.to_dict())
+    echo_table(["#", *names], [[i, *(c.to_dict()[n] for n in names)] for i, c in enumerate(grid)])
+
+
+@hpe_group.command("search")
+@click.option("--model", "model", required=True, help="Model name.")
+@click.option(
+    "--weights",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Local checkpoint.",
+)
+@click.option("--adapter", "adapter", required=True, help="Adapter name.")
+@click.option(
+    "--dataset",
+    "dataset",
+    default=None,
+    help="Held-out dataset; its fewtrans-search episodes are built from --root (default cub).",
+)
+@click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Local dataset copy.",
+)
+@click.option(
+    "--manifest",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="An existing search manifest instead of --dataset.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Where to write the centre and the search log (JSON).",
+)
+@click.option(
+    "--config",
+    "config",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Start point override (repeatable).",
+)
+@click.option("--limit", type=int, default=None, help="Use only the first N search episodes.")
+@click.option("--device", default=None, help="Torch device (default: cuda if available, else cpu).")
+@click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
+@pass_app
+def hpe_search(
+    app: App,
+    model: str,
+    weights: Path | None,
+    adapter: str,
+    dataset: str | None,
+    root: Path | None,
+    manifest: Path | None,
+    out: Path,
+    config: tuple[str, ...],
+    limit: int | None,
+    device: str | None,
+    as_json: bool,
+) -> None:
+    """Find an adapter's HPE centre on the 50 held-out search tasks (FewTrans's local search).
+
+    Evaluate later with 'fewtrans-board evaluate --centre OUT': the centre and this log
+    travel with the results.
+    """
+    from fewtrans_board.episodes.build import build_manifest, manifest_recipe
+    from fewtrans_board.episodes.protocols import get_protocol
+    from fewtrans_board.hpe.search_run import run_centre_search
+    from fewtrans_board.runner.spec import RunSpec
+
+    if manifest is None:
+        name = dataset or "cub"
+        spec = app.registry.datasets.get(name).obj
+        manifest = out.with_name(f"fewtrans-search--{name}.parquet")
+        recipe = manifest_recipe(
+            "fewtrans-search", name, manifest.name, with_root=root is not None, overrides={}
+        )
+        build_manifest(spec, root, get_protocol("fewtrans-search"), command=recipe).write(manifest)
+    elif dataset is not None:
+        raise click.UsageError("give either --dataset or --manifest, not both")
+    run = RunSpec(
+        model=model,
+        adapter=adapter,
+        manifest=str(manifest),
+        hpe="single",
+        weights=str(weights) if weights else None,
+        root=str(root) if root else None,
+        config=parse_config_options(config),
+        limit=limit,
+        device=device or default_device(),
+    )
+    record = run_centre_search(run, app.registry, out, progress=not as_json)
+    if as_json:
+        echo_json(record)
+        return
+    click.echo(
+        f"centre of {adapter} on {record['dataset']} ({record['episodes']} tasks, "
+        f"{len(record['log'])} rounds, {record['evaluations']} configurations): {record['centre']}"
+    )
+    click.echo(f"wrote {out}")

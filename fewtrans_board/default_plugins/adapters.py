@@ -1,0 +1,32 @@
+"""Built-in baseline adapters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fewtrans_board.adapters.base import Adapter
+from fewtrans_board.hookspecs import hookimpl
+
+
+@hookimpl
+def register_adapters(register: Callable[[type[Adapter]], None]) -> None:
+    """Register the baselines: centroid, heads, fine-tuning variants and zero-shot CLIP."""
+    from fewtrans_board.adapters.builtin.finetune import (
+        FinetuneAdapter,
+        FinetuneLastKAdapter,
+        TransductiveFinetuneAdapter,
+    )
+    from fewtrans_board.adapters.builtin.heads import CosineClassifierAdapter, LinearProbeAdapter
+    from fewtrans_board.adapters.builtin.prototypes import MeanCentroidAdapter
+    from fewtrans_board.adapters.builtin.zeroshot import ZeroShotClipAdapter
+
+    for adapter in (
+        MeanCentroidAdapter,
+        CosineClassifierAdapter,
+        LinearProbeAdapter,
+        FinetuneAdapter,
+        FinetuneLastKAdapter,
+        TransductiveFinetuneAdapter,
+        ZeroShotClipAdapter,
+    ):
+        register(adapter)

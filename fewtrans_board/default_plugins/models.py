@@ -1,0 +1,135 @@
+"""Built-in models: the demo CNN pair, the timm and open_clip families, curated backbones."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+from fewtrans_board.hookspecs import hookimpl
+from fewtrans_board.models.backbone import Backbone
+from fewtrans_board.models.spec import ModelSpec
+
+
+def _timm(argument: str, weights: Path | None, device: str) -> Backbone:
+    from fewtrans_board.models.timm_family import load_timm_backbone
+
+    return load_timm_backbone(argument, weights, device, name=f"timm:{argument}")
+
+
+def _open_clip(argument: str, weights: Path | None, device: str) -> Backbone:
+    from fewtrans_board.models.open_clip_family import load_open_clip_backbone
+
+    return load_open_clip_backbone(argument, weights, device)
+
+
+def _demo_pretrained(weights: Path | None, device: str) -> Backbone:
+    from fewtrans_board.models.demo_cnn import load_pretrained
+
+    return load_pretrained(weights, device)
+
+
+def _demo_random(weights: Path | None, device: str) -> Backbone:
+    from fewtrans_board.models.demo_cnn import load_random
+
+    return load_random(weights, device)
+
+
+def _curated_timm(architecture: str, name: str, weights: Path | None, device: str) -> Backbone:
+    from fewtrans_board.models.timm_family import load_timm_backbone
+
+    return load_timm_backbone(architecture, weights, device, name=name)
+
+
+def _curated_clip(argument: str, name: str, weights: Path | None, device: str) -> Backbone:
+    from fewtrans_board.models.open_clip_family import load_open_clip_backbone
+
+    return load_open_clip_backbone(argument, weights, device, name=name)
+
+
+def _timm_spec(name: str, architecture: str, **fields: str) -> ModelSpec:
+    return ModelSpec(
+        name=name,
+        loader=functools.partial(_curated_timm, architecture, name),
+        family="timm",
+        architecture=architecture,
+        source=f"hf-hub:timm/{architecture}",
+        **fields,
+    )
+
+
+MODELS: tuple[ModelSpec, ...] = (
+    ModelSpec(
+        name="demo-cnn.digits",
+        loader=_demo_pretrained,
+        family="demo",
+        architecture="demo-cnn",
+        source="bundled (pretrained on digits 0-4 by python -m fewtrans_board.models.demo_cnn)",
+        license="MIT",
+        description="Small CNN pretrained on the digits source classes; the demo backbone.",
+    ),
+    ModelSpec(
+        name="demo-cnn.random",
+        loader=_demo_random,
+        family="demo",
+        architecture="demo-cnn",
+        source="random-init (seed 0)",
+        license="MIT",
+        description="Random-init twin of demo-cnn.digits, to show what pretraining buys.",
+    ),
+    ModelSpec(
+        name="timm",
+        loader=None,
+        family="timm",
+        architecture="any",
+        source="hf-hub or --weights",
+        license="per model",
+        description="Any timm architecture: timm:<model name>[.<pretrained tag>].",
+        family_loader=_timm,
+        argument_help="a timm model name with optional pretrained tag, e.g. vit_small_patch16_224.augreg_in21k",
+    ),
+    ModelSpec(
+        name="open-clip",
+        loader=None,
+        family="open_clip",
+        architecture="any",
+        source="hf-hub or --weights",
+        license="per model",
+        description="Any open_clip model: open-clip:<architecture>/<pretrained tag>.",
+        modalities=("image", "text"),
+        family_loader=_open_clip,
+        argument_help="ARCH/TAG as in open_clip.list_pretrained(), e.g. ViT-B-16/openai",
+    ),
+    ModelSpec(
+        name="clip-vit-b16.openai",
+        loader=functools.partial(_curated_clip, "ViT-B-16/openai", "clip-vit-b16.openai"),
+        family="open_clip",
+        architecture="ViT-B-16",
+        source="open_clip ViT-B-16 pretrained='openai'",
+        license="MIT (OpenAI CLIP)",
+        description="OpenAI CLIP ViT-B/16, the FewTrans default multimodal backbone.",
+        paper="Radford et al., Learning Transferable Visual Models From Natural Language Supervision, 2021",
+        modalities=("image", "text"),
+    ),
+    _timm_spec(
+        "dinov2-vit-s14.lvd142m",
+        "vit_small_patch14_dinov2.lvd142m",
+        license="Apache-2.0",
+        description="DINOv2 ViT-S/14 (self-supervised, LVD-142M).",
+        paper="Oquab et al., DINOv2, 2023",
+    ),
+    _timm_spec(
+        "vit-b16.augreg-in21k",
+        "vit_base_patch16_224.augreg_in21k",
+        license="Apache-2.0",
+        description="Supervised ViT-B/16 on ImageNet-21k (AugReg).",
+        paper="Steiner et al., How to train your ViT?, 2021",
+    ),
+)
+
+
+@hookimpl
+def register_models(register: Callable[[ModelSpec], None]) -> None:
+    """Register the built-in models."""
+    for spec in MODELS:
+        register(spec)

@@ -1,0 +1,54 @@
+"""Frozen manifests of the embedded digits dataset, rebuilt on demand and hash-checked.
+
+An installed wheel has no ``leaderboard/`` folder; validation and the demo rebuild the
+digits manifests from the embedded data and refuse them unless their content hash equals
+the frozen one committed here (and in ``leaderboard/manifests/``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fewtrans_board.datasets.digits import DIGITS
+from fewtrans_board.episodes.build import build_manifest, manifest_recipe
+from fewtrans_board.episodes.frozen import FROZEN
+from fewtrans_board.episodes.manifest import Manifest, ManifestError
+from fewtrans_board.episodes.protocols import get_protocol
+
+FROZEN_DIGITS_SHA256 = {
+    "fewtrans-varied--digits.parquet": "244c1236441efb658e0faa2f15e31066acfecc5a80df5283bf4d307b5e9c2b0d",
+    "fewtrans-fixed-5w1s--digits.parquet": "c481fd6ba97d404594a4afbbe2fb9d83aff84186921e6b8ef4b2614c9ed167bb",
+    "fewtrans-search--digits.parquet": "05f9b9b51badbeeb4df5906262e3f152397253276cd63b6f0d4f86ea62942d24",
+}
+
+
+def digits_manifest(filename: str, folder: Path) -> Path:
+    """Return ``folder/filename``, building it from the embedded digits if missing.
+
+    Raises:
+        ManifestError: the rebuilt manifest's hash differs from the frozen one.
+    """
+    entry = next((m for m in FROZEN if m.filename == filename and m.embedded), None)
+    if entry is None:
+        raise ManifestError(f"{filename} is not a frozen digits manifest")
+    path = folder / filename
+    if not path.is_file():
+        protocol = get_protocol(entry.protocol).with_overrides(**entry.overrides)  # type: ignore[arg-type]
+        recipe = manifest_recipe(
+            entry.protocol,
+            entry.dataset,
+            filename,
+            with_root=False,
+            overrides=dict(entry.overrides),
+        )
+        manifest = build_manifest(DIGITS, None, protocol, command=recipe)
+        if manifest.sha256 != FROZEN_DIGITS_SHA256[filename]:
+            raise ManifestError(
+                f"rebuilt {filename} has sha256 {manifest.sha256[:16]}..., not the frozen "
+                f"{FROZEN_DIGITS_SHA256[filename][:16]}...: sampling changed; this is a bug"
+            )
+        manifest.write(path)
+    loaded = Manifest.load(path)
+    if loaded.sha256 != FROZEN_DIGITS_SHA256[filename]:
+        raise ManifestError(f"{path} is not the frozen {filename} (sha256 differs)")
+    return path

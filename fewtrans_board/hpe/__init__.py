@@ -1,0 +1,1 @@
+"""The Hyperparameter Ensemble protocol: grids, aggregation and the centre search."""

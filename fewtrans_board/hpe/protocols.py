@@ -1,0 +1,155 @@
+"""Named, versioned HPE protocols and the grids they build around an adapter's centre.
+
+``fewtrans-paper`` follows the paper's text: every learning-rate axis is
+{centre/5, centre, centre*5} when an adapter tunes two learning rates; an adapter with one
+learning rate gets a 5-point axis, read as the same rule extended one step each way,
+{centre/25, centre/5, centre, centre*5, centre*25} ("the other rules remain unchanged");
+the epoch axis is {E/3, 2E/3, E} with E = centre epochs + 10 (rounded half up, at least 1);
+predictions are fused by averaging logits.
+
+``fewtrans-reference`` follows the released code: {centre/5, centre, centre*5} on each
+learning rate, epochs fixed at the centre, and a per-query majority vote of member
+predictions; ties go to the lowest class index (what ``torch.mode`` returns on CPU).
+
+``single`` evaluates the centre configuration alone (a baseline, not a leaderboard protocol).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal
+
+from fewtrans_board.adapters.base import Adapter, AdapterConfig
+from fewtrans_board.canonical import canonical_json, sha256_text
+from fewtrans_board.errors import FewtransError
+
+Aggregation = Literal["logit-mean", "vote"]
+
+
+@dataclass(frozen=True)
+class HpeProtocol:
+    """How the configuration grid is built and how member predictions are fused.
+
+    Attributes:
+        name: protocol name.
+        version: bumped whenever the grid or the fusion rule changes.
+        description: one paragraph.
+        lr_multipliers: multipliers of each learning-rate axis when an adapter has two
+            or more learning rates.
+        single_lr_multipliers: multipliers when it has exactly one.
+        epoch_rule: ``"paper"`` ({E/3, 2E/3, E}, E = centre + 10), ``"fixed"`` (centre)
+            or ``"centre-only"`` (no grid at all).
+        aggregation: ``"logit-mean"`` or ``"vote"`` (the headline aggregation).
+    """
+
+    name: str
+    version: int
+    description: str
+    lr_multipliers: tuple[Fraction, ...]
+    single_lr_multipliers: tuple[Fraction, ...]
+    epoch_rule: Literal["paper", "fixed", "centre-only"]
+    aggregation: Aggregation
+
+    def axes(self, adapter: type[Adapter], centre: AdapterConfig) -> dict[str, list[Any]]:
+        """Values of every axis the protocol varies, keyed by Config field name."""
+        fields = adapter.Config.fields_info()
+        lr_fields = [f.name for f in fields if f.hpe == "lr"]
+        epoch_fields = [f.name for f in fields if f.hpe == "epochs"]
+        values = centre.to_dict()
+        axes: dict[str, list[Any]] = {}
+        if self.epoch_rule == "centre-only":
+            return axes
+        multipliers = self.single_lr_multipliers if len(lr_fields) == 1 else self.lr_multipliers
+        for name in lr_fields:
+            axes[name] = [_scale(values[name], m) for m in multipliers]
+        if self.epoch_rule == "paper":
+            for name in epoch_fields:
+                top = int(values[name]) + 10
+                axes[name] = sorted(
+                    {max(1, int(Fraction(top * j, 3) + Fraction(1, 2))) for j in (1, 2, 3)}
+                )
+        return axes
+
+    def grid(self, adapter: type[Adapter], centre: AdapterConfig) -> list[AdapterConfig]:
+        """All configurations, in the order of the Config fields' Cartesian product."""
+        axes = self.axes(adapter, centre)
+        if not axes:
+            return [centre]
+        names = list(axes)
+        return [
+            centre.replace(**dict(zip(names, combo, strict=True)))
+            for combo in itertools.product(*(axes[n] for n in names))
+        ]
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-friendly definition."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "lr_multipliers": [str(m) for m in self.lr_multipliers],
+            "single_lr_multipliers": [str(m) for m in self.single_lr_multipliers],
+            "epoch_rule": self.epoch_rule,
+            "aggregation": self.aggregation,
+        }
+
+    def digest(self, adapter: type[Adapter], centre: AdapterConfig) -> str:
+        """Hash of the protocol definition and the concrete grid (recorded on results)."""
+        grid = [c.to_dict() for c in self.grid(adapter, centre)]
+        return sha256_text(canonical_json({"protocol": self.describe(), "grid": grid}))
+
+
+def _scale(value: float, multiplier: Fraction) -> float:
+    # Round to 12 significant digits so 1e-5/5 is 2e-06, not 2.0000000000000003e-06.
+    return float(f"{float(value) * multiplier.numerator / multiplier.denominator:.12g}")
+
+
+THREE = (Fraction(1, 5), Fraction(1), Fraction(5))
+FIVE = (Fraction(1, 25), Fraction(1, 5), Fraction(1), Fraction(5), Fraction(25))
+
+HPE_PROTOCOLS: dict[str, HpeProtocol] = {
+    p.name: p
+    for p in (
+        HpeProtocol(
+            name="fewtrans-paper",
+            version=1,
+            description=(
+                "FewTrans paper: learning rates x{1/5, 1, 5} (5-point x{1/25..25} for one-LR "
+                "methods), epochs {E/3, 2E/3, E} with E = centre + 10; logit averaging."
+            ),
+            lr_multipliers=THREE,
+            single_lr_multipliers=FIVE,
+            epoch_rule="paper",
+            aggregation="logit-mean",
+        ),
+        HpeProtocol(
+            name="fewtrans-reference",
+            version=1,
+            description=(
+                "FewTrans released code: learning rates x{1/5, 1, 5}, epochs fixed at the "
+                "centre; majority vote, ties to the lowest class index."
+            ),
+            lr_multipliers=THREE,
+            single_lr_multipliers=THREE,
+            epoch_rule="fixed",
+            aggregation="vote",
+        ),
+        HpeProtocol(
+            name="single",
+            version=1,
+            description="The centre configuration alone (no ensemble); a baseline for comparisons.",
+            lr_multipliers=(Fraction(1),),
+            single_lr_multipliers=(Fraction(1),),
+            epoch_rule="centre-only",
+            aggregation="logit-mean",
+        ),
+    )
+}
+
+
+def get_hpe_protocol(name: str) -> HpeProtocol:
+    """Look up an HPE protocol by name."""
+    if name not in HPE_PROTOCOLS:
+        raise FewtransError(f"unknown HPE protocol {name!r}; known: {', '.join(HPE_PROTOCOLS)}")
+    return HPE_PROTOCOLS[name]

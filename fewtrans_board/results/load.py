@@ -1,0 +1,142 @@
+"""Load a run's shards and derive per-episode accuracies for every aggregation."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fewtrans_board.results.schema import CONFIG_KIND, ENSEMBLE_KIND
+from fewtrans_board.results.shards import ResultsError, read_shard
+
+
+@dataclass
+class RunResults:
+    """All shards of one run.
+
+    Attributes:
+        path: the run folder.
+        meta: provenance of the run (from its first shard).
+        table: the concatenated rows.
+        shards_present: shard indices found.
+        shards_total: shard count of the run.
+    """
+
+    path: Path
+    meta: dict[str, Any]
+    table: Any
+    shards_present: list[int]
+    shards_total: int
+
+    @property
+    def complete(self) -> bool:
+        """Whether every shard is present."""
+        return len(self.shards_present) == self.shards_total
+
+    @property
+    def dataset(self) -> str:
+        """Dataset of the run."""
+        return str(self.meta["manifest"]["dataset"])
+
+    @property
+    def label(self) -> str:
+        """``model / adapter`` for listings."""
+        return f"{self.meta['model']['name']} / {self.meta['adapter']['name']}"
+
+    def _column(self, name: str) -> np.ndarray:
+        return np.asarray(self.table.column(name).to_pylist())
+
+    def config_matrix(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """Per-episode accuracies of every configuration.
+
+        Returns:
+            ``(episodes [E], accuracy [E, M], configs [M])`` sorted by episode and index.
+        """
+        kind = self._column("kind")
+        mask = kind == CONFIG_KIND
+        episodes = self._column("episode")[mask]
+        index = self._column("config_index")[mask]
+        accuracy = self._column("accuracy")[mask]
+        configs = self._column("config")[mask]
+        unique_episodes = np.unique(episodes)
+        n_configs = int(index.max()) + 1 if len(index) else 0
+        matrix = np.full((len(unique_episodes), n_configs), np.nan)
+        row_of = {e: i for i, e in enumerate(unique_episodes)}
+        names = [""] * n_configs
+        for e, i, a, c in zip(episodes, index, accuracy, configs, strict=True):
+            matrix[row_of[e], i] = a
+            names[i] = str(c)
+        return unique_episodes, matrix, names
+
+    def ensemble(self, aggregation: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(episodes, accuracy)`` of an ensemble aggregation, sorted by episode."""
+        kind = self._column("kind")
+        agg = self._column("aggregation")
+        mask = (kind == ENSEMBLE_KIND) & (agg == aggregation)
+        episodes = self._column("episode")[mask]
+        order = np.argsort(episodes)
+        return episodes[order], self._column("accuracy")[mask][order]
+
+    def aggregations(self) -> dict[str, np.ndarray]:
+        """Per-episode accuracy of every aggregation, aligned on sorted episodes.
+
+        ``hpe`` is the protocol's headline aggregation; ``oracle`` is the configuration
+        with the best mean over episodes (an upper bound no user can select without
+        labels); ``mean-single`` averages configurations within each episode.
+        """
+        episodes, matrix, _ = self.config_matrix()
+        out: dict[str, np.ndarray] = {}
+        for name in ("logit-mean", "vote"):
+            _, accuracy = self.ensemble(name)
+            out[name] = accuracy
+        out["hpe"] = out[self.meta["hpe"]["aggregation"]]
+        best = int(np.nanargmax(np.nanmean(matrix, axis=0)))
+        out["oracle"] = matrix[:, best]
+        out["mean-single"] = np.nanmean(matrix, axis=1)
+        return out
+
+
+def find_runs(paths: list[Path]) -> list[Path]:
+    """Run folders (containing ``run.json``) at or below the given paths."""
+    found: list[Path] = []
+    for path in paths:
+        if (path / "run.json").is_file():
+            found.append(path)
+        elif path.is_dir():
+            found.extend(sorted(p.parent for p in path.rglob("run.json")))
+        else:
+            raise ResultsError(f"{path} is not a results folder")
+    if not found:
+        raise ResultsError(f"no results found under {', '.join(map(str, paths))} (no run.json)")
+    return found
+
+
+def load_run(path: Path) -> RunResults:
+    """Read every shard of a run folder and check they belong to the same run."""
+    import pyarrow as pa
+
+    marker = json.loads((path / "run.json").read_text())
+    files = sorted((path / "shards").glob("shard-*.parquet"))
+    if not files:
+        raise ResultsError(f"{path} has no finished shards yet")
+    tables, present, meta = [], [], None
+    for file in files:
+        table, shard_meta = read_shard(file)
+        if shard_meta["run_id"] != marker["run_id"]:
+            raise ResultsError(
+                f"{file} belongs to run {shard_meta['run_id']}, not {marker['run_id']}"
+            )
+        meta = meta or shard_meta
+        tables.append(table)
+        present.append(int(shard_meta["shard"]["index"]))
+    assert meta is not None
+    return RunResults(
+        path=path,
+        meta=meta,
+        table=pa.concat_tables(tables),
+        shards_present=sorted(present),
+        shards_total=int(marker["identity"]["shards"]),
+    )

@@ -1,0 +1,78 @@
+"""Results schema v1 and the shard file format.
+
+One row per (episode, configuration) with the query predictions and float16 logits, plus
+one row per (episode, ensemble aggregation) derived from those stored logits. Logits are
+stored after subtracting each query row's maximum and clamping to the float16 range: a
+per-row shift changes neither the argmax, the softmax, nor the argmax of a logit average,
+so every aggregation derived later is exact with respect to what is stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+METADATA_KEY = b"fewtrans_board.results"
+FLOAT16_MIN = float(np.finfo(np.float16).min)
+CONFIG_KIND = "config"
+ENSEMBLE_KIND = "ensemble"
+ENSEMBLES = ("logit-mean", "vote")
+
+COLUMNS = (
+    "run_id",
+    "dataset",
+    "manifest_sha256",
+    "episode",
+    "stream_index",
+    "kind",
+    "aggregation",
+    "config_index",
+    "config",
+    "n_way",
+    "n_query",
+    "accuracy",
+    "predictions",
+    "logits",
+    "seconds",
+    "seed",
+)
+
+
+def arrow_schema() -> Any:
+    """The pyarrow schema of result shards."""
+    import pyarrow as pa
+
+    dict_str = pa.dictionary(pa.int32(), pa.string())
+    return pa.schema(
+        [
+            pa.field("run_id", dict_str),
+            pa.field("dataset", dict_str),
+            pa.field("manifest_sha256", dict_str),
+            pa.field("episode", pa.int32()),
+            pa.field("stream_index", pa.int32()),
+            pa.field("kind", dict_str),
+            pa.field("aggregation", dict_str),
+            pa.field("config_index", pa.int16()),
+            pa.field("config", dict_str),
+            pa.field("n_way", pa.int16()),
+            pa.field("n_query", pa.int32()),
+            pa.field("accuracy", pa.float64()),
+            pa.field("predictions", pa.list_(pa.int16())),
+            pa.field("logits", pa.list_(pa.float16())),
+            pa.field("seconds", pa.float32()),
+            pa.field("seed", pa.int64()),
+        ]
+    )
+
+
+def storable_logits(logits: np.ndarray) -> np.ndarray:
+    """Shift each row to a maximum of 0 and clamp into float16: ``[Q, C]`` float16."""
+    shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    return np.clip(shifted, FLOAT16_MIN, 0.0).astype(np.float16)
+
+
+def accuracy_percent(predictions: np.ndarray, labels: np.ndarray) -> float:
+    """Share of correct predictions, in percent (FewTrans reports per-task percentages)."""
+    return float((predictions == labels).mean() * 100.0)

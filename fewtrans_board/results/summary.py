@@ -1,0 +1,41 @@
+"""Summaries of runs: mean ± 95% CI per dataset and aggregation, HPE penalty, sensitivity."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fewtrans_board.results.load import RunResults
+from fewtrans_board.stats.intervals import mean_ci
+
+AGGREGATIONS = ("hpe", "logit-mean", "vote", "oracle", "mean-single")
+
+
+def summarize(run: RunResults, ddof: int = 1) -> dict[str, Any]:
+    """Summary of one run.
+
+    Returns:
+        A dict with the run's labels, per-aggregation ``{mean, ci95, n, ddof}``, the HPE
+        penalty (oracle minus HPE, points) and the sensitivity (standard deviation of the
+        configurations' mean accuracies, points).
+    """
+    aggregations = run.aggregations()
+    _, matrix, _ = run.config_matrix()
+    config_means = np.nanmean(matrix, axis=0)
+    stats = {name: mean_ci(aggregations[name], ddof=ddof).to_dict() for name in AGGREGATIONS}
+    return {
+        "run_id": run.meta["run_id"],
+        "path": str(run.path),
+        "model": run.meta["model"]["name"],
+        "adapter": run.meta["adapter"]["name"],
+        "dataset": run.dataset,
+        "hpe_protocol": run.meta["hpe"]["name"],
+        "headline": run.meta["hpe"]["aggregation"],
+        "configurations": int(matrix.shape[1]),
+        "episodes": int(matrix.shape[0]),
+        "complete": run.complete,
+        "aggregations": stats,
+        "hpe_penalty": float(stats["oracle"]["mean"] - stats["hpe"]["mean"]),
+        "sensitivity": float(np.std(config_means)) if len(config_means) > 1 else 0.0,
+    }

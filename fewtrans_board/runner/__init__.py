@@ -1,0 +1,1 @@
+"""Evaluation runner: shards of episodes, every HPE configuration, resumable Parquet output."""

@@ -1,0 +1,227 @@
+"""``RunContext``: a run's resolved inputs, loaded once per process."""
+
+from __future__ import annotations
+
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from fewtrans_board import __version__
+from fewtrans_board.adapters.base import Adapter, AdapterConfig
+from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
+from fewtrans_board.episodes.verify import verify_manifest
+from fewtrans_board.errors import ConfigError, FewtransError
+from fewtrans_board.hpe.protocols import get_hpe_protocol
+from fewtrans_board.models.backbone import Backbone, Preprocessing
+from fewtrans_board.registry import Registry
+from fewtrans_board.results.rows import episode_rows
+from fewtrans_board.runner.episodes import EpisodeInputs, episode_inputs
+from fewtrans_board.runner.evaluate import evaluate_episode
+from fewtrans_board.runner.features import FeatureCache
+from fewtrans_board.runner.images import ImageStore
+from fewtrans_board.runner.spec import RunSpec, load_centre_file, run_id_of, run_identity
+
+EPISODES_PER_SHARD = 50
+
+
+class RunContext:
+    """Resolves names, loads the manifest and (lazily) the backbone, plans shards.
+
+    Args:
+        spec: the run inputs.
+        registry: the plugin registry to resolve names with.
+        check_items: verify that the local dataset copy holds every manifest item.
+    """
+
+    def __init__(self, spec: RunSpec, registry: Registry, *, check_items: bool = True) -> None:
+        self.spec = spec
+        self.manifest = Manifest.load(spec.manifest)
+        self.dataset = registry.datasets.get(self.manifest.dataset)
+        self.model = registry.model(spec.model)
+        self.adapter_entry = registry.adapters.get(spec.adapter)
+        self.adapter_cls: type[Adapter] = self.adapter_entry.obj
+        if self.adapter_cls.needs_text and not self.model.obj.has_text:
+            raise FewtransError(
+                f"adapter {spec.adapter!r} needs a CLIP-style model with a text tower; "
+                f"{spec.model!r} is image-only"
+            )
+        self.hpe = get_hpe_protocol(spec.hpe)
+        self.centre_record = load_centre_file(spec.centre_file) if spec.centre_file else None
+        self.centre = self._centre()
+        self.grid = self.hpe.grid(self.adapter_cls, self.centre)
+        self.root = Path(spec.root) if spec.root else None
+        episodes = self.manifest.episodes()
+        self.episodes: list[ManifestEpisode] = episodes[: spec.limit] if spec.limit else episodes
+        if check_items:
+            self._check_items()
+        n = len(self.episodes)
+        self.shard_count = spec.shards or max(1, math.ceil(n / EPISODES_PER_SHARD))
+        if not 1 <= self.shard_count <= max(n, 1):
+            raise FewtransError(f"--shards must be between 1 and {n}, got {self.shard_count}")
+        self._backbone: Backbone | None = None
+        self._images: ImageStore | None = None
+        self._features: FeatureCache | None = None
+        self._run_id: str | None = None
+        self.feature_folder: Path | None = None
+
+    def _centre(self) -> AdapterConfig:
+        base: dict[str, Any] = {}
+        if self.centre_record is not None:
+            if self.centre_record["adapter"] != self.spec.adapter:
+                raise FewtransError(
+                    f"centre file {self.spec.centre_file} was searched for adapter "
+                    f"{self.centre_record['adapter']!r}, not {self.spec.adapter!r}"
+                )
+            base.update(self.centre_record["centre"])
+        base.update(self.spec.config)
+        try:
+            return self.adapter_cls.Config.from_dict(
+                {**self.adapter_cls.Config().to_dict(), **base}
+            )
+        except ConfigError as exc:
+            raise FewtransError(f"adapter {self.spec.adapter!r}: {exc}") from exc
+
+    def _check_items(self) -> None:
+        check = verify_manifest(self.manifest, self.dataset.obj, self.root)
+        if not check.ok:
+            problems = check.missing + check.wrong_class
+            shown = ", ".join(item for _, item in problems[:5])
+            raise FewtransError(
+                f"the local copy of {self.dataset.name!r} at {self.root} does not match manifest "
+                f"{self.spec.manifest}: {len(check.missing)} items missing and "
+                f"{len(check.wrong_class)} under another class (e.g. {shown}). Run "
+                f"'fewtrans-board manifest verify {self.spec.manifest} --root ...' for the list."
+            )
+
+    # --- lazily loaded heavy state ------------------------------------------------------
+
+    @property
+    def backbone(self) -> Backbone:
+        """The loaded backbone (first access loads it)."""
+        if self._backbone is None:
+            self._backbone = self.model.obj.load(self.spec.weights, self.spec.device)
+        return self._backbone
+
+    @property
+    def preprocessing(self) -> Preprocessing:
+        """The manifest protocol's transform at the backbone's input size."""
+        name = self.manifest.meta["protocol"].get("preprocessing", "fewtrans")
+        return Preprocessing.named(name, self.backbone.image_size)
+
+    @property
+    def images(self) -> ImageStore:
+        """The per-process image store."""
+        if self._images is None:
+            self._images = ImageStore(self.dataset.obj, self.root, self.preprocessing)
+        return self._images
+
+    @property
+    def features(self) -> FeatureCache | None:
+        """The feature cache, for frozen-backbone adapters when enabled."""
+        if not (self.spec.feature_cache and self.adapter_cls.frozen_backbone):
+            return None
+        if self._features is None:
+            universe = {item for ep in self.episodes for item, _ in (*ep.support, *ep.query)}
+            self._features = FeatureCache(
+                self.backbone, self.images, self.feature_folder, universe=sorted(universe)
+            )
+        return self._features
+
+    # --- identity and provenance --------------------------------------------------------
+
+    def identity(self) -> dict[str, Any]:
+        """The run identity stored in ``run.json`` and checked on resume."""
+        return run_identity(
+            self.spec,
+            self.manifest.sha256,
+            self.backbone.weights_id,
+            [c.to_dict() for c in self.grid],
+            self.shard_count,
+        )
+
+    def run_id(self) -> str:
+        """Short hash of the identity."""
+        if self._run_id is None:
+            self._run_id = run_id_of(self.identity())
+        return self._run_id
+
+    def provenance(self) -> dict[str, Any]:
+        """Everything a reader needs to trust a number (stored in every shard)."""
+        import numpy
+        import torch
+
+        return {
+            "run_id": self.run_id(),
+            "identity": self.identity(),
+            "package": {"name": "fewtrans-board", "version": __version__},
+            "model": {
+                "name": self.model.name,
+                **self.model.provenance(),
+                "weights_id": self.backbone.weights_id,
+                "info": self.backbone.info,
+                "family": self.model.obj.family,
+            },
+            "adapter": {
+                "name": self.adapter_entry.name,
+                **self.adapter_entry.provenance(),
+                "centre": self.centre.to_dict(),
+                "paper": self.adapter_cls.paper,
+            },
+            "hpe": {
+                **self.hpe.describe(),
+                "hash": self.hpe.digest(self.adapter_cls, self.centre),
+                "grid_size": len(self.grid),
+            },
+            "centre_search": self.centre_record,
+            "manifest": {
+                "file": Path(self.spec.manifest).name,
+                "sha256": self.manifest.sha256,
+                "dataset": self.manifest.dataset,
+                "protocol": self.manifest.meta["protocol"],
+                "episodes": len(self.episodes),
+            },
+            "preprocessing": self.preprocessing.to_dict(),
+            "environment": {
+                "python": sys.version.split()[0],
+                "platform": platform.platform(),
+                "torch": torch.__version__,
+                "cuda": torch.version.cuda,
+                "numpy": numpy.__version__,
+                "device": self.spec.device,
+                "device_name": (
+                    torch.cuda.get_device_name(self.spec.device)
+                    if self.spec.device.startswith("cuda")
+                    else platform.processor() or platform.machine()
+                ),
+                "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+            },
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+
+    # --- execution ----------------------------------------------------------------------
+
+    def shard_episodes(self, index: int) -> list[ManifestEpisode]:
+        """Episodes of shard ``index`` (contiguous blocks)."""
+        size = math.ceil(len(self.episodes) / self.shard_count)
+        return self.episodes[index * size : (index + 1) * size]
+
+    def inputs(self, episode: ManifestEpisode) -> EpisodeInputs:
+        """Adapter inputs of an episode."""
+        return episode_inputs(
+            episode,
+            self.dataset.obj,
+            self.images,
+            self.features,
+            memoize_features=self.spec.feature_cache,
+        )
+
+    def episode_rows(self, episode: ManifestEpisode, adapter: Adapter) -> list[dict[str, Any]]:
+        """Evaluate every configuration on an episode and return its result rows."""
+        inputs = self.inputs(episode)
+        outcomes = evaluate_episode(adapter, self.backbone, inputs, self.grid, self.manifest.sha256)
+        return episode_rows(
+            self.run_id(), self.manifest.dataset, self.manifest.sha256, inputs, outcomes
+        )

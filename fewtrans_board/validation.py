@@ -1,0 +1,108 @@
+"""The validation a plugin author runs before submitting (``fewtrans-board validate``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fewtrans_board.errors import ContractError, FewtransError
+from fewtrans_board.registry import Registry
+from fewtrans_board.results.rows import episode_rows
+from fewtrans_board.runner.context import RunContext
+from fewtrans_board.runner.evaluate import evaluate_episode
+from fewtrans_board.runner.spec import RunSpec
+from fewtrans_board.testing.contract import check_adapter, check_backbone
+
+DEFAULT_MANIFEST = "fewtrans-varied--digits.parquet"
+
+
+class ValidationError(FewtransError):
+    """A submission failed validation."""
+
+
+def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
+    """Validate a model + adapter pair; return a report or raise :class:`ValidationError`.
+
+    Args:
+        spec: what to validate; an empty ``manifest`` means the frozen digits manifest.
+        registry: the registry.
+    """
+    from fewtrans_board.episodes.embedded import digits_manifest
+
+    checks: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        if not spec.manifest:
+            spec = dataclasses.replace(
+                spec, manifest=str(digits_manifest(DEFAULT_MANIFEST, Path(tmp)))
+            )
+        ctx = RunContext(spec, registry)
+        try:
+            check_adapter(ctx.adapter_cls)
+            checks.append(f"adapter contract ({ctx.adapter_entry.name})")
+            check_backbone(ctx.backbone, f"model {ctx.model.name!r}")
+            checks.append(
+                f"model contract ({ctx.model.name}, {ctx.backbone.feature_dim}-d features)"
+            )
+        except ContractError as exc:
+            raise ValidationError(str(exc)) from exc
+        adapter = ctx.adapter_cls()
+        first, second, permuted_predictions, hpe = [], [], [], []
+        for episode in ctx.episodes:
+            inputs = ctx.inputs(episode)
+            outcomes = evaluate_episode(
+                adapter, ctx.backbone, inputs, ctx.grid, ctx.manifest.sha256
+            )
+            rows = episode_rows(
+                "validate", ctx.manifest.dataset, ctx.manifest.sha256, inputs, outcomes
+            )
+            hpe.append(next(r["accuracy"] for r in rows if r["aggregation"] == ctx.hpe.aggregation))
+            first.append([o.logits for o in outcomes])
+            again = evaluate_episode(
+                adapter, ctx.backbone, ctx.inputs(episode), ctx.grid, ctx.manifest.sha256
+            )
+            second.append([o.logits for o in again])
+            shuffled = ctx.inputs(episode)
+            shuffled.query_labels = np.random.RandomState(episode.index).permutation(
+                shuffled.query_labels
+            )
+            permuted = evaluate_episode(
+                adapter, ctx.backbone, shuffled, ctx.grid, ctx.manifest.sha256
+            )
+            permuted_predictions.append([o.logits.argmax(axis=1) for o in permuted])
+        checks.append(
+            f"logits finite and shaped (queries x ways) for {len(ctx.grid)} configurations"
+        )
+        for e, (a, b) in enumerate(zip(first, second, strict=True)):
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                if not np.array_equal(x, y):
+                    raise ValidationError(
+                        f"episode {ctx.episodes[e].index}, configuration {i} "
+                        f"{ctx.grid[i].to_dict()}: two runs with the same seeds gave different logits "
+                        f"(max difference {float(np.abs(x - y).max()):.3g}). A submission that cannot be "
+                        "re-run cannot be verified: seed every random choice from torch's global "
+                        "generator and avoid non-deterministic kernels."
+                    )
+        checks.append("identical results when re-run with the same seeds")
+        for e, (a, p) in enumerate(zip(first, permuted_predictions, strict=True)):
+            for i, (x, y) in enumerate(zip(a, p, strict=True)):
+                if not np.array_equal(x.argmax(axis=1), y):
+                    raise ValidationError(
+                        f"episode {ctx.episodes[e].index}, configuration {i}: predictions changed when "
+                        "only the hidden query labels were permuted, so the adapter reads query labels. "
+                        "Adapters may use the support set and class names only."
+                    )
+        checks.append("predictions independent of the hidden query labels")
+    return {
+        "model": ctx.model.name,
+        "adapter": ctx.adapter_entry.name,
+        "manifest_sha256": ctx.manifest.sha256,
+        "hpe": ctx.hpe.name,
+        "configurations": len(ctx.grid),
+        "episodes": len(ctx.episodes),
+        "hpe_accuracy": float(np.mean(hpe)),
+        "checks": checks,
+    }
