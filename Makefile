@@ -8,19 +8,27 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.fewtrans-installed
 
-.PHONY: install test demo lint docs clean
+.PHONY: install test demo lint docs manifests clean
 
 $(STAMP): pyproject.toml plugins/fewtrans-example/pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH_SPEC)
-	$(PY) -m pip install --quiet -e ".[dev]" -e plugins/fewtrans-example $(TORCH_SPEC)
+	$(PY) -m pip install --quiet -e ".[dev,ray]" -e plugins/fewtrans-example $(TORCH_SPEC)
 	touch $(STAMP)
 
 install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The main job on the embedded default: HPE on digits, pretrained demo CNN vs random init.
+demo: $(STAMP)
+	$(VENV)/bin/fewtrans-board demo --out demo-output
+
+# Rebuild the committed (embedded) manifests and leaderboard/manifests/README.md.
+manifests: $(STAMP)
+	$(PY) -m fewtrans_board.episodes
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check fewtrans_board tests plugins benchmarks

@@ -73,28 +73,26 @@ def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
                 adapter, ctx.backbone, shuffled, ctx.grid, ctx.manifest.sha256
             )
             permuted_predictions.append([o.logits.argmax(axis=1) for o in permuted])
-        checks.append(
-            f"logits finite and shaped (queries x ways) for {len(ctx.grid)} configurations"
-        )
-        for e, (a, b) in enumerate(zip(first, second, strict=True)):
-            for i, (x, y) in enumerate(zip(a, b, strict=True)):
-                if not np.array_equal(x, y):
-                    raise ValidationError(
-                        f"episode {ctx.episodes[e].index}, configuration {i} "
-                        f"{ctx.grid[i].to_dict()}: two runs with the same seeds gave different logits "
-                        f"(max difference {float(np.abs(x - y).max()):.3g}). A submission that cannot be "
-                        "re-run cannot be verified: seed every random choice from torch's global "
-                        "generator and avoid non-deterministic kernels."
-                    )
+        checks.append(f"logits finite and shaped (queries x ways), {len(ctx.grid)} configurations")
+        rerun = _first_mismatch(first, second)
+        if rerun is not None:
+            e, i, gap = rerun
+            raise ValidationError(
+                f"episode {ctx.episodes[e].index}, configuration {i} {ctx.grid[i].to_dict()}: two "
+                f"runs with the same seeds gave different logits (max difference {gap:.3g}). A "
+                "submission that cannot be re-run cannot be verified: seed every random choice "
+                "from torch's global generator and avoid non-deterministic kernels."
+            )
         checks.append("identical results when re-run with the same seeds")
-        for e, (a, p) in enumerate(zip(first, permuted_predictions, strict=True)):
-            for i, (x, y) in enumerate(zip(a, p, strict=True)):
-                if not np.array_equal(x.argmax(axis=1), y):
-                    raise ValidationError(
-                        f"episode {ctx.episodes[e].index}, configuration {i}: predictions changed when "
-                        "only the hidden query labels were permuted, so the adapter reads query labels. "
-                        "Adapters may use the support set and class names only."
-                    )
+        leak = _first_mismatch([[x.argmax(axis=1) for x in a] for a in first], permuted_predictions)
+        if leak is not None:
+            e, i, _ = leak
+            raise ValidationError(
+                f"episode {ctx.episodes[e].index}, configuration {i}: predictions changed when "
+                "only "
+                "the hidden query labels were permuted, so the adapter reads query labels. "
+                "Adapters may use the support set and class names only."
+            )
         checks.append("predictions independent of the hidden query labels")
     return {
         "model": ctx.model.name,
@@ -106,3 +104,14 @@ def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
         "hpe_accuracy": float(np.mean(hpe)),
         "checks": checks,
     }
+
+
+def _first_mismatch(
+    first: list[list[np.ndarray]], second: list[list[np.ndarray]]
+) -> tuple[int, int, float] | None:
+    """``(episode position, configuration, max difference)`` of the first unequal array."""
+    for e, (a, b) in enumerate(zip(first, second, strict=True)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if not np.array_equal(x, y):
+                return e, i, float(np.abs(x.astype(np.float64) - y.astype(np.float64)).max())
+    return None

@@ -150,6 +150,12 @@ def print_summaries(summaries: list[dict[str, Any]]) -> None:
 )
 @click.option("--workers", type=int, default=1, show_default=True, help="Parallel shard workers.")
 @click.option(
+    "--threads",
+    type=int,
+    default=None,
+    help="Torch CPU threads per worker; CPU results are bit-identical only for equal values.",
+)
+@click.option(
     "--no-feature-cache",
     is_flag=True,
     help="Recompute frozen features every time (slow; for checks).",
@@ -174,6 +180,7 @@ def evaluate_command(
     device: str | None,
     executor: str,
     workers: int,
+    threads: int | None,
     no_feature_cache: bool,
     as_json: bool,
     quiet: bool,
@@ -208,6 +215,7 @@ def evaluate_command(
         shards=shards,
         device=device or default_device(),
         feature_cache=not no_feature_cache,
+        threads=threads,
     )
     report = run_evaluation(
         spec,

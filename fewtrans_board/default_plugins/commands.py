@@ -10,15 +10,15 @@ from fewtrans_board.hookspecs import hookimpl
 @hookimpl
 def register_commands(cli: click.Group) -> None:
     """Attach the built-in commands."""
+    from fewtrans_board.cli.demo_cmd import demo_command
+    from fewtrans_board.cli.evaluate_cmd import evaluate_command, results_group
+    from fewtrans_board.cli.hpe_cmd import hpe_group
     from fewtrans_board.cli.listing import (
         adapters_group,
         datasets_group,
         models_group,
         plugins_command,
     )
-    from fewtrans_board.cli.demo_cmd import demo_command
-    from fewtrans_board.cli.evaluate_cmd import evaluate_command, results_group
-    from fewtrans_board.cli.hpe_cmd import hpe_group
     from fewtrans_board.cli.manifest_cmd import datasets_check, manifest_group
     from fewtrans_board.cli.validate_cmd import validate_command
 

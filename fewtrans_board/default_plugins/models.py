@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from fewtrans_board.hookspecs import hookimpl
 from fewtrans_board.models.backbone import Backbone
@@ -47,7 +48,7 @@ def _curated_clip(argument: str, name: str, weights: Path | None, device: str) -
     return load_open_clip_backbone(argument, weights, device, name=name)
 
 
-def _timm_spec(name: str, architecture: str, **fields: str) -> ModelSpec:
+def _timm_spec(name: str, architecture: str, **fields: Any) -> ModelSpec:
     return ModelSpec(
         name=name,
         loader=functools.partial(_curated_timm, architecture, name),
@@ -86,7 +87,10 @@ MODELS: tuple[ModelSpec, ...] = (
         license="per model",
         description="Any timm architecture: timm:<model name>[.<pretrained tag>].",
         family_loader=_timm,
-        argument_help="a timm model name with optional pretrained tag, e.g. vit_small_patch16_224.augreg_in21k",
+        argument_help=(
+            "a timm model name with optional pretrained tag, "
+            "e.g. vit_small_patch16_224.augreg_in21k"
+        ),
     ),
     ModelSpec(
         name="open-clip",
@@ -108,7 +112,8 @@ MODELS: tuple[ModelSpec, ...] = (
         source="open_clip ViT-B-16 pretrained='openai'",
         license="MIT (OpenAI CLIP)",
         description="OpenAI CLIP ViT-B/16, the FewTrans default multimodal backbone.",
-        paper="Radford et al., Learning Transferable Visual Models From Natural Language Supervision, 2021",
+        paper="Radford et al., Learning Transferable Visual Models From Natural Language "
+        "Supervision, 2021",
         modalities=("image", "text"),
     ),
     _timm_spec(

@@ -16,9 +16,15 @@ from fewtrans_board.episodes.manifest import Manifest, ManifestError
 from fewtrans_board.episodes.protocols import get_protocol
 
 FROZEN_DIGITS_SHA256 = {
-    "fewtrans-varied--digits.parquet": "244c1236441efb658e0faa2f15e31066acfecc5a80df5283bf4d307b5e9c2b0d",
-    "fewtrans-fixed-5w1s--digits.parquet": "c481fd6ba97d404594a4afbbe2fb9d83aff84186921e6b8ef4b2614c9ed167bb",
-    "fewtrans-search--digits.parquet": "05f9b9b51badbeeb4df5906262e3f152397253276cd63b6f0d4f86ea62942d24",
+    "fewtrans-varied--digits.parquet": (
+        "244c1236441efb658e0faa2f15e31066acfecc5a80df5283bf4d307b5e9c2b0d"
+    ),
+    "fewtrans-fixed-5w1s--digits.parquet": (
+        "c481fd6ba97d404594a4afbbe2fb9d83aff84186921e6b8ef4b2614c9ed167bb"
+    ),
+    "fewtrans-search--digits.parquet": (
+        "05f9b9b51badbeeb4df5906262e3f152397253276cd63b6f0d4f86ea62942d24"
+    ),
 }
 
 
@@ -33,7 +39,7 @@ def digits_manifest(filename: str, folder: Path) -> Path:
         raise ManifestError(f"{filename} is not a frozen digits manifest")
     path = folder / filename
     if not path.is_file():
-        protocol = get_protocol(entry.protocol).with_overrides(**entry.overrides)  # type: ignore[arg-type]
+        protocol = get_protocol(entry.protocol).with_overrides(**entry.overrides)
         recipe = manifest_recipe(
             entry.protocol,
             entry.dataset,

@@ -7,7 +7,8 @@ import numpy as np
 
 def logit_mean(logits: np.ndarray) -> np.ndarray:
     """Mean over members of ``[M, Q, C]`` logits, in float32: ``[Q, C]``."""
-    return logits.astype(np.float32).mean(axis=0)
+    mean: np.ndarray = logits.astype(np.float32).mean(axis=0)
+    return mean
 
 
 def vote(predictions: np.ndarray, n_way: int) -> np.ndarray:
@@ -22,4 +23,5 @@ def vote(predictions: np.ndarray, n_way: int) -> np.ndarray:
     counts = np.zeros((predictions.shape[1], n_way), dtype=np.int64)
     for member in predictions:
         counts[np.arange(len(member)), member] += 1
-    return counts.argmax(axis=1)  # argmax returns the first (lowest) of tied maxima
+    winners: np.ndarray = counts.argmax(axis=1)  # argmax picks the first (lowest) of ties
+    return winners

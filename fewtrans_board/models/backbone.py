@@ -78,7 +78,8 @@ class Preprocessing:
         resized = TF.resize(image, [self.resize, self.resize])
         if self.resize != self.image_size:
             resized = TF.center_crop(resized, [self.image_size, self.image_size])
-        return TF.pil_to_tensor(resized)
+        tensor: torch.Tensor = TF.pil_to_tensor(resized)
+        return tensor
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
         """Turn ``uint8 [N, 3, S, S]`` into normalised float32 pixels."""
@@ -86,7 +87,8 @@ class Preprocessing:
 
         mean = torch.tensor(self.mean, dtype=torch.float32).view(1, 3, 1, 1)
         std = torch.tensor(self.std, dtype=torch.float32).view(1, 3, 1, 1)
-        return (images.float().div(255.0) - mean) / std
+        normalized: torch.Tensor = (images.float().div(255.0) - mean) / std
+        return normalized
 
     def apply(self, image: Any) -> torch.Tensor:
         """Full transform of one PIL image to a normalised float tensor ``[3, S, S]``."""

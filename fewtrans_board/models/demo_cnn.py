@@ -130,7 +130,7 @@ def pretrain(seed: int = PRETRAIN_SEED, epochs: int = PRETRAIN_EPOCHS) -> dict[s
                 batch = order[start : start + 64]
                 loss = nn.functional.cross_entropy(head(model(pixels[batch])), labels[batch])
                 optimizer.zero_grad()
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]
                 optimizer.step()
         return {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
     finally:

@@ -110,7 +110,13 @@ def load_open_clip_backbone(
             "Pass --weights FILE with a local checkpoint (safetensors preferred)."
         ) from exc
     if weights is not None:
-        result = model.load_state_dict(read_state_dict(weights), strict=False)
+        try:
+            result = model.load_state_dict(read_state_dict(weights), strict=False)
+        except RuntimeError as exc:  # shape mismatches raise even when strict=False
+            raise FewtransError(
+                f"weights file {weights} does not fit open_clip {arch!r}: missing or "
+                f"mismatched tensors ({str(exc).splitlines()[0]} ...)"
+            ) from exc
         if result.missing_keys or result.unexpected_keys:
             raise FewtransError(
                 f"weights file {weights} does not fit open_clip {arch!r}: missing "

@@ -50,7 +50,13 @@ def load_timm_backbone(
         state = read_state_dict(weights)
         head = model.pretrained_cfg.get("classifier") or ""
         heads = head if isinstance(head, (list, tuple)) else [head]
-        result = model.load_state_dict(state, strict=False)
+        try:
+            result = model.load_state_dict(state, strict=False)
+        except RuntimeError as exc:  # shape mismatches raise even when strict=False
+            raise FewtransError(
+                f"weights file {weights} does not fit timm {architecture!r}: missing or "
+                f"mismatched tensors ({str(exc).splitlines()[0]} ...)"
+            ) from exc
 
         def is_head(key: str) -> bool:
             return any(h and (key == h or key.startswith(h + ".")) for h in heads)

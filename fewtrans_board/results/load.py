@@ -87,7 +87,7 @@ class RunResults:
         with the best mean over episodes (an upper bound no user can select without
         labels); ``mean-single`` averages configurations within each episode.
         """
-        episodes, matrix, _ = self.config_matrix()
+        _, matrix, _ = self.config_matrix()
         out: dict[str, np.ndarray] = {}
         for name in ("logit-mean", "vote"):
             _, accuracy = self.ensemble(name)

@@ -70,7 +70,8 @@ def arrow_schema() -> Any:
 def storable_logits(logits: np.ndarray) -> np.ndarray:
     """Shift each row to a maximum of 0 and clamp into float16: ``[Q, C]`` float16."""
     shifted = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
-    return np.clip(shifted, FLOAT16_MIN, 0.0).astype(np.float16)
+    clipped: np.ndarray = np.clip(shifted, FLOAT16_MIN, 0.0).astype(np.float16)
+    return clipped
 
 
 def accuracy_percent(predictions: np.ndarray, labels: np.ndarray) -> float:

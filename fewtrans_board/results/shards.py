@@ -55,7 +55,8 @@ def read_shard(path: Path) -> tuple[Any, dict[str, Any]]:
     meta = json.loads(raw)
     if meta.get("schema_version") != SCHEMA_VERSION:
         raise ResultsError(
-            f"{path}: results schema version {meta.get('schema_version')}, expected {SCHEMA_VERSION}"
+            f"{path}: results schema version {meta.get('schema_version')}, "
+            f"expected {SCHEMA_VERSION}"
         )
     missing = [c for c in COLUMNS if c not in table.column_names]
     if missing:

@@ -197,6 +197,7 @@ class RunContext:
                     else platform.processor() or platform.machine()
                 ),
                 "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+                "torch_threads": torch.get_num_threads(),
             },
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }

@@ -103,7 +103,7 @@ class FeatureCache:
         order = sorted(self._rows, key=self._rows.__getitem__)
         matrix = self._matrix
         write_with(self.path, lambda tmp: np.save(tmp.open("wb"), matrix))
-        write_with(self.path.with_suffix(".json"), lambda tmp: tmp.write_text(json.dumps(order)))
+        write_with(self.path.with_suffix(".json"), lambda tmp: _write_text(tmp, json.dumps(order)))
 
     def features(self, items: Sequence[str]) -> torch.Tensor:
         """Features ``[N, D]`` of ``items`` on the backbone's device (embedding any missing)."""
@@ -112,3 +112,7 @@ class FeatureCache:
         self.ensure(items)
         rows = [self._rows[i] for i in items]
         return torch.from_numpy(self._matrix[rows]).to(self.backbone.device)
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")

@@ -143,9 +143,30 @@ def run_evaluation(
         FewtransError: bad names, a mismatching dataset copy, a different run already in
             ``out``, or an adapter error (finished shards stay intact).
     """
-    from tqdm import tqdm
+    import torch
 
     started = time.time()
+    previous_threads = torch.get_num_threads()
+    if spec.threads is not None:
+        torch.set_num_threads(spec.threads)
+    try:
+        return _run(spec, registry, out, shard, executor, workers, progress, started)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run(
+    spec: RunSpec,
+    registry: Registry,
+    out: Path,
+    shard: int | None,
+    executor: str,
+    workers: int,
+    progress: bool,
+    started: float,
+) -> RunReport:
+    from tqdm import tqdm
+
     ctx = RunContext(spec, registry)
     ctx.feature_folder = out / "features"
     prepare_output(ctx, out)
@@ -195,8 +216,8 @@ def run_evaluation(
     )
 
 
-def _threads_per_worker(workers: int) -> int:
-    return max(1, (os.cpu_count() or 1) // max(workers, 1))
+def _threads_per_worker(spec: RunSpec, workers: int) -> int:
+    return spec.threads or max(1, (os.cpu_count() or 1) // max(workers, 1))
 
 
 def _run_process_pool(
@@ -205,7 +226,7 @@ def _run_process_pool(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    threads = _threads_per_worker(workers)
+    threads = _threads_per_worker(spec, workers)
     with ProcessPoolExecutor(
         max_workers=workers, mp_context=multiprocessing.get_context("spawn")
     ) as pool:
@@ -232,7 +253,7 @@ def _run_ray(
     try:
         gpus = 1 if spec.device.startswith("cuda") else 0
         remote = ray.remote(num_cpus=1, num_gpus=gpus)(_worker_run_shard)
-        pending = {remote.remote(spec.to_dict(), str(out), i, 1): i for i in todo}
+        pending = {remote.remote(spec.to_dict(), str(out), i, spec.threads or 1): i for i in todo}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:

@@ -28,6 +28,9 @@ class RunSpec:
         shards: number of shards the episodes are split into (``None``: one per 50).
         device: torch device.
         feature_cache: serve frozen features from the per-dataset cache.
+        threads: torch intra-op threads per worker (``None``: torch's default inline,
+            cores / workers in pools). CPU reductions depend on it, so runs meant to be
+            bit-identical must use the same value.
     """
 
     model: str
@@ -42,6 +45,7 @@ class RunSpec:
     shards: int | None = None
     device: str = "cpu"
     feature_cache: bool = True
+    threads: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (for worker processes)."""

@@ -167,7 +167,8 @@ def check_model(
     """
     subject = f"model {spec.name!r}"
     try:
-        validate_name("model", spec.name)
+        # A resolved family variant ("timm:ARCH") is checked by its family's name.
+        validate_name("model", spec.name.partition(":")[0])
     except FewtransError as exc:
         raise ContractError(f"{subject}: {exc}") from exc
     for attr in ("family", "architecture", "source"):

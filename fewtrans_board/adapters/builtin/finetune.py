@@ -47,7 +47,9 @@ def block_list(module: nn.Module) -> list[nn.Module]:
 
 def last_k_parameters(module: nn.Module, k: int) -> list[torch.Tensor]:
     """Parameters of the last ``k`` blocks plus the modules after the block stack."""
-    params = [p for block in block_list(module)[-k:] for p in block.parameters()]
+    params: list[torch.Tensor] = [
+        p for block in block_list(module)[-k:] for p in block.parameters()
+    ]
     for name in POST_BLOCK_MODULES:
         child = getattr(module, name, None)
         if child is None:
@@ -181,7 +183,10 @@ class TransductiveFinetuneAdapter(FinetuneAdapter):
     """Full fine-tuning; at inference BatchNorm uses the statistics of the query batch."""
 
     name = "finetune-transductive"
-    description = "Full fine-tuning with query-batch BatchNorm statistics at inference (no effect on LayerNorm ViTs)."
+    description = (
+        "Full fine-tuning with query-batch BatchNorm statistics at inference "
+        "(no effect on LayerNorm ViTs)."
+    )
     paper = (
         "Dhillon et al., A Baseline for Few-Shot Image Classification, ICLR 2020 (transductive BN)"
     )

@@ -27,6 +27,7 @@ class StackedHead:
         self.cosine_scale = cosine_scale
 
     def __call__(self, features: torch.Tensor) -> torch.Tensor:
+        """Logits of normalised features."""
         import torch.nn.functional as F
 
         if self.cosine_scale is not None:
@@ -114,6 +115,7 @@ class CosineHead:
         self.scale = scale
 
     def __call__(self, features: torch.Tensor) -> torch.Tensor:
+        """Scaled cosine similarity to each class vector."""
         import torch.nn.functional as F
 
         return self.scale * features @ F.normalize(self.weight, dim=-1).t()

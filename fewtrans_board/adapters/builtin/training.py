@@ -92,7 +92,7 @@ def run_adam(
                 group["lr"] = cosine_lr(base_lr, step, steps)
             optimiser.zero_grad(set_to_none=True)
         loss = loss_of_batch(batch)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         for optimiser, _ in optimisers:
             optimiser.step()
 

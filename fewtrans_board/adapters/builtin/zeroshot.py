@@ -33,7 +33,7 @@ TEMPLATE_SETS: dict[str, tuple[str, ...]] = {
 def class_text_weights(
     backbone: Backbone, class_names: Sequence[str], templates: Sequence[str]
 ) -> torch.Tensor:
-    """Normalised class embeddings ``[D, C]``: mean of normalised template embeddings, renormalised."""
+    """Class embeddings ``[D, C]``: mean of normalised template embeddings, renormalised."""
     import torch
     import torch.nn.functional as F
 
@@ -89,7 +89,8 @@ class ZeroShotClipAdapter(Adapter):
         """Embed the class-name prompts."""
         if backbone.text is None:
             raise FewtransError(
-                f"zero-shot-clip needs a CLIP-style model with a text tower; {backbone.name} has none"
+                "zero-shot-clip needs a CLIP-style model with a text tower; "
+                f"{backbone.name} has none"
             )
         if config.templates not in TEMPLATE_SETS:
             raise FewtransError(

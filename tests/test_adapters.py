@@ -1,0 +1,182 @@
+"""Baseline adapters: hand-built oracles, open_clip's zero-shot classifier, batched = loop."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from fewtrans_board import Backbone, ImageSet, SupportSet
+from fewtrans_board.adapters.builtin.finetune import (
+    FinetuneAdapter,
+    FinetuneLastKAdapter,
+    TransductiveFinetuneAdapter,
+    block_list,
+)
+from fewtrans_board.adapters.builtin.heads import CosineClassifierAdapter, LinearProbeAdapter
+from fewtrans_board.adapters.builtin.prototypes import MeanCentroidAdapter
+from fewtrans_board.adapters.builtin.zeroshot import TEMPLATE_SETS, ZeroShotClipAdapter
+from fewtrans_board.hpe.protocols import HPE_PROTOCOLS
+from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.registry import Registry
+from fewtrans_board.testing import check_adapter, tiny_clip_backbone, toy_episode
+
+
+def identity_backbone(dim: int = 2) -> Backbone:
+    """A backbone whose 'image' is already its feature vector ([N, dim, 1, 1] pixels)."""
+    return Backbone("identity", torch.nn.Flatten().eval(), dim, 1)
+
+
+def images(rows: list[list[float]]) -> ImageSet:
+    return ImageSet(torch.tensor(rows, dtype=torch.float32)[:, :, None, None])
+
+
+def test_mean_centroid_on_a_hand_built_episode() -> None:
+    support = SupportSet(
+        images([[0, 0], [2, 0], [10, 10], [10, 12], [0, 10]]), torch.tensor([0, 0, 1, 1, 2]), 3
+    )
+    # Centroids: (1, 0), (10, 11), (0, 10).
+    query = images([[1, 1], [9, 9], [0, 8], [5, 5]])
+    predictor = MeanCentroidAdapter().fit(
+        identity_backbone(), support, ["a", "b", "c"], MeanCentroidAdapter.Config()
+    )
+    logits = predictor.predict(query)
+    assert logits[3].tolist() == pytest.approx([-(16 + 25), -(25 + 36), -(25 + 25)])
+    assert logits.argmax(1).tolist() == [0, 1, 2, 0]  # (5,5): 41 to class 0 < 50 to class 2
+
+
+def test_zero_shot_equals_open_clip_classifier() -> None:
+    import open_clip
+    import torch.nn.functional as F
+
+    backbone = tiny_clip_backbone(seed=3)
+    model = backbone.text.model  # type: ignore[union-attr]
+    tokenizer = open_clip.get_tokenizer("fewtrans-tiny-clip")
+    names = ["cat", "dog", "traffic light"]
+    episode = toy_episode(shots=(1, 1, 1), seed=4)
+    for template_set in ("photo", "photo-ensemble"):
+        config = ZeroShotClipAdapter.Config(templates=template_set)
+        logits = (
+            ZeroShotClipAdapter()
+            .fit(backbone, episode.support, names, config)
+            .predict(episode.query)
+        )
+        templates = [lambda c, t=t: t.format(c) for t in TEMPLATE_SETS[template_set]]
+        with torch.no_grad():
+            classifier = open_clip.build_zero_shot_classifier(
+                model, tokenizer, names, templates, use_tqdm=False
+            )
+            image = F.normalize(model.encode_image(episode.query.pixels), dim=-1)
+            expected = model.logit_scale.exp() * image @ classifier
+        assert torch.allclose(logits, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("adapter", [LinearProbeAdapter, CosineClassifierAdapter])
+def test_batched_heads_equal_the_loop_bit_for_bit(adapter) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    features, queries = torch.randn(37, 16), torch.randn(20, 16)
+    backbone = identity_backbone(16)
+    support = SupportSet(ImageSet(features[:, :, None, None]), torch.arange(37) % 4, 4)
+    query = ImageSet(queries[:, :, None, None])
+    grid = HPE_PROTOCOLS["fewtrans-paper"].grid(adapter, adapter.Config(batch_size=8))
+    seeds = list(range(len(grid)))
+    batched = adapter().fit_many(backbone, support, list("abcd"), grid, seeds)
+    for config, seed, predictor in zip(grid, seeds, batched, strict=True):
+        torch.manual_seed(seed)
+        single = adapter().fit(backbone, support, list("abcd"), config)
+        assert torch.equal(predictor.predict(query), single.predict(query)), config
+
+
+def demo_backbone() -> Backbone:
+    from fewtrans_board.models.demo_cnn import load_random
+
+    return load_random(None, "cpu")
+
+
+def test_finetune_last_k_trains_only_the_last_blocks() -> None:
+    backbone = demo_backbone()
+    episode = toy_episode(shots=(2, 2), image_size=32)
+    config = FinetuneLastKAdapter.Config(k=1, epochs=2, lr_backbone=1e-2)
+    predictor = FinetuneLastKAdapter().fit(backbone, episode.support, episode.class_names, config)
+    before, after = block_list(backbone.image_encoder), block_list(predictor.encoder)
+    for i, (b0, b1) in enumerate(zip(before, after, strict=True)):
+        changed = any(
+            not torch.equal(p, q) for p, q in zip(b0.parameters(), b1.parameters(), strict=True)
+        )
+        assert changed == (i == len(before) - 1)
+
+
+def test_full_finetune_changes_every_block() -> None:
+    backbone = demo_backbone()
+    episode = toy_episode(shots=(2, 2), image_size=32)
+    config = FinetuneAdapter.Config(epochs=2, lr_backbone=1e-2)
+    predictor = FinetuneAdapter().fit(backbone, episode.support, episode.class_names, config)
+    for b0, b1 in zip(
+        block_list(backbone.image_encoder), block_list(predictor.encoder), strict=True
+    ):
+        assert any(
+            not torch.equal(p, q) for p, q in zip(b0.parameters(), b1.parameters(), strict=True)
+        )
+
+
+def test_transductive_finetune_uses_query_batch_statistics() -> None:
+    backbone = demo_backbone()
+    episode = toy_episode(shots=(2, 2), n_query_per_class=4, image_size=32)
+    config = FinetuneAdapter.Config(epochs=1)
+    plain = FinetuneAdapter().fit(backbone, episode.support, episode.class_names, config)
+    transductive = TransductiveFinetuneAdapter().fit(
+        backbone, episode.support, episode.class_names, config
+    )
+    full = episode.query.pixels
+    half = ImageSet(full[:4])
+    # Inductive predictions of an image do not depend on the rest of the query batch...
+    assert torch.allclose(plain.predict(half), plain.predict(ImageSet(full))[:4], atol=1e-5)
+    # ...transductive ones do (batch-norm statistics come from the query batch).
+    assert not torch.allclose(
+        transductive.predict(half), transductive.predict(ImageSet(full))[:4], atol=1e-4
+    )
+    running = [
+        m.running_mean.clone()
+        for m in transductive.encoder.modules()
+        if isinstance(m, torch.nn.BatchNorm2d)
+    ]
+    assert running  # the demo CNN has batch norm
+
+
+def test_zero_shot_needs_a_text_tower() -> None:
+    from fewtrans_board.errors import FewtransError
+
+    episode = toy_episode(image_size=32)
+    with pytest.raises(FewtransError, match="needs a CLIP-style model"):
+        ZeroShotClipAdapter().fit(
+            demo_backbone(), episode.support, episode.class_names, ZeroShotClipAdapter.Config()
+        )
+
+
+def builtin_adapters() -> list[type]:
+    registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
+    return [e.obj for e in registry.adapters]
+
+
+@pytest.mark.parametrize("adapter", builtin_adapters(), ids=lambda a: a.name)
+def test_every_builtin_adapter_passes_the_contract(adapter) -> None:  # type: ignore[no-untyped-def]
+    fields = {f.name for f in adapter.Config.fields_info()}
+    config = adapter.Config(epochs=3) if "epochs" in fields else None  # keep CI fast
+    report = check_adapter(adapter, config=config)
+    assert report.passed[-1] == "fit_many agrees with fit"
+    assert adapter.paper and adapter.description
+
+
+def test_finetune_does_not_touch_the_shared_backbone() -> None:
+    backbone = demo_backbone()
+    snapshot = copy.deepcopy(backbone.image_encoder.state_dict())
+    episode = toy_episode(shots=(2, 2), image_size=32)
+    FinetuneAdapter().fit(
+        backbone,
+        episode.support,
+        episode.class_names,
+        FinetuneAdapter.Config(epochs=2, lr_backbone=0.1),
+    )
+    for key, value in backbone.image_encoder.state_dict().items():
+        assert torch.equal(value, snapshot[key]), key

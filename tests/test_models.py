@@ -1,0 +1,161 @@
+"""Model families: local checkpoints equal in-memory models, preprocessing, demo weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from fewtrans_board.errors import FewtransError
+from fewtrans_board.models.backbone import Preprocessing
+from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.registry import Registry
+from fewtrans_board.testing import check_model
+from fewtrans_board.testing.tiny import register_tiny_clip_config
+
+
+@pytest.fixture(scope="module")
+def registry() -> Registry:
+    return Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
+
+
+def save_safetensors(model: torch.nn.Module, path: Path) -> Path:
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    return path
+
+
+def test_timm_checkpoint_gives_the_in_memory_features(registry: Registry, tmp_path: Path) -> None:
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("resnet10t", pretrained=False).eval()
+    path = save_safetensors(model, tmp_path / "resnet10t.safetensors")
+    backbone = registry.model("timm:resnet10t").obj.load(weights=path)
+    pixels = torch.randn(2, 3, 64, 64)
+    model.reset_classifier(0)
+    with torch.no_grad():
+        expected = model(pixels)
+    assert torch.equal(backbone.embed(pixels), expected)
+    assert backbone.weights_id.startswith("sha256:") and backbone.name == "timm:resnet10t"
+
+
+def test_timm_torch_checkpoint_is_loaded_weights_only(registry: Registry, tmp_path: Path) -> None:
+    import timm
+
+    torch.manual_seed(1)
+    model = timm.create_model("resnet10t", pretrained=False, num_classes=0).eval()
+    path = tmp_path / "ckpt.pt"
+    torch.save({"state_dict": model.state_dict()}, path)  # a headless checkpoint, wrapped
+    backbone = registry.model("timm:resnet10t").obj.load(weights=path)
+    pixels = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        assert torch.equal(backbone.embed(pixels), model(pixels))
+
+
+def test_pickled_objects_are_refused(registry: Registry, tmp_path: Path) -> None:
+    path = tmp_path / "evil.pt"
+    torch.save({"state_dict": {"x": torch.zeros(1)}, "payload": Path("/etc")}, path)
+    with pytest.raises(FewtransError, match="cannot read weights file"):
+        registry.model("timm:resnet10t").obj.load(weights=path)
+
+
+def test_mismatched_checkpoint_names_the_keys(registry: Registry, tmp_path: Path) -> None:
+    import timm
+
+    path = save_safetensors(
+        timm.create_model("resnet18", pretrained=False), tmp_path / "r18.safetensors"
+    )
+    with pytest.raises(FewtransError, match=r"does not fit timm 'resnet10t'.*missing"):
+        registry.model("timm:resnet10t").obj.load(weights=path)
+
+
+def test_offline_hub_failure_says_how_to_fix(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import timm
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(timm, "create_model", offline)
+    with pytest.raises(FewtransError, match="--weights FILE"):
+        registry.model("vit-b16.augreg-in21k").obj.load()
+
+
+def test_open_clip_checkpoint_gives_the_in_memory_features(
+    registry: Registry, tmp_path: Path
+) -> None:
+    import open_clip
+
+    name = register_tiny_clip_config()
+    torch.manual_seed(0)
+    model = open_clip.create_model(name, pretrained=None).eval()
+    path = save_safetensors(model, tmp_path / "clip.safetensors")
+    spec = registry.model(f"open-clip:{name}").obj
+    backbone = spec.load(weights=path)
+    pixels = torch.randn(2, 3, 32, 32)
+    tokens = open_clip.get_tokenizer(name)(["a photo of a cat."])
+    with torch.no_grad():
+        assert torch.equal(backbone.embed(pixels), model.encode_image(pixels))
+        assert torch.equal(
+            backbone.text.encode(backbone.text.tokenize(["a photo of a cat."])),
+            model.encode_text(tokens),
+        )
+    assert backbone.text.logit_scale == pytest.approx(float(model.logit_scale.detach().exp()))
+    assert check_model(spec, weights=path).passed[-1] == "text features"
+
+
+def test_open_clip_needs_a_tag_or_weights(registry: Registry) -> None:
+    with pytest.raises(FewtransError, match="give a pretrained tag"):
+        registry.model("open-clip:ViT-B-16").obj.load()
+    with pytest.raises(FewtransError, match="no architecture"):
+        registry.model("open-clip:NoSuchNet/openai").obj.load()
+
+
+def test_families_are_listed_but_not_loadable_without_argument(registry: Registry) -> None:
+    with pytest.raises(FewtransError, match="use it as 'timm:ARGUMENT'"):
+        registry.models.get("timm").obj.load()
+    with pytest.raises(FewtransError, match="takes no ':ARGUMENT'"):
+        registry.model("demo-cnn.digits:x")
+
+
+@pytest.mark.parametrize("name", ["demo-cnn.digits", "demo-cnn.random"])
+def test_demo_models_pass_the_contract(registry: Registry, name: str) -> None:
+    assert check_model(registry.model(name).obj).details["feature_dim"] == 64
+
+
+def test_demo_weights_are_small_and_reproducible(tmp_path: Path) -> None:
+    from fewtrans_board.models.demo_cnn import main, weights_path
+    from fewtrans_board.models.weights import file_sha256
+
+    assert weights_path().stat().st_size < 2 * 1024 * 1024
+    rebuilt = tmp_path / "w.safetensors"
+    main(str(rebuilt))
+    assert file_sha256(rebuilt) == file_sha256(weights_path())
+
+
+def test_random_twin_does_not_disturb_the_global_rng(registry: Registry) -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    registry.model("demo-cnn.random").obj.load()
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_fewtrans_and_bscd_transforms() -> None:
+    image = Image.new("RGB", (40, 20), (255, 0, 0))
+    image.paste((0, 0, 255), (0, 0, 4, 20))  # a blue band on the left edge
+    squash = Preprocessing.fewtrans(16)
+    crop = Preprocessing.bscd(16)
+    assert crop.resize == 18 and squash.resize == 16
+    s, c = squash.resize_uint8(image), crop.resize_uint8(image)
+    assert s.shape == c.shape == (3, 16, 16)
+    assert s[2, 8, 0] > 128  # squashing keeps the blue band at the left edge
+    assert c[2, 8, 0] < s[2, 8, 0]  # the centre crop cuts most of it away
+    normalized = squash.apply(Image.new("RGB", (5, 5), (124, 116, 104)))
+    assert np.allclose(normalized.numpy(), 0.0, atol=0.02)  # ImageNet mean colour maps to ~0
