@@ -41,7 +41,9 @@ def run(registry: Registry, **spec: object) -> tuple[list[list[np.ndarray]], flo
     start = time.perf_counter()
     logits = []
     for episode in ctx.episodes:
-        outcomes = evaluate_episode(adapter, ctx.backbone, ctx.inputs(episode), ctx.grid, ctx.manifest.sha256)
+        outcomes = evaluate_episode(
+            adapter, ctx.backbone, ctx.inputs(episode), ctx.grid, ctx.manifest.sha256
+        )
         logits.append([o.logits for o in outcomes])
     if str(spec.get("device", "cpu")).startswith("cuda"):
         torch.cuda.synchronize()
@@ -49,12 +51,20 @@ def run(registry: Registry, **spec: object) -> tuple[list[list[np.ndarray]], flo
 
 
 def agreement(a: list[list[np.ndarray]], b: list[list[np.ndarray]]) -> float:
-    same = [np.mean(x.argmax(1) == y.argmax(1)) for ea, eb in zip(a, b) for x, y in zip(ea, eb)]
+    same = [
+        np.mean(x.argmax(1) == y.argmax(1))
+        for ea, eb in zip(a, b, strict=True)
+        for x, y in zip(ea, eb, strict=True)
+    ]
     return float(np.mean(same))
 
 
 def identical(a: list[list[np.ndarray]], b: list[list[np.ndarray]]) -> bool:
-    return all(np.array_equal(x, y) for ea, eb in zip(a, b) for x, y in zip(ea, eb))
+    return all(
+        np.array_equal(x, y)
+        for ea, eb in zip(a, b, strict=True)
+        for x, y in zip(ea, eb, strict=True)
+    )
 
 
 def step(name: str, fn) -> None:  # type: ignore[no-untyped-def]
@@ -63,7 +73,9 @@ def step(name: str, fn) -> None:  # type: ignore[no-untyped-def]
         fn()
     except Exception as exc:  # report and continue with the other checks
         REPORT[name] = {"error": f"{type(exc).__name__}: {exc}"}
-    print(f"[{time.perf_counter() - start:6.1f}s] {name}: {json.dumps(REPORT.get(name))}", flush=True)
+    print(
+        f"[{time.perf_counter() - start:6.1f}s] {name}: {json.dumps(REPORT.get(name))}", flush=True
+    )
 
 
 def main() -> None:
@@ -82,7 +94,11 @@ def main() -> None:
         for adapter, config in (("linear-probe", {}), ("finetune", {"lr_backbone": 1e-4})):
             cpu, t_cpu, _ = run(registry, **demo, adapter=adapter, config=config, device="cpu")
             gpu, t_gpu, _ = run(registry, **demo, adapter=adapter, config=config, device="cuda")
-            out[adapter] = {"agreement": agreement(cpu, gpu), "cpu_s": round(t_cpu, 2), "cuda_s": round(t_gpu, 2)}
+            out[adapter] = {
+                "agreement": agreement(cpu, gpu),
+                "cpu_s": round(t_cpu, 2),
+                "cuda_s": round(t_gpu, 2),
+            }
         REPORT["cpu_vs_cuda_demo"] = out
 
     def determinism() -> None:
@@ -96,7 +112,10 @@ def main() -> None:
             d, _, _ = run(registry, **base)
         finally:
             torch.use_deterministic_algorithms(False)
-        REPORT["cuda_rerun_identical"] = {"default": identical(a, b), "deterministic_algorithms": identical(c, d)}
+        REPORT["cuda_rerun_identical"] = {
+            "default": identical(a, b),
+            "deterministic_algorithms": identical(c, d),
+        }
 
     import timm
     from safetensors.torch import save_file
@@ -105,13 +124,17 @@ def main() -> None:
     vit = timm.create_model("vit_base_patch16_224", pretrained=False)
     weights = tmp / "vitb.safetensors"
     save_file({k: v.contiguous() for k, v in vit.state_dict().items()}, str(weights))
-    big = dict(model="timm:vit_base_patch16_224", weights=str(weights), manifest=manifest, device="cuda")
+    big = dict(
+        model="timm:vit_base_patch16_224", weights=str(weights), manifest=manifest, device="cuda"
+    )
 
     def feature_cache() -> None:
         _, cached, _ = run(registry, **big, adapter="linear-probe", limit=50, feature_cache=True)
         _, uncached, _ = run(registry, **big, adapter="linear-probe", limit=50, feature_cache=False)
         REPORT["vitb_linear_probe_50_episodes"] = {
-            "cached_s": round(cached, 2), "uncached_s": round(uncached, 2), "speedup": round(uncached / cached, 1)
+            "cached_s": round(cached, 2),
+            "uncached_s": round(uncached, 2),
+            "speedup": round(uncached / cached, 1),
         }
 
     def finetune_cost() -> None:
@@ -131,14 +154,27 @@ def main() -> None:
         clip = open_clip.create_model("ViT-B-16", pretrained=None)
         path = tmp / "clip.safetensors"
         save_file({k: v.contiguous() for k, v in clip.state_dict().items()}, str(path))
-        spec = dict(model="open-clip:ViT-B-16", weights=str(path), manifest=manifest, adapter="zero-shot-clip", limit=3)
+        spec = dict(
+            model="open-clip:ViT-B-16",
+            weights=str(path),
+            manifest=manifest,
+            adapter="zero-shot-clip",
+            limit=3,
+        )
         cpu, _, _ = run(registry, **spec, device="cpu")
         gpu, t, _ = run(registry, **spec, device="cuda")
-        REPORT["zero_shot_clip_vitb16"] = {"agreement_cpu_cuda": agreement(cpu, gpu), "cuda_s": round(t, 2)}
+        REPORT["zero_shot_clip_vitb16"] = {
+            "agreement_cpu_cuda": agreement(cpu, gpu),
+            "cuda_s": round(t, 2),
+        }
 
-    for name, fn in (("cpu_vs_cuda_demo", cpu_vs_cuda), ("cuda_rerun_identical", determinism),
-                     ("vitb_linear_probe_50_episodes", feature_cache), ("vitb_finetune_hpe27", finetune_cost),
-                     ("zero_shot_clip_vitb16", zero_shot)):
+    for name, fn in (
+        ("cpu_vs_cuda_demo", cpu_vs_cuda),
+        ("cuda_rerun_identical", determinism),
+        ("vitb_linear_probe_50_episodes", feature_cache),
+        ("vitb_finetune_hpe27", finetune_cost),
+        ("zero_shot_clip_vitb16", zero_shot),
+    ):
         step(name, fn)
     Path(args.out, "gpu_check.json").write_text(json.dumps(REPORT, indent=2))
     print(json.dumps(REPORT, indent=2))

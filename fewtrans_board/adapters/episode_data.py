@@ -74,10 +74,8 @@ class ImageSet:
         key = id(backbone)
         if key in self._feature_memo:
             return self._feature_memo[key]
-        if self._features is not None:
-            features = self._features(backbone)
-        else:
-            features = backbone.embed(self.pixels)
+        loader = self._features
+        features = loader(backbone) if loader is not None else backbone.embed(self.pixels)
         if self._memoize:
             self._feature_memo[key] = features
         return features

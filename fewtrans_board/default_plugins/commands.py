@@ -13,6 +13,11 @@ def register_commands(cli: click.Group) -> None:
     from fewtrans_board.cli.demo_cmd import demo_command
     from fewtrans_board.cli.evaluate_cmd import evaluate_command, results_group
     from fewtrans_board.cli.hpe_cmd import hpe_group
+    from fewtrans_board.cli.leaderboard_cmd import (
+        compare_command,
+        leaderboard_group,
+        submission_group,
+    )
     from fewtrans_board.cli.listing import (
         adapters_group,
         datasets_group,
@@ -34,5 +39,8 @@ def register_commands(cli: click.Group) -> None:
         hpe_group,
         validate_command,
         demo_command,
+        submission_group,
+        leaderboard_group,
+        compare_command,
     ):
         cli.add_command(command)

@@ -52,35 +52,46 @@ class HpeProtocol:
     epoch_rule: Literal["paper", "fixed", "centre-only"]
     aggregation: Aggregation
 
-    def axes(self, adapter: type[Adapter], centre: AdapterConfig) -> dict[str, list[Any]]:
-        """Values of every axis the protocol varies, keyed by Config field name."""
-        fields = adapter.Config.fields_info()
-        lr_fields = [f.name for f in fields if f.hpe == "lr"]
-        epoch_fields = [f.name for f in fields if f.hpe == "epochs"]
-        values = centre.to_dict()
+    def axes_for(self, centre: dict[str, Any], roles: dict[str, str]) -> dict[str, list[Any]]:
+        """Values of every varied axis, from plain data (no plugin code needed).
+
+        Args:
+            centre: the centre configuration values.
+            roles: ``{field: "lr" | "epochs"}`` in Config field order.
+        """
         axes: dict[str, list[Any]] = {}
         if self.epoch_rule == "centre-only":
             return axes
+        lr_fields = [name for name, role in roles.items() if role == "lr"]
         multipliers = self.single_lr_multipliers if len(lr_fields) == 1 else self.lr_multipliers
-        for name in lr_fields:
-            axes[name] = [_scale(values[name], m) for m in multipliers]
-        if self.epoch_rule == "paper":
-            for name in epoch_fields:
-                top = int(values[name]) + 10
+        for name, role in roles.items():
+            if role == "lr":
+                axes[name] = [_scale(centre[name], m) for m in multipliers]
+            elif role == "epochs" and self.epoch_rule == "paper":
+                top = int(centre[name]) + 10
                 axes[name] = sorted(
                     {max(1, int(Fraction(top * j, 3) + Fraction(1, 2))) for j in (1, 2, 3)}
                 )
         return axes
 
-    def grid(self, adapter: type[Adapter], centre: AdapterConfig) -> list[AdapterConfig]:
-        """All configurations, in the order of the Config fields' Cartesian product."""
-        axes = self.axes(adapter, centre)
-        if not axes:
-            return [centre]
+    def grid_for(self, centre: dict[str, Any], roles: dict[str, str]) -> list[dict[str, Any]]:
+        """All configurations as dicts, in the Cartesian-product order of the axes."""
+        axes = self.axes_for(centre, roles)
         names = list(axes)
         return [
-            centre.replace(**dict(zip(names, combo, strict=True)))
+            {**centre, **dict(zip(names, combo, strict=True))}
             for combo in itertools.product(*(axes[n] for n in names))
+        ]
+
+    def axes(self, adapter: type[Adapter], centre: AdapterConfig) -> dict[str, list[Any]]:
+        """Values of every axis the protocol varies, keyed by Config field name."""
+        return self.axes_for(centre.to_dict(), hpe_roles(adapter))
+
+    def grid(self, adapter: type[Adapter], centre: AdapterConfig) -> list[AdapterConfig]:
+        """All configurations, in the order of the Config fields' Cartesian product."""
+        return [
+            adapter.Config.from_dict(values)
+            for values in self.grid_for(centre.to_dict(), hpe_roles(adapter))
         ]
 
     def describe(self) -> dict[str, Any]:
@@ -96,8 +107,17 @@ class HpeProtocol:
 
     def digest(self, adapter: type[Adapter], centre: AdapterConfig) -> str:
         """Hash of the protocol definition and the concrete grid (recorded on results)."""
-        grid = [c.to_dict() for c in self.grid(adapter, centre)]
+        return self.digest_for(centre.to_dict(), hpe_roles(adapter))
+
+    def digest_for(self, centre: dict[str, Any], roles: dict[str, str]) -> str:
+        """:meth:`digest` from plain data (used by submission validation)."""
+        grid = self.grid_for(centre, roles)
         return sha256_text(canonical_json({"protocol": self.describe(), "grid": grid}))
+
+
+def hpe_roles(adapter: type[Adapter]) -> dict[str, str]:
+    """``{field: "lr" | "epochs"}`` of an adapter's Config, in declaration order."""
+    return {f.name: f.hpe for f in adapter.Config.fields_info() if f.hpe is not None}
 
 
 def _scale(value: float, multiplier: Fraction) -> float:

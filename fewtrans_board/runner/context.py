@@ -14,7 +14,7 @@ from fewtrans_board.adapters.base import Adapter, AdapterConfig
 from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
 from fewtrans_board.episodes.verify import verify_manifest
 from fewtrans_board.errors import ConfigError, FewtransError
-from fewtrans_board.hpe.protocols import get_hpe_protocol
+from fewtrans_board.hpe.protocols import get_hpe_protocol, hpe_roles
 from fewtrans_board.models.backbone import Backbone, Preprocessing
 from fewtrans_board.registry import Registry
 from fewtrans_board.results.rows import episode_rows
@@ -174,6 +174,7 @@ class RunContext:
                 **self.hpe.describe(),
                 "hash": self.hpe.digest(self.adapter_cls, self.centre),
                 "grid_size": len(self.grid),
+                "roles": hpe_roles(self.adapter_cls),
             },
             "centre_search": self.centre_record,
             "manifest": {

@@ -99,7 +99,9 @@ def train_heads(
             avg_sq = torch.addcmul(m2[rows] * BETA2, g, g, value=1 - BETA2)
             denom = avg_sq.sqrt() / correction2_sqrt + EPS
             shape = (-1,) + (1,) * (g.dim() - 1)
-            neg_step = -torch.tensor(step_sizes, dtype=torch.float64).to(g.device, g.dtype).view(shape)
+            neg_step = (
+                -torch.tensor(step_sizes, dtype=torch.float64).to(g.device, g.dtype).view(shape)
+            )
             m1[rows], m2[rows] = avg, avg_sq
             param[rows] = param[rows] + neg_step * avg / denom
     return params[0], params[1] if biases is not None else None

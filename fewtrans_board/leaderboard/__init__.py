@@ -1,0 +1,1 @@
+"""The leaderboard store, sub-benchmarks, submission bundles, validation and verification."""

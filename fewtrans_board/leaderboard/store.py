@@ -1,0 +1,123 @@
+"""The leaderboard store on disk.
+
+Layout (under ``leaderboard/``)::
+
+    manifests/<file>.parquet (+ .sha256)      frozen episode manifests
+    submissions/<id>/submission.toml          metadata with pinned plugins
+    submissions/<id>/centre-search.json       the HPE centre search log
+    submissions/<id>/status.json              validated / verified, verification report
+    results/<id>/<dataset>/run.json, shards/  per-episode Parquet rows
+    reported/*.json                           numbers transcribed from papers
+    index.json                                derived by 'leaderboard rebuild'
+
+Entries are immutable: a new submission may supersede an old one, never overwrite it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from fewtrans_board.atomic import write_bytes_atomic
+from fewtrans_board.episodes.manifest import Manifest
+from fewtrans_board.leaderboard.errors import SubmissionError
+
+
+class LeaderboardStore:
+    """A leaderboard folder.
+
+    Args:
+        root: the ``leaderboard/`` folder.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.manifests_dir = root / "manifests"
+        self.submissions_dir = root / "submissions"
+        self.results_dir = root / "results"
+        self.reported_dir = root / "reported"
+        self.index_path = root / "index.json"
+
+    @cached_property
+    def frozen(self) -> dict[str, tuple[str, Manifest]]:
+        """Frozen manifests by content sha256: ``{sha: (file name, manifest)}``."""
+        out: dict[str, tuple[str, Manifest]] = {}
+        for path in sorted(self.manifests_dir.glob("*.parquet")):
+            manifest = Manifest.load(path)
+            out[manifest.sha256] = (path.name, manifest)
+        return out
+
+    def submission_ids(self) -> list[str]:
+        """Ids of stored submissions."""
+        if not self.submissions_dir.is_dir():
+            return []
+        return sorted(
+            p.name for p in self.submissions_dir.iterdir() if (p / "submission.toml").is_file()
+        )
+
+    def entry_folder(self, ident: str) -> Path:
+        """Assemble a stored entry into a bundle-shaped temporary folder (for re-validation)."""
+        source = self.submissions_dir / ident
+        if not (source / "submission.toml").is_file():
+            raise SubmissionError(
+                "unknown-submission", f"no submission {ident!r} in {self.submissions_dir}"
+            )
+        folder = Path(tempfile.mkdtemp(prefix=f"fewtrans-{ident}-"))
+        for name in ("submission.toml", "centre-search.json"):
+            if (source / name).is_file():
+                shutil.copy2(source / name, folder / name)
+        if (self.results_dir / ident).is_dir():
+            shutil.copytree(self.results_dir / ident, folder / "results")
+        return folder
+
+    def status(self, ident: str) -> dict[str, Any]:
+        """The stored status record of a submission."""
+        path = self.submissions_dir / ident / "status.json"
+        return json.loads(path.read_text()) if path.is_file() else {"status": "validated"}
+
+    def add(
+        self, extracted: Path, ident: str, status: dict[str, Any], supersedes: str = ""
+    ) -> None:
+        """Move a validated, extracted bundle into the store.
+
+        Raises:
+            SubmissionError: the id exists, or ``supersedes`` names no stored entry.
+        """
+        if (self.submissions_dir / ident).exists() or (self.results_dir / ident).exists():
+            raise SubmissionError(
+                "immutable",
+                f"submission {ident!r} already exists and entries are immutable; submit a new id "
+                f"with supersedes = {ident!r} to replace it",
+            )
+        if supersedes and supersedes not in self.submission_ids():
+            raise SubmissionError(
+                "meta-bad-value", f"supersedes = {supersedes!r} names no stored submission"
+            )
+        self.submissions_dir.mkdir(parents=True, exist_ok=True)
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.root))
+        try:
+            meta_dir = staging / "meta"
+            meta_dir.mkdir()
+            for name in ("submission.toml", "centre-search.json"):
+                if (extracted / name).is_file():
+                    shutil.copy2(extracted / name, meta_dir / name)
+            (meta_dir / "status.json").write_text(
+                json.dumps(status, indent=2, sort_keys=True) + "\n"
+            )
+            shutil.copytree(extracted / "results", staging / "results")
+            # Results first: an entry is visible only once its submission folder appears.
+            (staging / "results").rename(self.results_dir / ident)
+            meta_dir.rename(self.submissions_dir / ident)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def write_index(self, index: dict[str, Any]) -> None:
+        """Write ``index.json`` atomically (sorted keys, no timestamps: rebuilds are stable)."""
+        write_bytes_atomic(
+            self.index_path, (json.dumps(index, indent=2, sort_keys=True) + "\n").encode()
+        )

@@ -1,0 +1,329 @@
+"""Validate a submission without running its plugin code.
+
+Everything is checked against data: the frozen manifests (episode labels and hashes),
+the HPE protocol definition (the grid recomputed from the stored centre and axis roles),
+the stored logits and predictions (accuracies and ensembles recomputed), and the pinned
+plugin versions recorded in the results' provenance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fewtrans_board.canonical import canonical_json
+from fewtrans_board.episodes.manifest import Manifest
+from fewtrans_board.hpe.aggregate import vote
+from fewtrans_board.hpe.protocols import get_hpe_protocol
+from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark
+from fewtrans_board.leaderboard.bundle import BundleContents
+from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.leaderboard.meta import SubmissionMeta, parse_meta
+from fewtrans_board.leaderboard.store import LeaderboardStore
+from fewtrans_board.results.load import RunResults, load_run
+from fewtrans_board.results.schema import CONFIG_KIND, ENSEMBLE_KIND
+from fewtrans_board.stats.intervals import mean_ci
+
+
+@dataclass
+class ValidationReport:
+    """What a valid submission contains."""
+
+    meta: SubmissionMeta
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return {"submission": self.meta.to_dict(), "runs": self.runs, "checks": self.checks}
+
+
+def _norm(distribution: str) -> str:
+    return distribution.lower().replace("_", "-")
+
+
+def _check_provenance(meta: SubmissionMeta, run: RunResults) -> None:
+    m = run.meta
+    if m["model"]["name"] != meta.model:
+        raise SubmissionError(
+            "model-mismatch",
+            f"{run.dataset}: results are for model {m['model']['name']!r}, submission.toml says {meta.model!r}",
+        )
+    if m["adapter"]["name"] != meta.adapter:
+        raise SubmissionError(
+            "adapter-mismatch",
+            f"{run.dataset}: results are for adapter {m['adapter']['name']!r}, submission.toml says {meta.adapter!r}",
+        )
+    if m["hpe"]["name"] != meta.hpe_protocol:
+        raise SubmissionError(
+            "protocol-mismatch",
+            f"{run.dataset}: results use HPE protocol {m['hpe']['name']!r}, submission.toml says {meta.hpe_protocol!r}",
+        )
+    for role in ("model", "adapter"):
+        distribution, version = m[role].get("distribution"), m[role].get("version")
+        if not distribution:
+            raise SubmissionError(
+                "unpinned-plugin",
+                f"the {role} came from an unpackaged plugin ({m[role].get('plugin')}); "
+                "publish it as a distribution and pin it",
+            )
+        pinned = meta.plugins.get(_norm(distribution))
+        if pinned is None:
+            raise SubmissionError(
+                "unpinned-plugin",
+                f"the {role}'s distribution {distribution} is not pinned in submission.plugins",
+            )
+        if pinned != version:
+            raise SubmissionError(
+                "plugin-version-mismatch",
+                f"results were produced with {distribution} {version}, submission pins {pinned}",
+            )
+
+
+def _list_column(table: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Flattened values and offsets of a list column."""
+    column = table.column(name).combine_chunks()
+    return column.flatten().to_numpy(zero_copy_only=False), column.offsets.to_numpy()
+
+
+def _check_rows(run: RunResults, manifest: Manifest, grid: list[dict[str, Any]]) -> None:
+    table = run.table
+    rows = {
+        name: np.asarray(table.column(name).to_pylist())
+        for name in (
+            "episode",
+            "kind",
+            "aggregation",
+            "config_index",
+            "config",
+            "n_way",
+            "n_query",
+            "accuracy",
+        )
+    }
+    predictions, pred_offsets = _list_column(table, "predictions")
+    logit_column = table.column("logits").combine_chunks()
+    logit_valid = ~logit_column.is_null().to_numpy(zero_copy_only=False)
+    logits, logit_offsets = (
+        logit_column.flatten().to_numpy(zero_copy_only=False),
+        logit_column.offsets.to_numpy(),
+    )
+    episodes = manifest.episodes()
+    by_episode: dict[int, list[int]] = {}
+    for i, e in enumerate(rows["episode"]):
+        by_episode.setdefault(int(e), []).append(i)
+    missing = sorted(set(range(len(episodes))) - set(by_episode))
+    extra = sorted(set(by_episode) - set(range(len(episodes))))
+    if missing or extra:
+        raise SubmissionError(
+            "incomplete",
+            f"{run.dataset}: episodes missing {missing[:10]} or unknown {extra[:10]}; "
+            "every episode of the manifest must appear exactly once",
+        )
+    expected_configs = [canonical_json(c) for c in grid]
+    for index, episode in enumerate(episodes):
+        row_ids = by_episode[index]
+        config_rows = [i for i in row_ids if rows["kind"][i] == CONFIG_KIND]
+        ensemble_rows = {
+            str(rows["aggregation"][i]): i for i in row_ids if rows["kind"][i] == ENSEMBLE_KIND
+        }
+        indices = sorted(int(rows["config_index"][i]) for i in config_rows)
+        if len(indices) != len(set(indices)) or len(
+            [i for i in row_ids if rows["kind"][i] == ENSEMBLE_KIND]
+        ) != len(ensemble_rows):
+            raise SubmissionError(
+                "duplicate-episode", f"{run.dataset}: episode {index} appears more than once"
+            )
+        if indices != list(range(len(grid))) or set(ensemble_rows) != {"logit-mean", "vote"}:
+            raise SubmissionError(
+                "incomplete",
+                f"{run.dataset}: episode {index} has configurations {indices[:5]}..., ensembles "
+                f"{sorted(ensemble_rows)}; expected all {len(grid)} and logit-mean, vote",
+            )
+        labels = np.array([label for _, label in episode.query])
+        q, w = len(labels), episode.ways
+        member_logits: list[np.ndarray] = [np.zeros(0)] * len(grid)
+        member_predictions: list[np.ndarray] = [np.zeros(0)] * len(grid)
+        for i in [*config_rows, *ensemble_rows.values()]:
+            row_name = rows["aggregation"][i] or rows["config_index"][i]
+            where = f"{run.dataset}: episode {index}, row {rows['kind'][i]} {row_name}"
+            if int(rows["n_way"][i]) != w or int(rows["n_query"][i]) != q:
+                raise SubmissionError(
+                    "bad-predictions",
+                    f"{where}: n_way/n_query {rows['n_way'][i]}/{rows['n_query'][i]} disagree "
+                    f"with the manifest ({w}/{q})",
+                )
+            pred = predictions[pred_offsets[i] : pred_offsets[i + 1]]
+            if len(pred) != q or (pred < 0).any() or (pred >= w).any():
+                raise SubmissionError(
+                    "bad-predictions",
+                    f"{where}: {len(pred)} predictions with values {sorted(set(pred.tolist()))[:8]}, "
+                    f"expected {q} labels in [0, {w})",
+                )
+            accuracy = float((pred == labels).mean() * 100.0)
+            if abs(accuracy - float(rows["accuracy"][i])) > 1e-9:
+                raise SubmissionError(
+                    "accuracy-mismatch",
+                    f"{where}: stored accuracy {rows['accuracy'][i]:.4f} but predictions against the "
+                    f"manifest labels give {accuracy:.4f}",
+                )
+            if rows["kind"][i] == CONFIG_KIND:
+                c = int(rows["config_index"][i])
+                if str(rows["config"][i]) != expected_configs[c]:
+                    raise SubmissionError(
+                        "grid-mismatch",
+                        f"{where}: configuration {rows['config'][i]} is not grid point {c} {expected_configs[c]}",
+                    )
+                if not logit_valid[i]:
+                    raise SubmissionError("bad-logits", f"{where}: logits are missing")
+                values = logits[logit_offsets[i] : logit_offsets[i + 1]]
+                if len(values) != q * w or not np.isfinite(values).all():
+                    raise SubmissionError(
+                        "bad-logits",
+                        f"{where}: {len(values)} logits (expected {q}x{w} finite values)",
+                    )
+                member_logits[c] = values.reshape(q, w)
+                member_predictions[c] = pred
+        stacked = np.stack(member_logits)
+        expected = {
+            "logit-mean": stacked.astype(np.float32).mean(axis=0).argmax(axis=1),
+            "vote": vote(np.stack(member_predictions), w),
+        }
+        for name, recomputed in expected.items():
+            i = ensemble_rows[name]
+            stored = predictions[pred_offsets[i] : pred_offsets[i + 1]]
+            if not np.array_equal(stored, recomputed):
+                raise SubmissionError(
+                    "ensemble-mismatch",
+                    f"{run.dataset}: episode {index}, {name} predictions differ from the ones "
+                    "recomputed from the stored member logits",
+                )
+
+
+def _check_centre_search(
+    meta: SubmissionMeta,
+    benchmark: Benchmark,
+    centre_search: dict[str, Any] | None,
+    run: RunResults,
+) -> None:
+    roles = run.meta["hpe"]["roles"]
+    if not roles:
+        return
+    if centre_search is None:
+        raise SubmissionError(
+            "centre-search-missing",
+            "the adapter has HPE axes, so the bundle must contain centre-search.json from "
+            "'fewtrans-board hpe search' on a held-out dataset",
+        )
+    if centre_search.get("adapter") != meta.adapter:
+        raise SubmissionError(
+            "centre-mismatch",
+            f"centre-search.json is for adapter {centre_search.get('adapter')!r}, not {meta.adapter!r}",
+        )
+    centre = run.meta["adapter"]["centre"]
+    searched = centre_search.get("centre", {})
+    differing = [name for name in roles if searched.get(name) != centre.get(name)]
+    if differing:
+        raise SubmissionError(
+            "centre-mismatch",
+            f"{run.dataset}: the results' HPE centre differs from the searched centre in "
+            f"{', '.join(differing)}: {[centre.get(n) for n in differing]} vs "
+            f"{[searched.get(n) for n in differing]}",
+        )
+    if (
+        centre_search.get("dataset") not in benchmark.held_out
+        or centre_search.get("manifest_protocol") != "fewtrans-search"
+    ):
+        raise SubmissionError(
+            "centre-not-held-out",
+            f"the centre search ran on {centre_search.get('dataset')!r} with "
+            f"{centre_search.get('manifest_protocol')!r} tasks; benchmark {benchmark.name!r} "
+            f"requires the fewtrans-search tasks of {', '.join(benchmark.held_out)}",
+        )
+
+
+def validate_contents(contents: BundleContents, store: LeaderboardStore) -> ValidationReport:
+    """Validate extracted bundle contents against the store's frozen manifests.
+
+    Raises:
+        SubmissionError: the first fault found, with its code.
+    """
+    meta = parse_meta(contents.meta_text)
+    report = ValidationReport(meta)
+    report.checks.append("submission.toml complete, plugins pinned")
+    benchmark = BENCHMARKS[meta.benchmark]
+    if meta.hpe_protocol not in benchmark.hpe_protocols:
+        raise SubmissionError(
+            "protocol-mismatch",
+            f"benchmark {benchmark.name!r} accepts HPE protocols "
+            f"{', '.join(benchmark.hpe_protocols)}, not {meta.hpe_protocol!r}",
+        )
+    protocol = get_hpe_protocol(meta.hpe_protocol)
+    covered: set[str] = set()
+    for path in contents.runs:
+        try:
+            run = load_run(path)
+        except SubmissionError:
+            raise
+        except Exception as exc:
+            raise SubmissionError("bad-results-schema", f"{path.name}: {exc}") from exc
+        _check_provenance(meta, run)
+        sha = run.meta["manifest"]["sha256"]
+        if sha not in store.frozen:
+            raise SubmissionError(
+                "unknown-manifest",
+                f"{run.dataset}: manifest sha256 {sha[:16]}... is not a frozen manifest of this leaderboard",
+            )
+        filename, manifest = store.frozen[sha]
+        if filename not in benchmark.manifests:
+            raise SubmissionError(
+                "wrong-manifest", f"{filename} is not part of benchmark {benchmark.name!r}"
+            )
+        if filename in covered:
+            raise SubmissionError(
+                "duplicate-episode", f"{filename} is covered by two result folders"
+            )
+        if run.meta["identity"].get("limit") is not None or not run.complete:
+            raise SubmissionError(
+                "incomplete",
+                f"{run.dataset}: the run was limited or has {len(run.shards_present)}/{run.shards_total} shards",
+            )
+        roles = run.meta["hpe"]["roles"]
+        grid = protocol.grid_for(run.meta["adapter"]["centre"], roles)
+        if canonical_json(grid) != canonical_json(run.meta["identity"]["grid"]) or run.meta["hpe"][
+            "hash"
+        ] != protocol.digest_for(run.meta["adapter"]["centre"], roles):
+            raise SubmissionError(
+                "grid-mismatch",
+                f"{run.dataset}: the evaluated grid ({len(run.meta['identity']['grid'])} "
+                f"configurations) is not the {protocol.name} grid around the stored centre "
+                f"({len(grid)})",
+            )
+        _check_rows(run, manifest, grid)
+        _check_centre_search(meta, benchmark, contents.centre_search, run)
+        covered.add(filename)
+        hpe = run.aggregations()["hpe"]
+        report.runs.append(
+            {
+                "dataset": run.dataset,
+                "manifest": filename,
+                "episodes": len(hpe),
+                "configurations": len(grid),
+                "hpe": mean_ci(hpe, ddof=benchmark.statistic_ddof).to_dict(),
+            }
+        )
+    missing = [m for m in benchmark.manifests if m not in covered]
+    if missing:
+        raise SubmissionError(
+            "missing-manifest",
+            f"benchmark {benchmark.name!r} needs results on {', '.join(missing)}",
+        )
+    report.checks += [
+        "manifest hashes are frozen ones; every episode exactly once",
+        f"grid equals the {protocol.name} grid around the stored centre",
+        "accuracies and ensembles recomputed from stored predictions and logits",
+        "HPE centre matches the held-out centre search",
+    ]
+    return report

@@ -1,0 +1,96 @@
+"""Statistics against scipy and hand computations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats as ss
+
+from fewtrans_board.stats import (
+    average_ci,
+    cohens_d_paired,
+    holm,
+    mean_ci,
+    paired_ttest,
+    rank_intervals,
+    tied_with_best,
+    wilcoxon_signed_rank,
+)
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("n", [8, 30, 50, 51, 600])
+def test_paired_tests_agree_with_scipy(seed: int, n: int) -> None:
+    rng = np.random.default_rng(seed * 1000 + n)
+    a = rng.normal(60, 12, n)
+    b = a + rng.normal(rng.uniform(-2, 2), 4, n)
+    if seed % 3 == 1:  # episode accuracies are coarse: ties and zero differences
+        a, b = np.round(a), np.round(b)
+    ours, theirs = paired_ttest(a, b), ss.ttest_rel(a, b)
+    assert ours.statistic == pytest.approx(theirs.statistic, rel=1e-10)
+    assert ours.pvalue == pytest.approx(theirs.pvalue, rel=1e-9, abs=1e-300)
+    d = a - b
+    nonzero = d[d != 0]
+    ties_or_zeros = len(np.unique(np.abs(nonzero))) < len(nonzero) or len(nonzero) < len(d)
+    if ties_or_zeros and len(nonzero) <= 13:
+        pytest.skip("scipy permutes exhaustively for n <= 13 with ties; documented difference")
+    w, sw = wilcoxon_signed_rank(a, b), ss.wilcoxon(a, b)
+    assert w.statistic == pytest.approx(sw.statistic)
+    assert w.pvalue == pytest.approx(sw.pvalue, rel=1e-7)
+
+
+def test_exact_wilcoxon_is_used_for_small_samples_without_ties() -> None:
+    a = np.array([1.3, 2.9, 4.1, 5.7, 6.2, 8.8, 9.4])
+    b = np.array([1.0, 3.5, 3.0, 4.2, 6.9, 6.1, 7.0])
+    ours, theirs = wilcoxon_signed_rank(a, b), ss.wilcoxon(a, b)
+    assert ours.method == "exact" and ours.pvalue == pytest.approx(theirs.pvalue)
+
+
+def test_holm_matches_a_hand_computation() -> None:
+    p = [0.01, 0.04, 0.03, 0.005]
+    # sorted: 0.005 (x4 = 0.02), 0.01 (x3 = 0.03), 0.03 (x2 = 0.06), 0.04 (x1 = 0.04 -> max 0.06)
+    assert holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+    assert holm([]) == []
+
+
+def test_ci_formula_matches_fewtrans_and_bscd() -> None:
+    rng = np.random.default_rng(1)
+    values = rng.uniform(20, 100, 600)
+    fewtrans = mean_ci(values)
+    assert fewtrans.ci95 == pytest.approx(1.96 * np.std(values, ddof=1) / np.sqrt(600))
+    bscd = mean_ci(values, ddof=0)
+    assert bscd.ci95 == pytest.approx(1.96 * np.std(values) / np.sqrt(600)) and bscd.ddof == 0
+    assert fewtrans.mean == pytest.approx(values.mean())
+
+
+def test_cohens_d_paired() -> None:
+    a, b = np.array([3.0, 5.0, 7.0, 9.0]), np.array([1.0, 4.0, 4.0, 8.0])
+    d = a - b  # 2, 1, 3, 1
+    assert cohens_d_paired(a, b) == pytest.approx(d.mean() / d.std(ddof=1))
+
+
+def test_bootstrap_is_reproducible_and_covers_the_estimate() -> None:
+    rng = np.random.default_rng(2)
+    data = {f"d{i}": rng.uniform(40, 90, 100) for i in range(4)}
+    first, second = average_ci(data, seed=7), average_ci(data, seed=7)
+    assert first == second
+    assert first.low < first.estimate < first.high
+    assert average_ci(data, seed=8) != first
+
+
+def test_rank_intervals_and_ties() -> None:
+    rng = np.random.default_rng(3)
+    base = {d: rng.uniform(40, 90, 300) for d in ("x", "y")}
+    methods = {
+        "strong": {d: v + 10 for d, v in base.items()},
+        "twin": {d: v + 10 + rng.normal(0, 0.5, 300) for d, v in base.items()},
+        "weak": {d: v for d, v in base.items()},
+    }
+    ranks = rank_intervals(methods, resamples=500, seed=0)
+    assert ranks["weak"] == (3, 3, 3)
+    assert {ranks["strong"][0], ranks["twin"][0]} == {1, 2}
+    assert ranks["strong"][1] == 1 and ranks["strong"][2] == 2  # the top two may swap
+    tied = tied_with_best(methods)
+    assert tied["strong"] and tied["twin"] and not tied["weak"]
+    assert rank_intervals(methods, resamples=500, seed=0) == ranks

@@ -1,0 +1,522 @@
+"""Submission flow: a valid bundle is accepted; a corpus of malformed ones is rejected one by
+one with specific codes, leaving the store byte-identical; verify catches altered predictions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.results.schema import METADATA_KEY
+from fewtrans_board.results.shards import rows_to_table
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFESTS = ROOT / "leaderboard" / "manifests"
+META = """\
+[submission]
+id = "lp--demo"
+method = "Linear probe"
+model = "demo-cnn.digits"
+adapter = "linear-probe"
+benchmark = "demo"
+hpe_protocol = "fewtrans-reference"
+authors = ["Test Author"]
+paper = "https://example.org/paper"
+code = "https://example.org/code"
+hardware = "2-core CPU"
+plugins = ["fewtrans-board==0.1.0"]
+"""
+
+
+@pytest.fixture(scope="module")
+def valid_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from click.testing import CliRunner
+
+    from fewtrans_board.cli import make_cli
+
+    work = tmp_path_factory.mktemp("submission")
+    cli = make_cli(get_plugin_manager(entry_points=False))
+
+    def run(args: list[str]) -> None:
+        result = CliRunner().invoke(cli, args, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+
+    run(
+        [
+            "hpe",
+            "search",
+            "--model",
+            "demo-cnn.digits",
+            "--adapter",
+            "linear-probe",
+            "--manifest",
+            str(MANIFESTS / "fewtrans-search--digits.parquet"),
+            "--limit",
+            "2",
+            "--config",
+            "epochs=10",
+            "--out",
+            str(work / "centre.json"),
+            "--device",
+            "cpu",
+            "--json",
+        ]
+    )
+    run(
+        [
+            "evaluate",
+            "--model",
+            "demo-cnn.digits",
+            "--adapter",
+            "linear-probe",
+            "--manifest",
+            str(MANIFESTS / "fewtrans-varied--digits.parquet"),
+            "--protocol",
+            "fewtrans-reference",
+            "--centre",
+            str(work / "centre.json"),
+            "--out",
+            str(work / "run"),
+            "--quiet",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+        ]
+    )
+    (work / "submission.toml").write_text(META)
+    run(
+        [
+            "submission",
+            "pack",
+            str(work / "run"),
+            "--meta",
+            str(work / "submission.toml"),
+            "--out",
+            str(work / "bundle.zip"),
+        ]
+    )
+    return work / "bundle.zip"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    target = tmp_path / "leaderboard"
+    shutil.copytree(MANIFESTS, target / "manifests")
+    return target
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+# --- mutations ---------------------------------------------------------------------------
+
+
+def rezip(
+    source: Path,
+    out: Path,
+    extra: dict[str, bytes] | None = None,
+    skip: Callable[[str], bool] = lambda n: False,
+) -> Path:
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            if not skip(info.filename):
+                dst.writestr(info, src.read(info))
+        for name, data in (extra or {}).items():
+            dst.writestr(name, data)
+    return out
+
+
+def edit_member(source: Path, out: Path, name: str, edit: Callable[[bytes], bytes]) -> Path:
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            dst.writestr(info, edit(data) if info.filename == name else data)
+    return out
+
+
+def edit_meta(source: Path, out: Path, old: str, new: str) -> Path:
+    return edit_member(
+        source, out, "submission.toml", lambda b: b.decode().replace(old, new).encode()
+    )
+
+
+def first_shard(source: Path) -> str:
+    with zipfile.ZipFile(source) as z:
+        return sorted(n for n in z.namelist() if n.endswith(".parquet"))[0]
+
+
+def edit_rows(
+    source: Path, out: Path, edit: Callable[[list[dict], dict], None], name: str | None = None
+) -> Path:
+    import io
+
+    name = name or first_shard(source)
+
+    def rewrite(data: bytes) -> bytes:
+        table = pq.read_table(io.BytesIO(data))
+        meta = json.loads(table.schema.metadata[METADATA_KEY])
+        rows = table.to_pylist()
+        edit(rows, meta)
+        buffer = io.BytesIO()
+        pq.write_table(
+            rows_to_table(rows, {k: v for k, v in meta.items() if k != "schema_version"}), buffer
+        )
+        return buffer.getvalue()
+
+    return edit_member(source, out, name, rewrite)
+
+
+def symlink_bundle(source: Path, out: Path) -> Path:
+    rezip(source, out)
+    with zipfile.ZipFile(out, "a") as z:
+        info = zipfile.ZipInfo("results/link.json")
+        info.external_attr = 0o120777 << 16
+        z.writestr(info, "/etc/passwd")
+    return out
+
+
+def set_row(
+    predicate: Callable[[dict], bool], **changes: object
+) -> Callable[[list[dict], dict], None]:
+    def edit(rows: list[dict], meta: dict) -> None:
+        row = next(r for r in rows if predicate(r))
+        row.update(changes)
+
+    return edit
+
+
+def consistent_vote_change(rows: list[dict], meta: dict) -> None:
+    row = next(r for r in rows if r["aggregation"] == "vote")
+    row["predictions"] = [(p + 1) % row["n_way"] for p in row["predictions"]]
+    labels = recover_labels(rows, row["episode"])
+    row["accuracy"] = float(np.mean(np.array(row["predictions"]) == labels) * 100)
+
+
+def recover_labels(rows: list[dict], episode: int) -> np.ndarray:
+    from fewtrans_board.episodes.manifest import Manifest
+
+    manifest = Manifest.load(MANIFESTS / "fewtrans-varied--digits.parquet")
+    return np.array([label for _, label in manifest.episodes()[episode].query])
+
+
+def centre_edit(key: str, value: object) -> Callable[[bytes], bytes]:
+    def edit(data: bytes) -> bytes:
+        record = json.loads(data)
+        if key.startswith("centre."):
+            record["centre"][key.split(".", 1)[1]] = value
+        else:
+            record[key] = value
+        return json.dumps(record).encode()
+
+    return edit
+
+
+MALFORMED: list[tuple[str, str, Callable[[Path, Path], Path]]] = [
+    ("not-a-zip", "not-a-zip", lambda s, o: (o.write_bytes(b"PK not really a zip"), o)[1]),
+    ("path-traversal", "unsafe-path", lambda s, o: rezip(s, o, {"../../escape.json": b"{}"})),
+    ("absolute-path", "unsafe-path", lambda s, o: rezip(s, o, {"/etc/cron.json": b"{}"})),
+    ("symlink", "symlink", symlink_bundle),
+    (
+        "pickle-file",
+        "forbidden-file",
+        lambda s, o: rezip(s, o, {"results/model.pkl": b"\x80\x04N."}),
+    ),
+    (
+        "fake-parquet",
+        "forbidden-file",
+        lambda s, o: rezip(
+            s, o, {"results/digits/shards/shard-99999-of-00012.parquet": b"\x80\x04N."}
+        ),
+    ),
+    (
+        "missing-meta",
+        "missing-meta",
+        lambda s, o: rezip(s, o, skip=lambda n: n == "submission.toml"),
+    ),
+    (
+        "bad-toml",
+        "bad-toml",
+        lambda s, o: edit_meta(s, o, 'hardware = "2-core CPU"', 'hardware = "2-core CPU'),
+    ),
+    (
+        "no-authors",
+        "meta-missing-field",
+        lambda s, o: edit_meta(s, o, 'authors = ["Test Author"]\n', ""),
+    ),
+    (
+        "script-url",
+        "meta-bad-value",
+        lambda s, o: edit_meta(s, o, "https://example.org/paper", "javascript:alert(1)"),
+    ),
+    (
+        "unpinned",
+        "unpinned-plugin",
+        lambda s, o: edit_meta(s, o, "fewtrans-board==0.1.0", "fewtrans-board>=0.1"),
+    ),
+    (
+        "wrong-pin",
+        "plugin-version-mismatch",
+        lambda s, o: edit_meta(s, o, "fewtrans-board==0.1.0", "fewtrans-board==9.9.9"),
+    ),
+    (
+        "unknown-benchmark",
+        "unknown-benchmark",
+        lambda s, o: edit_meta(s, o, 'benchmark = "demo"', 'benchmark = "imagenet-1k"'),
+    ),
+    (
+        "wrong-benchmark",
+        "wrong-manifest",
+        lambda s, o: edit_meta(s, o, 'benchmark = "demo"', 'benchmark = "fewtrans-adapters"'),
+    ),
+    (
+        "model-mismatch",
+        "model-mismatch",
+        lambda s, o: edit_meta(s, o, 'model = "demo-cnn.digits"', 'model = "demo-cnn.random"'),
+    ),
+    (
+        "protocol-mismatch",
+        "protocol-mismatch",
+        lambda s, o: edit_meta(s, o, '"fewtrans-reference"', '"fewtrans-paper"'),
+    ),
+    (
+        "missing-shard",
+        "incomplete",
+        lambda s, o: rezip(s, o, skip=lambda n: n.endswith("shard-00003-of-00012.parquet")),
+    ),
+    (
+        "unknown-manifest",
+        "unknown-manifest",
+        lambda s, o: edit_rows(s, o, lambda r, m: m["manifest"].update(sha256="0" * 64)),
+    ),
+    (
+        "duplicate-episode",
+        "duplicate-episode",
+        lambda s, o: edit_rows(s, o, lambda r, m: r.append(dict(r[0]))),
+    ),
+    (
+        "grid-mismatch",
+        "grid-mismatch",
+        lambda s, o: edit_rows(s, o, lambda r, m: m["identity"]["grid"].pop()),
+    ),
+    (
+        "config-swapped",
+        "grid-mismatch",
+        lambda s, o: edit_rows(
+            s, o, set_row(lambda r: r["config_index"] == 0, config='{"lr_head":9.0}')
+        ),
+    ),
+    (
+        "accuracy-inflated",
+        "accuracy-mismatch",
+        lambda s, o: edit_rows(s, o, set_row(lambda r: r["aggregation"] == "vote", accuracy=100.0)),
+    ),
+    (
+        "nan-logits",
+        "bad-logits",
+        lambda s, o: edit_rows(s, o, lambda r, m: r[0]["logits"].__setitem__(0, float("nan"))),
+    ),
+    (
+        "prediction-out-of-range",
+        "bad-predictions",
+        lambda s, o: edit_rows(s, o, lambda r, m: r[0]["predictions"].__setitem__(0, 99)),
+    ),
+    ("ensemble-forged", "ensemble-mismatch", lambda s, o: edit_rows(s, o, consistent_vote_change)),
+    (
+        "no-centre-search",
+        "centre-search-missing",
+        lambda s, o: rezip(s, o, skip=lambda n: n == "centre-search.json"),
+    ),
+    (
+        "centre-moved",
+        "centre-mismatch",
+        lambda s, o: edit_member(s, o, "centre-search.json", centre_edit("centre.lr_head", 123.0)),
+    ),
+    (
+        "centre-not-held-out",
+        "centre-not-held-out",
+        lambda s, o: edit_member(s, o, "centre-search.json", centre_edit("dataset", "eurosat")),
+    ),
+]
+
+
+def test_valid_bundle_is_accepted_and_added(valid_bundle: Path, store: Path, invoke) -> None:  # type: ignore[no-untyped-def]
+    pm = get_plugin_manager(entry_points=False)
+    result = invoke(
+        ["submission", "validate", str(valid_bundle), "--leaderboard", str(store), "--json"], pm=pm
+    )
+    report = json.loads(result.output)
+    assert result.exit_code == 0 and report["ok"] and report["runs"][0]["episodes"] == 600
+    added = invoke(["leaderboard", "add", str(valid_bundle), "--leaderboard", str(store)], pm=pm)
+    assert added.exit_code == 0, added.output
+    index = json.loads((store / "index.json").read_text())
+    assert (
+        index["benchmarks"]["demo"] == ["lp--demo"]
+        and index["submissions"][0]["status"] == "validated"
+    )
+    assert (
+        invoke(["leaderboard", "rebuild", "--check", "--leaderboard", str(store)], pm=pm).exit_code
+        == 0
+    )
+    again = invoke(["leaderboard", "add", str(valid_bundle), "--leaderboard", str(store)], pm=pm)
+    assert again.exit_code == 1 and "[immutable]" in again.output
+
+
+def test_malformed_corpus_is_rejected_and_changes_nothing(
+    valid_bundle: Path, store: Path, tmp_path: Path, invoke
+) -> None:  # type: ignore[no-untyped-def]
+    pm = get_plugin_manager(entry_points=False)
+    invoke(["leaderboard", "add", str(valid_bundle), "--leaderboard", str(store)], pm=pm)
+    before = snapshot(store)
+    codes = set()
+    for name, code, mutate in MALFORMED:
+        bundle = mutate(valid_bundle, tmp_path / f"{name}.zip")
+        result = invoke(
+            ["leaderboard", "add", str(bundle), "--leaderboard", str(store), "--json"], pm=pm
+        )
+        report = json.loads(result.output)
+        assert result.exit_code == 1 and not report["ok"], name
+        assert report["code"] == code, (name, report["error"])
+        codes.add(code)
+        assert snapshot(store) == before, f"{name} changed the store"
+    assert len(MALFORMED) >= 15 and len(codes) >= 15
+
+
+def test_size_limits(
+    valid_bundle: Path, store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invoke
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr("fewtrans_board.leaderboard.bundle.MAX_FILE_BYTES", 1000)
+    result = invoke(
+        ["submission", "validate", str(valid_bundle), "--leaderboard", str(store), "--json"],
+        pm=get_plugin_manager(entry_points=False),
+    )
+    assert json.loads(result.output)["code"] == "too-large"
+
+
+def test_supersedes_marks_the_old_entry(
+    valid_bundle: Path, store: Path, tmp_path: Path, invoke
+) -> None:  # type: ignore[no-untyped-def]
+    pm = get_plugin_manager(entry_points=False)
+    invoke(["leaderboard", "add", str(valid_bundle), "--leaderboard", str(store)], pm=pm)
+    newer = edit_meta(
+        valid_bundle,
+        tmp_path / "v2.zip",
+        'id = "lp--demo"',
+        'id = "lp--demo.v2"\nsupersedes = "lp--demo"',
+    )
+    assert (
+        invoke(["leaderboard", "add", str(newer), "--leaderboard", str(store)], pm=pm).exit_code
+        == 0
+    )
+    index = json.loads((store / "index.json").read_text())
+    old = next(e for e in index["submissions"] if e["id"] == "lp--demo")
+    assert old["superseded_by"] == "lp--demo.v2"
+    orphan = edit_meta(
+        valid_bundle,
+        tmp_path / "v3.zip",
+        'id = "lp--demo"',
+        'id = "lp--demo.v3"\nsupersedes = "nothing"',
+    )
+    assert (
+        "[meta-bad-value]"
+        in invoke(["leaderboard", "add", str(orphan), "--leaderboard", str(store)], pm=pm).output
+    )
+
+
+def sampled_episodes(seed: int, sample: int, n: int = 600) -> list[int]:
+    return sorted(int(i) for i in np.random.RandomState(seed).choice(n, size=sample, replace=False))
+
+
+def forge_episode(episode: int) -> Callable[[list[dict], dict], None]:
+    """Make every prediction of one episode correct, with consistent accuracies and ensembles."""
+
+    def edit(rows: list[dict], meta: dict) -> None:
+        labels = recover_labels(rows, episode).tolist()
+        for row in rows:
+            if row["episode"] == episode:
+                row["predictions"] = list(labels)
+                row["accuracy"] = 100.0
+                if row["kind"] == "config":
+                    n_way = row["n_way"]
+                    row["logits"] = [
+                        0.0 if c == label else -1.0 for label in labels for c in range(n_way)
+                    ]
+                elif row["aggregation"] == "logit-mean":
+                    row["logits"] = [
+                        0.0 if c == label else -1.0 for label in labels for c in range(row["n_way"])
+                    ]
+
+    return edit
+
+
+def test_verify_passes_honest_and_catches_forged_predictions(
+    valid_bundle: Path, store: Path, tmp_path: Path, invoke
+) -> None:  # type: ignore[no-untyped-def]
+    pm = get_plugin_manager(entry_points=False)
+    args = ["--leaderboard", str(store), "--sample", "3", "--seed", "4", "--json"]
+    honest = invoke(["submission", "verify", str(valid_bundle), *args], pm=pm)
+    report = json.loads(honest.output)
+    assert honest.exit_code == 0 and report["passed"]
+    assert all(e["config_agreement"] == 1.0 for e in report["episodes"])
+    target = sampled_episodes(4, 3)[1]
+    shard = f"results/digits/shards/shard-{target // 50:05d}-of-00012.parquet"
+    forged = edit_rows(valid_bundle, tmp_path / "forged.zip", forge_episode(target), name=shard)
+    assert (
+        invoke(
+            ["submission", "validate", str(forged), "--leaderboard", str(store)], pm=pm
+        ).exit_code
+        == 0
+    )
+    result = invoke(["submission", "verify", str(forged), *args], pm=pm)
+    report = json.loads(result.output)
+    assert result.exit_code == 1 and report["code"] == "verification-failed"
+    failing = [e for e in report["report"]["episodes"] if not e["passed"]]
+    assert [e["episode"] for e in failing] == [target]
+
+
+def test_verify_requires_the_pinned_version() -> None:
+    from fewtrans_board.leaderboard.verify import check_pins_installed
+
+    check_pins_installed({"fewtrans-board": "0.1.0"})
+    with pytest.raises(SubmissionError, match="pin-not-installed"):
+        check_pins_installed({"fewtrans-board": "0.0.1"})
+    with pytest.raises(SubmissionError, match=r"install no-such-dist==1\.0"):
+        check_pins_installed({"no-such-dist": "1.0"})
+
+
+def test_leaderboard_check_on_a_stored_entry(valid_bundle: Path, store: Path, invoke) -> None:  # type: ignore[no-untyped-def]
+    pm = get_plugin_manager(entry_points=False)
+    invoke(["leaderboard", "add", str(valid_bundle), "--leaderboard", str(store)], pm=pm)
+    result = invoke(
+        [
+            "leaderboard",
+            "check",
+            "lp--demo",
+            "--verify",
+            "2",
+            "--seed",
+            "1",
+            "--leaderboard",
+            str(store),
+            "--json",
+        ],
+        pm=pm,
+    )
+    report = json.loads(result.output)
+    assert result.exit_code == 0 and report["ok"] and report["verification"]["passed"]
+    missing = invoke(["leaderboard", "check", "nope", "--leaderboard", str(store)], pm=pm)
+    assert missing.exit_code == 1 and "[unknown-submission]" in missing.output
