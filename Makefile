@@ -31,8 +31,8 @@ manifests: $(STAMP)
 	$(PY) -m fewtrans_board.episodes
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check fewtrans_board tests plugins benchmarks
-	$(VENV)/bin/ruff format --check fewtrans_board tests plugins benchmarks
+	$(VENV)/bin/ruff check fewtrans_board tests plugins benchmarks scripts
+	$(VENV)/bin/ruff format --check fewtrans_board tests plugins benchmarks scripts
 	$(VENV)/bin/mypy fewtrans_board
 
 docs: $(STAMP)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ class DemoResult:
     out: Path
     summaries: list[dict[str, Any]]
     gains: list[dict[str, Any]]
+    site_index: Path | None = None
 
 
 def run_demo(
@@ -40,6 +42,7 @@ def run_demo(
     models: Sequence[str] = DEMO_MODELS,
     device: str = "cpu",
     progress: bool = True,
+    build_site_too: bool = True,
 ) -> DemoResult:
     """Build the digits manifest, evaluate every (model, adapter) with HPE, compare models.
 
@@ -72,4 +75,14 @@ def run_demo(
                     **mean_ci(diff).to_dict(),
                 }
             )
-    return DemoResult(out=out, summaries=summaries, gains=gains)
+    result = DemoResult(out=out, summaries=summaries, gains=gains)
+    if build_site_too:
+        from fewtrans_board.website.build import build_site
+
+        store = out / "leaderboard"
+        (store / "manifests").mkdir(parents=True, exist_ok=True)
+        for file in manifest.parent.glob(manifest.name + "*"):
+            shutil.copy2(file, store / "manifests" / file.name)
+        build_site(store, out / "site", registry, [out / "results"])
+        result.site_index = out / "site" / "index.html"
+    return result

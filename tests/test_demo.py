@@ -16,6 +16,9 @@ def test_demo_pretrained_beats_random(tmp_path: Path, invoke) -> None:  # type: 
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert len(report["summaries"]) == 6
+    site = Path(report["site"])
+    assert site.is_file() and (site.parent / "benchmark-demo.html").is_file()
+    assert "local run" in (site.parent / "benchmark-demo.html").read_text()
     for gain in report["gains"]:
         assert gain["n"] == 30 and gain["mean"] - gain["ci95"] > 0, gain  # CI excludes zero
     runs = {(s["model"], s["adapter"]): s for s in report["summaries"]}

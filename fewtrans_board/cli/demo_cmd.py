@@ -51,7 +51,14 @@ def demo_command(
         app.registry, out, episodes=episodes, adapters=names, progress=not (quiet or as_json)
     )
     if as_json:
-        echo_json({"out": str(out), "summaries": result.summaries, "gains": result.gains})
+        echo_json(
+            {
+                "out": str(out),
+                "summaries": result.summaries,
+                "gains": result.gains,
+                "site": str(result.site_index) if result.site_index else None,
+            }
+        )
         return
     print_summaries(result.summaries)
     click.echo("\nPretraining gain (paired over shared episodes, HPE accuracy, 95% CI):")
@@ -60,3 +67,5 @@ def demo_command(
         [[g["adapter"], f"{g['mean']:+.2f} ± {g['ci95']:.2f}", g["n"]] for g in result.gains],
     )
     click.echo(f"\nresults: {out / 'results'}")
+    if result.site_index is not None:
+        click.echo(f"site: {result.site_index.resolve()}")

@@ -25,6 +25,7 @@ def register_commands(cli: click.Group) -> None:
         plugins_command,
     )
     from fewtrans_board.cli.manifest_cmd import datasets_check, manifest_group
+    from fewtrans_board.cli.site_cmd import site_group
     from fewtrans_board.cli.validate_cmd import validate_command
 
     datasets_group.add_command(datasets_check)
@@ -42,5 +43,6 @@ def register_commands(cli: click.Group) -> None:
         submission_group,
         leaderboard_group,
         compare_command,
+        site_group,
     ):
         cli.add_command(command)

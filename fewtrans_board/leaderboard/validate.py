@@ -269,6 +269,11 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
             raise
         except Exception as exc:
             raise SubmissionError("bad-results-schema", f"{path.name}: {exc}") from exc
+        if "roles" not in run.meta.get("hpe", {}):
+            raise SubmissionError(
+                "bad-results-schema",
+                f"{run.dataset}: results lack the HPE axis roles; re-run with this fewtrans-board",
+            )
         _check_provenance(meta, run)
         sha = run.meta["manifest"]["sha256"]
         if sha not in store.frozen:

@@ -1,0 +1,48 @@
+"""``site build``: render the static leaderboard site."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from fewtrans_board.cli.app import App, pass_app
+
+
+@click.group("site")
+def site_group() -> None:
+    """Build the static leaderboard site."""
+
+
+@site_group.command("build")
+@click.option(
+    "--leaderboard",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=lambda: os.environ.get("FEWTRANS_BOARD_LEADERBOARD", "leaderboard"),
+    show_default="leaderboard",
+    help="The leaderboard store folder.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("_site"),
+    show_default=True,
+    help="Output folder.",
+)
+@click.option(
+    "--results",
+    "results",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Also show these local result folders as unsubmitted entries (repeatable).",
+)
+@pass_app
+def site_build(app: App, leaderboard: Path, out: Path, results: tuple[Path, ...]) -> None:
+    """Render tables with CIs, significance flags, method and dataset pages, plots. No JS needed."""
+    from fewtrans_board.website.build import build_site
+
+    if not leaderboard.is_dir():
+        raise click.ClickException(f"leaderboard folder {leaderboard} does not exist")
+    pages = build_site(leaderboard, out, app.registry, list(results))
+    click.echo(f"wrote {len(pages)} pages to {out}; open {out / 'index.html'}")

@@ -1,0 +1,196 @@
+"""Render the static site: Jinja templates (autoescaped, strict) over the derived views."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from fewtrans_board import __version__
+from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, get_hpe_protocol
+from fewtrans_board.leaderboard.store import LeaderboardStore
+from fewtrans_board.stats.intervals import mean_ci
+from fewtrans_board.website.data import (
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    COLUMN_SETS,
+    BenchmarkView,
+    MethodRun,
+    SiteData,
+    build_site_data,
+    site_files_dir,
+)
+from fewtrans_board.website.plots import ci_bars, heatmap, histogram
+
+AGGREGATION_TITLES = {
+    "hpe": "HPE (the protocol's fusion: logit mean or vote)",
+    "vote": "Majority vote of the configurations",
+    "oracle": "Oracle: best single configuration in hindsight (upper bound)",
+}
+
+
+def environment(templates: Path) -> Environment:
+    """Jinja environment: autoescaping on every template, undefined variables are errors."""
+    env = Environment(
+        loader=FileSystemLoader(str(templates)),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    env.globals.update(version=__version__)
+    return env
+
+
+def _heatmaps(run: MethodRun) -> list[dict[str, Any]]:
+    """Per-configuration mean accuracy arranged on the HPE axes."""
+    roles = run.roles
+    if not roles:
+        return []
+    _, matrix, configs = run.run.config_matrix()
+    means = np.nanmean(matrix, axis=0)
+    points = [json.loads(c) for c in configs]
+    protocol = get_hpe_protocol(run.run.meta["hpe"]["name"])
+    axes = protocol.axes_for(run.run.meta["adapter"]["centre"], roles)
+    names = list(axes)
+    if not names:
+        return []
+    row_axis = names[0]
+    col_axis = names[1] if len(names) > 1 else None
+    rest = names[2:]
+    panels: dict[tuple[Any, ...], np.ndarray] = {}
+    for point, mean in zip(points, means, strict=True):
+        key = tuple(point[n] for n in rest)
+        panel = panels.setdefault(
+            key, np.full((len(axes[row_axis]), len(axes[col_axis]) if col_axis else 1), np.nan)
+        )
+        i = axes[row_axis].index(point[row_axis])
+        j = axes[col_axis].index(point[col_axis]) if col_axis else 0
+        panel[i, j] = mean
+    out = []
+    for key, panel in panels.items():
+        suffix = ", ".join(f"{n} = {v}" for n, v in zip(rest, key, strict=True))
+        caption = f"Mean accuracy of each configuration on {run.dataset}" + (
+            f" ({suffix})" if suffix else ""
+        )
+        out.append(
+            {
+                "caption": caption,
+                "svg": heatmap(
+                    panel,
+                    [f"{v:g}" for v in axes[row_axis]],
+                    [f"{v:g}" for v in axes[col_axis]] if col_axis else ["-"],
+                    row_title=row_axis,
+                    col_title=col_axis or "",
+                    title=caption,
+                ),
+            }
+        )
+    return out
+
+
+def _benchmark_context(view: BenchmarkView) -> dict[str, Any]:
+    plots = {}
+    for dataset in view.datasets:
+        rows = [
+            (r.method.label, r.cells[dataset].mean, r.cells[dataset].ci95)
+            for r in view.tables.get("hpe", [])
+        ]
+        plots[dataset] = ci_bars(rows, title=f"{view.benchmark.title}: {dataset}")
+    return {
+        "view": view,
+        "column_sets": COLUMN_SETS,
+        "aggregation_titles": AGGREGATION_TITLES,
+        "bootstrap_seed": BOOTSTRAP_SEED,
+        "ci_plots": plots,
+    }
+
+
+def _dataset_entries(data: SiteData, name: str) -> list[dict[str, Any]]:
+    entries = []
+    for view, method in data.datasets.get(name, []):
+        values = method.runs[name].aggregations["hpe"]
+        entries.append(
+            {
+                "view": view,
+                "method": method,
+                "stats": mean_ci(values, ddof=view.benchmark.statistic_ddof),
+                "histogram": histogram(values, title=f"{method.label} on {name}"),
+            }
+        )
+    return sorted(entries, key=lambda e: -e["stats"].mean)
+
+
+def build_site(
+    leaderboard: Path, out: Path, registry: Any | None = None, local_runs: list[Path] | None = None
+) -> list[Path]:
+    """Build the static site for a leaderboard store into ``out``.
+
+    Args:
+        leaderboard: the store folder.
+        out: output folder (created; existing HTML pages are replaced).
+        registry: plugin registry for dataset metadata (optional).
+        local_runs: result folders to show as unsubmitted local entries (the demo's).
+
+    Returns:
+        The written HTML pages.
+    """
+    store = LeaderboardStore(leaderboard)
+    data = build_site_data(store, local_runs)
+    files = site_files_dir()
+    env = environment(files / "templates")
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(files / "static", out / "static", dirs_exist_ok=True)
+    written: list[Path] = []
+
+    def render(template: str, target: str, **context: Any) -> None:
+        path = out / target
+        path.write_text(env.get_template(template).render(**context), encoding="utf-8")
+        written.append(path)
+
+    render("index.html", "index.html", benchmarks=data.benchmarks, datasets=sorted(data.datasets))
+    for view in data.benchmarks:
+        render(
+            "benchmark.html", f"benchmark-{view.benchmark.name}.html", **_benchmark_context(view)
+        )
+    for method in data.methods:
+        render(
+            "method.html",
+            f"method-{method.id}.html",
+            method=method,
+            histograms={
+                d: histogram(r.aggregations["hpe"], title=f"{method.label} on {d}")
+                for d, r in method.runs.items()
+            },
+            heatmaps={d: _heatmaps(r) for d, r in method.runs.items()},
+        )
+    for name in sorted(data.datasets):
+        spec = (
+            registry.datasets.get(name).obj
+            if registry is not None and name in registry.datasets
+            else None
+        )
+        entries = _dataset_entries(data, name)
+        plot = ci_bars(
+            [(e["method"].label, e["stats"].mean, e["stats"].ci95) for e in entries], title=name
+        )
+        render(
+            "dataset.html",
+            f"dataset-{name}.html",
+            name=name,
+            spec=spec,
+            entries=entries,
+            ci_plot=plot,
+        )
+    render(
+        "protocol.html",
+        "protocol.html",
+        hpe_protocols=list(HPE_PROTOCOLS.values()),
+        bootstrap_seed=BOOTSTRAP_SEED,
+        bootstrap_resamples=BOOTSTRAP_RESAMPLES,
+    )
+    render("submit.html", "submit.html")
+    return written

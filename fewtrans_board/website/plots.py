@@ -1,0 +1,145 @@
+"""Inline SVG plots made here (no plotting library, no external requests).
+
+Every text element is escaped; plots carry a ``<title>`` for screen readers and tooltips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from markupsafe import Markup, escape
+
+PALETTE = ("#3366cc", "#dc3912", "#109618", "#ff9900", "#990099", "#0099c6", "#dd4477", "#66aa00")
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.1f}"
+
+
+def ci_bars(
+    rows: Sequence[tuple[str, float, float]], *, width: int = 560, title: str = ""
+) -> Markup:
+    """Horizontal bars of means with 95% CI whiskers.
+
+    Args:
+        rows: ``(label, mean, ci95)`` per bar.
+        width: SVG width in pixels.
+        title: accessible title.
+    """
+    if not rows:
+        return Markup("")
+    height = 26 * len(rows) + 30
+    left, right = 170, width - 20
+    low = max(0.0, min(m - c for _, m, c in rows) - 5)
+    high = min(100.0, max(m + c for _, m, c in rows) + 5)
+    span = max(high - low, 1e-6)
+
+    def x(value: float) -> float:
+        return left + (value - low) / span * (right - left)
+
+    parts = [
+        f'<svg class="plot" role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>'
+    ]
+    for i, (label, mean, ci) in enumerate(rows):
+        y = 15 + i * 26
+        short = label if len(label) <= 28 else label[:27] + "…"
+        parts.append(
+            f'<text x="{left - 8}" y="{y + 13}" text-anchor="end" class="label">{escape(short)}</text>'
+        )
+        parts.append(
+            f'<rect x="{left}" y="{y + 3}" width="{max(x(mean) - left, 0):.1f}" height="14" fill="{PALETTE[i % len(PALETTE)]}" opacity="0.35"/>'
+        )
+        parts.append(
+            f'<line x1="{x(mean - ci):.1f}" x2="{x(mean + ci):.1f}" y1="{y + 10}" y2="{y + 10}" stroke="#222" stroke-width="1.5"/>'
+        )
+        parts.append(
+            f'<circle cx="{x(mean):.1f}" cy="{y + 10}" r="3.5" fill="#222"><title>{escape(label)}: {mean:.2f} ± {ci:.2f}</title></circle>'
+        )
+    axis_y = height - 12
+    for tick in np.linspace(low, high, 5):
+        parts.append(
+            f'<text x="{x(tick):.1f}" y="{axis_y}" text-anchor="middle" class="tick">{_fmt(tick)}</text>'
+        )
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def histogram(
+    values: Sequence[float] | np.ndarray,
+    *,
+    bins: int = 20,
+    width: int = 320,
+    height: int = 110,
+    title: str = "",
+) -> Markup:
+    """Distribution of per-episode accuracies (0-100) as a bar histogram."""
+    array = np.asarray(values, dtype=float)
+    if array.size == 0:
+        return Markup("")
+    counts, edges = np.histogram(array, bins=bins, range=(0.0, 100.0))
+    top = max(int(counts.max()), 1)
+    bar = (width - 20) / bins
+    parts = [
+        f'<svg class="plot" role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>'
+    ]
+    for i, count in enumerate(counts):
+        h = (height - 30) * count / top
+        parts.append(
+            f'<rect x="{10 + i * bar:.1f}" y="{height - 20 - h:.1f}" width="{bar - 1:.1f}" height="{h:.1f}" fill="#3366cc">'
+            f"<title>{edges[i]:.0f}-{edges[i + 1]:.0f}%: {count} episodes</title></rect>"
+        )
+    parts.append(f'<text x="10" y="{height - 5}" class="tick">0%</text>')
+    parts.append(
+        f'<text x="{width - 10}" y="{height - 5}" text-anchor="end" class="tick">100%</text>'
+    )
+    parts.append(
+        f'<line x1="{10 + array.mean() / 100 * (width - 20):.1f}" x2="{10 + array.mean() / 100 * (width - 20):.1f}" y1="5" y2="{height - 20}" stroke="#dc3912" stroke-dasharray="3,2"/>'
+    )
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def heatmap(
+    matrix: np.ndarray,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    *,
+    row_title: str,
+    col_title: str,
+    title: str = "",
+) -> Markup:
+    """Per-configuration mean accuracy on a grid (rows x columns), cells annotated."""
+    rows, cols = matrix.shape
+    cell_w, cell_h, left, top = 64, 28, 110, 40
+    width, height = left + cols * cell_w + 10, top + rows * cell_h + 30
+    finite = matrix[np.isfinite(matrix)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    span = max(high - low, 1e-6)
+    parts = [
+        f'<svg class="plot" role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
+        f'<text x="{left + cols * cell_w / 2:.0f}" y="14" text-anchor="middle" class="label">{escape(col_title)}</text>',
+        f'<text x="8" y="{top + rows * cell_h / 2:.0f}" class="label">{escape(row_title)}</text>',
+    ]
+    for j, label in enumerate(col_labels):
+        parts.append(
+            f'<text x="{left + j * cell_w + cell_w / 2:.0f}" y="{top - 6}" text-anchor="middle" class="tick">{escape(label)}</text>'
+        )
+    for i, label in enumerate(row_labels):
+        parts.append(
+            f'<text x="{left - 6}" y="{top + i * cell_h + 18}" text-anchor="end" class="tick">{escape(label)}</text>'
+        )
+        for j in range(cols):
+            value = matrix[i, j]
+            shade = 0.15 + 0.85 * ((value - low) / span if np.isfinite(value) else 0)
+            text = f"{value:.1f}" if np.isfinite(value) else "-"
+            parts.append(
+                f'<rect x="{left + j * cell_w}" y="{top + i * cell_h}" width="{cell_w - 2}" height="{cell_h - 2}" '
+                f'fill="#109618" fill-opacity="{shade:.2f}"><title>{escape(label)} / {escape(col_labels[j])}: {text}</title></rect>'
+                f'<text x="{left + j * cell_w + cell_w / 2 - 1:.0f}" y="{top + i * cell_h + 18}" text-anchor="middle" class="cell">{text}</text>'
+            )
+    parts.append("</svg>")
+    return Markup("".join(parts))

@@ -1,0 +1,85 @@
+"""The CI workflow calls real commands; compare prints the paired report."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from fewtrans_board.plugins import get_plugin_manager
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOW = ROOT / ".github" / "workflows" / "leaderboard.yml"
+
+
+def workflow_commands() -> list[list[str]]:
+    text = WORKFLOW.read_text()
+    commands = []
+    for match in re.finditer(r"fewtrans-board((?: [a-z][a-z-]*)+)", text):
+        commands.append(match.group(1).split())
+    return commands
+
+
+def test_workflow_commands_exist(invoke) -> None:  # type: ignore[no-untyped-def]
+    commands = workflow_commands()
+    assert ["leaderboard", "check"] in [c[:2] for c in commands]
+    assert ["leaderboard", "rebuild"] in [c[:2] for c in commands]
+    assert ["site", "build"] in [c[:2] for c in commands]
+    for words in commands:
+        result = invoke([*words[:2], "--help"])
+        assert result.exit_code == 0, (words, result.output)
+    text = WORKFLOW.read_text()
+    assert (
+        "pull_request:" in text and "leaderboard/submissions/**" in text and "deploy-pages" in text
+    )
+    assert "vars.VERIFY_RUNNER" in text  # the GPU runner label is configurable
+
+
+def test_compare_two_demo_runs(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
+    pm = get_plugin_manager(entry_points=False)
+    manifest = ROOT / "leaderboard/manifests/fewtrans-varied--digits.parquet"
+    for model in ("demo-cnn.digits", "demo-cnn.random"):
+        result = invoke(
+            [
+                "evaluate",
+                "--model",
+                model,
+                "--adapter",
+                "mean-centroid",
+                "--manifest",
+                str(manifest),
+                "--out",
+                str(tmp_path / model),
+                "--limit",
+                "40",
+                "--quiet",
+                "--device",
+                "cpu",
+            ],
+            pm=pm,
+        )
+        assert result.exit_code == 0, result.output
+    text = invoke(
+        ["compare", str(tmp_path / "demo-cnn.digits"), str(tmp_path / "demo-cnn.random")], pm=pm
+    ).output
+    assert (
+        "A = demo-cnn.digits / mean-centroid" in text and "overall" in text and "Cohen's d" in text
+    )
+    report = json.loads(
+        invoke(
+            [
+                "compare",
+                str(tmp_path / "demo-cnn.digits"),
+                str(tmp_path / "demo-cnn.random"),
+                "--json",
+            ],
+            pm=pm,
+        ).output
+    )
+    row = report["datasets"][0]
+    assert row["dataset"] == "digits" and row["episodes"] == 40
+    assert (
+        row["difference"] == row["a"] - row["b"]
+        or abs(row["difference"] - (row["a"] - row["b"])) < 1e-9
+    )
+    assert row["significant"] and report["overall"]["difference_ci"][0] > 0

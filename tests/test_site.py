@@ -1,0 +1,333 @@
+"""The static site: rendered from fixture results, escaped, numbers equal to the stats module,
+paper tables transcribed faithfully, and opened in headless Chromium without errors or
+requests leaving localhost."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import html
+import http.server
+import json
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from fewtrans_board.leaderboard import benchmarks as benchmarks_module
+from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.results.load import find_runs, load_run
+from fewtrans_board.stats import average_ci, mean_ci
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts"
+SEEDS = ROOT.parent / "shared" / "seeds"
+EVIL = 'Mean centroid <script>alert("pwned")</script> & "quotes"'
+META = """[submission]
+id = "{id}"
+method = {method}
+model = "{model}"
+adapter = "mean-centroid"
+benchmark = "demo"
+hpe_protocol = "fewtrans-paper"
+authors = ["Test"]
+hardware = "CPU"
+plugins = ["fewtrans-board==0.1.0"]
+"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from click.testing import CliRunner
+
+    from fewtrans_board.cli import make_cli
+
+    work = tmp_path_factory.mktemp("site")
+    store = work / "leaderboard"
+    shutil.copytree(ROOT / "leaderboard" / "manifests", store / "manifests")
+    shutil.copytree(ROOT / "leaderboard" / "reported", store / "reported")
+    cli = make_cli(get_plugin_manager(entry_points=False))
+
+    def run(*args: str) -> None:
+        result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+
+    for ident, model, method in (
+        ("mc-pretrained", "demo-cnn.digits", json.dumps(EVIL)),
+        ("mc-random", "demo-cnn.random", '"Mean centroid, random"'),
+    ):
+        run(
+            "evaluate",
+            "--model",
+            model,
+            "--adapter",
+            "mean-centroid",
+            "--manifest",
+            str(store / "manifests" / "fewtrans-varied--digits.parquet"),
+            "--out",
+            str(work / ident),
+            "--quiet",
+            "--device",
+            "cpu",
+        )
+        (work / f"{ident}.toml").write_text(META.format(id=ident, method=method, model=model))
+        run(
+            "submission",
+            "pack",
+            str(work / ident),
+            "--meta",
+            str(work / f"{ident}.toml"),
+            "--out",
+            str(work / f"{ident}.zip"),
+        )
+        run("leaderboard", "add", str(work / f"{ident}.zip"), "--leaderboard", str(store))
+    # The demo benchmark's reference is fine-tuning; use the random-init entry so flags show.
+    patched = dict(benchmarks_module.BENCHMARKS)
+    patched["demo"] = dataclasses.replace(patched["demo"], reference_adapter="mean-centroid")
+    original = benchmarks_module.BENCHMARKS.copy()
+    benchmarks_module.BENCHMARKS.clear()
+    benchmarks_module.BENCHMARKS.update(patched)
+    try:
+        run("site", "build", "--leaderboard", str(store), "--out", str(work / "_site"))
+    finally:
+        benchmarks_module.BENCHMARKS.clear()
+        benchmarks_module.BENCHMARKS.update(original)
+    return store, work / "_site"
+
+
+def test_pages_exist(site: tuple[Path, Path]) -> None:
+    _, out = site
+    names = {p.name for p in out.glob("*.html")}
+    assert {
+        "index.html",
+        "benchmark-demo.html",
+        "method-mc-pretrained.html",
+        "method-mc-random.html",
+        "dataset-digits.html",
+        "protocol.html",
+        "submit.html",
+    } <= names
+    assert {"benchmark-fewtrans-models.html", "benchmark-bscd.html"} <= names  # reported-only pages
+    assert (out / "static" / "style.css").is_file()
+
+
+def test_hostile_method_name_is_escaped(site: tuple[Path, Path]) -> None:
+    _, out = site
+    for page in (
+        "index.html",
+        "benchmark-demo.html",
+        "method-mc-pretrained.html",
+        "dataset-digits.html",
+    ):
+        text = (out / page).read_text()
+        assert "<script>alert" not in text, page
+    text = (out / "method-mc-pretrained.html").read_text()
+    assert "&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt; &amp; &#34;quotes&#34;" in text
+
+
+def _cells(page: str) -> dict[tuple[str, str], tuple[float, float]]:
+    """``(method id, dataset) -> (mean, ci)`` from the first (headline) table of a page."""
+    first_table = page.split("</table>")[0]
+    pattern = re.compile(
+        r'<a class="num" href="method-([^"]+)\.html#([^"]+)"[^>]*><span class="mean">([\d.]+)</span>&nbsp;<span class="pm">± ([\d.]+)</span>'
+    )
+    return {(m, d): (float(a), float(b)) for m, d, a, b in pattern.findall(first_table)}
+
+
+def test_numbers_equal_the_statistics_module(site: tuple[Path, Path]) -> None:
+    store, out = site
+    page = (out / "benchmark-demo.html").read_text()
+    cells = _cells(page)
+    assert set(cells) == {("mc-pretrained", "digits"), ("mc-random", "digits")}
+    for ident in ("mc-pretrained", "mc-random"):
+        run = load_run(find_runs([store / "results" / ident])[0])
+        hpe = run.aggregations()["hpe"]
+        stats = mean_ci(hpe)
+        assert cells[(ident, "digits")] == (round(stats.mean, 2), round(stats.ci95, 2))
+        average = average_ci({"digits": hpe}, resamples=2000, seed=0)
+        assert (
+            f'{average.estimate:.2f}</a> <span class="pm">[{average.low:.2f}, {average.high:.2f}]'
+            in page
+        )
+    # The reference is the first entry using the reference adapter (mc-pretrained here);
+    # the random-init backbone is flagged significantly worse, with p and Cohen's d.
+    assert re.search(
+        r'<span class="flag worse"[^>]*>▼ -\d+\.\d+</span> <span class="pm">p=[\d.e-]+, d=-\d', page
+    )
+    assert ">reference</td>" in page
+    assert "≈ best" in page and "rank interval" in page
+
+
+def test_method_page_has_provenance_and_plots(site: tuple[Path, Path]) -> None:
+    store, out = site
+    page = (out / "method-mc-pretrained.html").read_text()
+    run = load_run(find_runs([store / "results" / "mc-pretrained"])[0])
+    assert run.meta["manifest"]["sha256"] in page and "fewtrans-board 0.1.0" in page
+    assert "<svg" in page and "Per-episode HPE accuracy" in page
+    assert 'id="provenance"' in page and 'id="digits"' in page
+
+
+# Verbatim lines of the papers' tables (from ../shared/seeds), quoted so the test needs no
+# files outside the repository: the oracle for the transcription in leaderboard/reported/.
+FEWTRANS_LINES = {
+    'LoRA': 'LoRA\t73.8$\\pm$1.5\t80.7$\\pm$1.0\t88.7$\\pm$0.7\t96.1$\\pm$0.4\t93.3$\\pm$0.6\t87.7$\\pm$0.9\t78.0$\\pm$1.1\t59.4$\\pm$1.4\t83.3$\\pm$0.9\t71.0$\\pm$1.3\t81.2$\\pm$1.0',
+    'DINOv2-base': 'DINOv2-base\tLVD-142M\t79.8$\\pm$1.3\t82.6$\\pm$0.9\t93.0$\\pm$0.5\t99.9$\\pm$0.0\t93.9$\\pm$0.5\t87.7$\\pm$0.9\t79.6$\\pm$1.0\t74.9$\\pm$1.1\t91.8$\\pm$0.6\t70.3$\\pm$1.3\t85.3$\\pm$0.9',
+    'TSA': 'TSA\t74.3$\\pm$1.5\t80.0$\\pm$1.0\t89.5$\\pm$0.7\t96.9$\\pm$0.4\t93.5$\\pm$0.6\t87.5$\\pm$0.9\t78.3$\\pm$1.0\t64.5$\\pm$1.3\t86.2$\\pm$0.8\t72.2$\\pm$1.2\t82.3$\\pm$1.0',
+}
+BSCD_PROTONET_LINES = [
+    'ProtoNet\t24.05% $\\pm$ 1.01%\t28.21% $\\pm$ 1.15%\t29.32% $\\pm$ 1.12%\t39.57% $\\pm$ 0.57%\t49.50% $\\pm$ 0.55%\t51.99% $\\pm$ 0.52%',
+    'ProtoNet\t73.29% $\\pm$ 0.71%\t82.27% $\\pm$ 0.57%\t80.48% $\\pm$ 0.57%\t79.72% $\\pm$ 0.67%\t88.15% $\\pm$ 0.51%\t90.81% $\\pm$ 0.43%',
+]
+BSCD_MEAN_CENTROID_LINES = [
+    'Mean-centroid\t26.31% $\\pm$ 0.42%\t30.41% $\\pm$ 0.46%\t34.68% $\\pm$ 0.46%\t47.16% $\\pm$ 0.54%\t56.40% $\\pm$ 0.53%\t61.57% $\\pm$ 0.66%',
+    'Mean-centroid\t82.21% $\\pm$ 0.49%\t87.62% $\\pm$ 0.34%\t88.24% $\\pm$ 0.29%\t87.61% $\\pm$ 0.47%\t93.87% $\\pm$ 0.68%\t94.77% $\\pm$ 0.34%',
+]
+
+
+def numbers_of(line: str) -> list[float]:
+    """Means and CIs of a table line, in order."""
+    return [float(x) for x in re.findall(r"(?<![\w.])(\d+\.\d+)(?=\s*%?\s*(?:\$\\pm|\t|$))", line)]
+
+
+@pytest.mark.parametrize(
+    ("file", "label"),
+    [("fewtrans-table-5.json", "LoRA"), ("fewtrans-table-4.json", "DINOv2-base"), ("fewtrans-table-5.json", "TSA")],
+)
+def test_transcribed_fewtrans_cells_match_the_paper(file: str, label: str) -> None:
+    data = json.loads((ROOT / "leaderboard" / "reported" / file).read_text())
+    row = next(r for r in data["rows"] if r["method"] == label)
+    values = [x for key in data["columns"] for x in (row["cells"][key]["mean"], row["cells"][key]["ci95"])]
+    assert values == numbers_of(FEWTRANS_LINES[label])
+    seed = SEEDS / "fewtrans-hpe-benchmark.txt"
+    if seed.is_file():  # the quoted line is the paper's
+        assert FEWTRANS_LINES[label] in seed.read_text().splitlines()
+
+
+def test_transcribed_bscd_cells_match_the_paper() -> None:
+    data = json.loads((ROOT / "leaderboard" / "reported" / "bscd-table-1.json").read_text())
+    row = next(r for r in data["rows"] if r["method"] == "ProtoNet")
+    cells = [x for key in data["columns"] for x in (row["cells"][key]["mean"], row["cells"][key]["ci95"])]
+    assert cells == [x for line in BSCD_PROTONET_LINES for x in numbers_of(line)]
+    table3 = json.loads((ROOT / "leaderboard" / "reported" / "bscd-table-3.json").read_text())
+    row3 = next(r for r in table3["rows"] if r["method"] == "Mean-centroid")
+    cells3 = [x for key in table3["columns"] for x in (row3["cells"][key]["mean"], row3["cells"][key]["ci95"])]
+    assert cells3 == [x for line in BSCD_MEAN_CENTROID_LINES for x in numbers_of(line)]
+    seed = SEEDS / "bscd-fsl-cross-domain.txt"
+    if seed.is_file():
+        text = seed.read_text().splitlines()
+        assert all(line in text for line in BSCD_PROTONET_LINES + BSCD_MEAN_CENTROID_LINES)
+
+
+def test_reported_tables_are_badged_and_kept_out_of_tests(site: tuple[Path, Path]) -> None:
+    _, out = site
+    page = (out / "benchmark-fewtrans-adapters.html").read_text()
+    assert (
+        "reported in paper" in page
+        and "Table V" in page
+        and "never used in significance tests" in page
+    )
+    assert "vs reference" not in page  # no measured entries, so no significance columns
+
+
+def test_submit_page_matches_the_cli(site: tuple[Path, Path], invoke) -> None:  # type: ignore[no-untyped-def]
+    _, out = site
+    text = html.unescape((out / "submit.html").read_text())
+    commands = re.findall(r"fewtrans-board((?: [a-z][a-z-]*)+)", text)
+    assert len(commands) >= 7
+    for words in commands:
+        assert invoke([*words.split()[:2], "--help"]).exit_code == 0, words
+
+
+def test_strict_undefined(tmp_path: Path) -> None:
+    from jinja2 import UndefinedError
+
+    from fewtrans_board.website.build import environment
+
+    (tmp_path / "t.html").write_text("{{ missing.value }}")
+    with pytest.raises(UndefinedError):
+        environment(tmp_path).get_template("t.html").render()
+
+
+def test_wheel_ships_the_templates(tmp_path: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    wheel = next(tmp_path.glob("fewtrans_board-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    for name in ("index.html", "benchmark.html", "method.html", "base.html"):
+        assert f"fewtrans_board/site_files/templates/{name}" in names
+    assert "fewtrans_board/site_files/static/style.css" in names
+    assert not any(n.startswith("site/") for n in names)  # never shadows the stdlib 'site'
+
+
+@pytest.fixture
+def server(site: tuple[Path, Path]):  # type: ignore[no-untyped-def]
+    _, out = site
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="Debian chromium not installed (.ci/run installs it)"
+)
+def test_pages_in_headless_chromium(server: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    errors: list[str] = []
+    outside: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on(
+            "request", lambda r: outside.append(r.url) if not r.url.startswith(server) else None
+        )
+        for name in ("index.html", "benchmark-demo.html", "method-mc-pretrained.html"):
+            response = page.goto(f"{server}/{name}")
+            assert response is not None and response.ok, name
+            page.screenshot(path=str(ARTIFACTS / name.replace(".html", ".png")), full_page=True)
+        assert page.locator("#provenance").is_visible()
+        page.goto(f"{server}/benchmark-demo.html")
+        header = page.locator("table.results thead th").nth(0)
+        header.click()  # progressive-enhancement sorting runs without errors
+        browser.close()
+    assert errors == [] and outside == []
+    assert (ARTIFACTS / "index.png").stat().st_size > 5000
