@@ -154,6 +154,7 @@ class Adapter(ABC):
         description: one line for listings.
         paper: citation or URL of the method's paper.
         code: URL of the reference implementation.
+        trains: what receives gradients, in a few words (for the method table).
         Config: the nested hyperparameter dataclass (subclass of ``AdapterConfig``).
         needs_text: ``True`` if the adapter needs a CLIP-style text tower.
         frozen_backbone: ``True`` if only frozen features are used, so the runner may
@@ -164,6 +165,7 @@ class Adapter(ABC):
     description: ClassVar[str] = ""
     paper: ClassVar[str] = ""
     code: ClassVar[str] = ""
+    trains: ClassVar[str] = ""
     Config: ClassVar[type[AdapterConfig]] = AdapterConfig
     needs_text: ClassVar[bool] = False
     frozen_backbone: ClassVar[bool] = False
@@ -268,6 +270,7 @@ class Adapter(ABC):
             "description": cls.description,
             "paper": cls.paper,
             "code": cls.code,
+            "trains": cls.trains,
             "needs_text": cls.needs_text,
             "frozen_backbone": cls.frozen_backbone,
         }

@@ -92,6 +92,7 @@ class FinetuneAdapter(Adapter):
     """FewTrans full fine-tuning: every backbone parameter and the head train."""
 
     name = "finetune"
+    trains = "all backbone parameters + linear head"
     description = (
         "Full fine-tuning, FewTrans recipe (Adam on backbone and head, cosine, eval mode)."
     )
@@ -162,6 +163,7 @@ class FinetuneLastKAdapter(FinetuneAdapter):
     """Fine-tune only the last k blocks/stages (plus the final norm/projection) and the head."""
 
     name = "finetune-last-k"
+    trains = "last k blocks + final norm/projection + head"
     description = "Fine-tune the last k blocks and the head; earlier blocks stay frozen (BSCD-FSL)."
     paper = "Guo et al., BSCD-FSL, ECCV 2020 (fine-tune last-k)"
     code = "https://github.com/IBM/cdfsl-benchmark"
@@ -183,6 +185,7 @@ class TransductiveFinetuneAdapter(FinetuneAdapter):
     """Full fine-tuning; at inference BatchNorm uses the statistics of the query batch."""
 
     name = "finetune-transductive"
+    trains = "all backbone parameters + head; query-batch BN statistics"
     description = (
         "Full fine-tuning with query-batch BatchNorm statistics at inference "
         "(no effect on LayerNorm ViTs)."

@@ -144,6 +144,7 @@ class LinearProbeAdapter(Adapter):
     """FewTrans linear probe: a linear head on frozen, L2-normalised features."""
 
     name = "linear-probe"
+    trains = "linear head (backbone frozen)"
     description = "Linear head on frozen L2-normalised features (FewTrans recipe, Adam + cosine)."
     paper = "Luo et al., FewTrans (arXiv:2603.00478), mode 'linear'"
     code = "https://github.com/Frankluox/FewTrans"
@@ -197,6 +198,7 @@ class CosineClassifierAdapter(Adapter):
     """Baseline++ cosine classifier trained on the support set (BSCD-FSL baseline)."""
 
     name = "cosine-classifier"
+    trains = "weight-normalised class vectors (backbone frozen)"
     description = "Cosine-similarity classifier (Baseline++) trained on frozen normalised features."
     paper = "Chen et al., A Closer Look at Few-shot Classification, ICLR 2019"
     code = "https://github.com/IBM/cdfsl-benchmark"

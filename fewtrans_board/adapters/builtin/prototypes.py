@@ -42,6 +42,7 @@ class MeanCentroidAdapter(Adapter):
     description = "Nearest class mean of frozen features (ProtoNet head); no training."
     paper = "Snell et al., Prototypical Networks for Few-shot Learning, NeurIPS 2017"
     code = "https://github.com/IBM/cdfsl-benchmark/blob/master/methods/protonet.py"
+    trains = "nothing (class means of frozen features)"
     frozen_backbone = True
 
     @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fewtrans_board.adapters.base import Adapter, AdapterConfig, hparam
+from fewtrans_board.adapters.builtin.clip_common import ClipPredictor
 from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
@@ -47,22 +48,6 @@ def class_text_weights(
     return torch.stack(columns, dim=1)
 
 
-class ZeroShotPredictor:
-    """``logit_scale * normalize(f(x)) @ W`` with the class text embeddings ``W``."""
-
-    def __init__(self, backbone: Backbone, weights: torch.Tensor) -> None:
-        self.backbone = backbone
-        self.weights = weights
-
-    def predict(self, query: ImageSet) -> torch.Tensor:
-        """Scaled cosine similarities between query images and class prompts."""
-        import torch.nn.functional as F
-
-        assert self.backbone.text is not None
-        features = F.normalize(query.features(self.backbone), dim=-1)
-        return self.backbone.text.logit_scale * features @ self.weights.to(features.device)
-
-
 class ZeroShotClipAdapter(Adapter):
     """CLIP zero-shot classification from class names (no adaptation)."""
 
@@ -70,6 +55,7 @@ class ZeroShotClipAdapter(Adapter):
     description = "CLIP zero-shot: cosine similarity to prompt embeddings of the class names."
     paper = "Radford et al., CLIP, ICML 2021"
     code = "https://github.com/mlfoundations/open_clip"
+    trains = "nothing (class-name prompts through the frozen text tower)"
     needs_text = True
     frozen_backbone = True
 
@@ -85,8 +71,8 @@ class ZeroShotClipAdapter(Adapter):
         support: SupportSet,
         class_names: Sequence[str],
         config: Config,
-    ) -> ZeroShotPredictor:
-        """Embed the class-name prompts."""
+    ) -> ClipPredictor:
+        """Embed the class-name prompts (for the episode's or any other class names)."""
         if backbone.text is None:
             raise FewtransError(
                 "zero-shot-clip needs a CLIP-style model with a text tower; "
@@ -97,5 +83,12 @@ class ZeroShotClipAdapter(Adapter):
                 f"zero-shot-clip: unknown template set {config.templates!r}; "
                 f"use one of {', '.join(TEMPLATE_SETS)}"
             )
-        weights = class_text_weights(backbone, class_names, TEMPLATE_SETS[config.templates])
-        return ZeroShotPredictor(backbone, weights)
+        templates = TEMPLATE_SETS[config.templates]
+
+        def text_features(names: Sequence[str]) -> torch.Tensor:
+            return class_text_weights(backbone, names, templates).t()
+
+        def image_features(query: ImageSet) -> torch.Tensor:
+            return query.features(backbone)
+
+        return ClipPredictor(image_features, text_features, class_names, backbone.text.logit_scale)

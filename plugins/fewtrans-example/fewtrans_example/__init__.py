@@ -78,6 +78,7 @@ class SimpleShotAdapter(Adapter):
     """SimpleShot (Wang et al., 2019): nearest centroid on centred, L2-normalised features."""
 
     name = "simpleshot"
+    trains = "nothing (centroids of centred, normalised features)"
     description = "Nearest centroid on centred, L2-normalised frozen features (no training)."
     paper = "Wang et al., SimpleShot, arXiv:1911.04623"
     code = "https://github.com/mileyan/simple_shot"

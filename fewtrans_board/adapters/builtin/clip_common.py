@@ -1,0 +1,164 @@
+"""Shared pieces of CLIP transfer methods: text tower access, prompt encoding, predictors.
+
+CLIP methods score ``logit_scale * normalize(f(x)) @ normalize(t_c)`` with image features
+``f`` and class text features ``t_c``. Predictors here also implement ``predict_names``,
+which scores query images against *any* class names: base-to-novel evaluation uses it to
+test on classes the adapter never saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from fewtrans_board.errors import FewtransError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from fewtrans_board.adapters.episode_data import ImageSet
+    from fewtrans_board.models.backbone import Backbone
+
+TEMPLATE = "a photo of a {}."
+"""FewTrans's template for CLIP methods."""
+
+TEXT_TOWER_PARTS = (
+    "token_embedding",
+    "positional_embedding",
+    "transformer",
+    "ln_final",
+    "text_projection",
+    "attn_mask",
+)
+
+
+@runtime_checkable
+class NamePredictor(Protocol):
+    """A predictor that can also score images against arbitrary class names."""
+
+    def predict(self, query: ImageSet) -> torch.Tensor:
+        """Logits over the episode's classes."""
+        ...
+
+    def predict_names(self, query: ImageSet, class_names: Sequence[str]) -> torch.Tensor:
+        """Logits over ``class_names`` (e.g. novel classes never seen in training)."""
+        ...
+
+
+def clip_model(backbone: Backbone, method: str) -> nn.Module:
+    """The full CLIP model of a backbone with an OpenAI-style text tower.
+
+    Raises:
+        FewtransError: no text tower, or one without the token-level parts prompt methods
+            hook into (e.g. a Hugging Face text tower).
+    """
+    if backbone.text is None:
+        raise FewtransError(
+            f"{method} needs a CLIP-style model with a text tower; {backbone.name} has none"
+        )
+    model = backbone.text.model
+    missing = [p for p in TEXT_TOWER_PARTS if not hasattr(model, p)]
+    if missing:
+        raise FewtransError(
+            f"{method} needs an OpenAI-style open_clip text tower (token_embedding, transformer, "
+            f"ln_final, text_projection); {backbone.name} lacks {', '.join(missing)}"
+        )
+    return model
+
+
+def encode_text_embeddings(
+    model: nn.Module, embeddings: torch.Tensor, tokens: torch.Tensor
+) -> torch.Tensor:
+    """``encode_text`` from token embeddings onwards (the CoOp family edits the embeddings).
+
+    Args:
+        model: an open_clip ``CLIP`` model.
+        embeddings: ``[N, L, W]`` token embeddings (possibly with learned context).
+        tokens: ``[N, L]`` token ids, used to find the end-of-text position.
+
+    Returns:
+        Unnormalised text features ``[N, D]``, equal to ``model.encode_text(tokens)`` when
+        ``embeddings == model.token_embedding(tokens)``.
+    """
+    from open_clip.transformer import text_global_pool
+
+    cast = model.transformer.get_cast_dtype()
+    x = embeddings.to(cast) + model.positional_embedding.to(cast)
+    x = model.transformer(x, attn_mask=model.attn_mask)
+    x = model.ln_final(x)
+    x = text_global_pool(
+        x, tokens, model.text_pool_type, eos_token_id=getattr(model, "text_eos_id", None)
+    )
+    projection = model.text_projection
+    if projection is None:
+        return x
+    return projection(x) if hasattr(projection, "weight") else x @ projection
+
+
+def handcrafted_text_features(
+    backbone: Backbone, class_names: Sequence[str], template: str = TEMPLATE
+) -> torch.Tensor:
+    """Frozen, normalised text features ``[C, D]`` of ``template.format(name)``."""
+    import torch
+    import torch.nn.functional as F
+
+    assert backbone.text is not None
+    with torch.no_grad():
+        features = backbone.text.encode(
+            backbone.text.tokenize([template.format(n) for n in class_names])
+        )
+    return F.normalize(features.float(), dim=-1)
+
+
+class ClipPredictor:
+    """Scores images against text features produced for any class names.
+
+    Args:
+        image_features: ``pixels -> [N, D]`` (need not be normalised).
+        text_features: ``class names -> [C, D]`` (need not be normalised).
+        class_names: the episode's class names, in label order.
+        logit_scale: CLIP's frozen temperature.
+        device: where to run.
+    """
+
+    def __init__(
+        self,
+        image_features: Callable[[ImageSet], torch.Tensor],
+        text_features: Callable[[Sequence[str]], torch.Tensor],
+        class_names: Sequence[str],
+        logit_scale: float,
+    ) -> None:
+        self.image_features = image_features
+        self.text_features = text_features
+        self.class_names = list(class_names)
+        self.logit_scale = logit_scale
+
+    def predict_names(self, query: ImageSet, class_names: Sequence[str]) -> torch.Tensor:
+        """``logit_scale * cos(image, text)`` for every query and class name."""
+        import torch
+        import torch.nn.functional as F
+
+        with torch.no_grad():
+            images = F.normalize(self.image_features(query).float(), dim=-1)
+            texts = F.normalize(self.text_features(class_names).float(), dim=-1).to(images.device)
+        return self.logit_scale * images @ texts.t()
+
+    def predict(self, query: ImageSet) -> torch.Tensor:
+        """Logits over the episode's classes."""
+        return self.predict_names(query, self.class_names)
+
+
+def batched_images(
+    encoder: nn.Module, pixels: torch.Tensor, device: str, batch_size: int = 256
+) -> torch.Tensor:
+    """Run an image encoder over pixels in batches (no gradient)."""
+    import torch
+
+    from fewtrans_board.adapters.builtin.training import autocast
+
+    outputs = []
+    with torch.no_grad(), autocast(device):
+        for start in range(0, pixels.shape[0], batch_size):
+            outputs.append(encoder(pixels[start : start + batch_size].to(device)).float())
+    return torch.cat(outputs)
