@@ -37,8 +37,13 @@ def listing_fingerprint(spec: DatasetSpec, listing: list[list[str]]) -> str:
     )
 
 
-def class_pool(spec: DatasetSpec, listing: list[list[str]], part: str) -> ClassPool:
-    """Build the pool of ``part`` ("base" or "all") classes with their items and hierarchy."""
+def class_pool(
+    spec: DatasetSpec, listing: list[list[str]], part: str, *, with_novel: bool = False
+) -> ClassPool:
+    """Build the pool of ``part`` ("base" or "all") classes with their items and hierarchy.
+
+    With ``with_novel`` the pool also carries the split's novel classes (base-to-novel).
+    """
     classes = spec.classes_of(part)
     nodes = None
     edges: Any = spec.extra.get("hierarchy_edges")
@@ -47,10 +52,13 @@ def class_pool(spec: DatasetSpec, listing: list[list[str]], part: str) -> ClassP
 
         pairs = [(str(parent), str(child)) for parent, child in edges]
         nodes = pool_nodes(pairs, [spec.class_ids[c] for c in classes])
+    novel = spec.split.novel if with_novel else ()
     return ClassPool(
         classes=tuple(classes),
         items=tuple(tuple(listing[c]) for c in classes),
         nodes=nodes,
+        novel_classes=tuple(novel),
+        novel_items=tuple(tuple(listing[c]) for c in novel),
     )
 
 
@@ -62,6 +70,11 @@ def _to_manifest_episode(spec: DatasetSpec, index: int, draw: EpisodeDraw) -> Ma
         class_ids=tuple(spec.class_ids[c] for c in draw.classes),
         support=tuple((item, label) for label, items in enumerate(draw.support) for item in items),
         query=tuple((item, label) for label, items in enumerate(draw.query) for item in items),
+        novel_classes=draw.novel_classes,
+        novel_class_ids=tuple(spec.class_ids[c] for c in draw.novel_classes),
+        novel_query=tuple(
+            (item, label) for label, items in enumerate(draw.novel_query) for item in items
+        ),
     )
 
 
@@ -116,7 +129,8 @@ def build_manifest(
         draws = [draw for _, draw in pairs]
         meta["seed"] = None
     else:
-        pool = class_pool(spec, listing, protocol.class_pool)
+        with_novel = bool(getattr(sampler, "novel_queries", 0))
+        pool = class_pool(spec, listing, protocol.class_pool, with_novel=with_novel)
         start = protocol.block * protocol.episodes
         stream = sampler.stream(pool, protocol.seed)
         draws = list(itertools.islice(stream, start, start + protocol.episodes))

@@ -23,7 +23,7 @@ from fewtrans_board.models.weights import file_sha256
 
 SCHEMA_VERSION = 1
 METADATA_KEY = b"fewtrans_board.manifest"
-ROLES = ("support", "query")
+ROLES = ("support", "query", "novel")
 # Provenance that must not change the content hash of identical episodes.
 UNHASHED_KEYS = frozenset({"sha256", "built_with", "build_command"})
 COLUMNS = ("dataset", "episode", "stream_index", "role", "item", "label", "class_index", "class_id")
@@ -44,6 +44,9 @@ class ManifestEpisode:
         class_ids: the matching class ids.
         support: ``(item, label)`` pairs in stored order.
         query: ``(item, label)`` pairs in stored order.
+        novel_classes: base-to-novel only: novel classes in novel-label order.
+        novel_class_ids: their class ids.
+        novel_query: ``(item, novel label)`` pairs of unseen-class queries.
     """
 
     index: int
@@ -52,6 +55,9 @@ class ManifestEpisode:
     class_ids: tuple[str, ...]
     support: tuple[tuple[str, int], ...]
     query: tuple[tuple[str, int], ...]
+    novel_classes: tuple[int, ...] = ()
+    novel_class_ids: tuple[str, ...] = ()
+    novel_query: tuple[tuple[str, int], ...] = ()
 
     @property
     def ways(self) -> int:
@@ -96,7 +102,11 @@ class Manifest:
         """Build a manifest from episodes and content metadata, computing its hash."""
         rows: dict[str, list[Any]] = {name: [] for name in COLUMNS}
         for ep in episodes:
-            for role, pairs in (("support", ep.support), ("query", ep.query)):
+            for role, pairs, classes, ids in (
+                ("support", ep.support, ep.classes, ep.class_ids),
+                ("query", ep.query, ep.classes, ep.class_ids),
+                ("novel", ep.novel_query, ep.novel_classes, ep.novel_class_ids),
+            ):
                 for item, label in pairs:
                     rows["dataset"].append(dataset)
                     rows["episode"].append(ep.index)
@@ -104,8 +114,8 @@ class Manifest:
                     rows["role"].append(role)
                     rows["item"].append(item)
                     rows["label"].append(label)
-                    rows["class_index"].append(ep.classes[label])
-                    rows["class_id"].append(ep.class_ids[label])
+                    rows["class_index"].append(classes[label])
+                    rows["class_id"].append(ids[label])
         meta = {**meta, "schema_version": SCHEMA_VERSION, "episodes": len(episodes)}
         manifest = cls(rows=rows, meta=meta)
         manifest.sha256 = manifest.compute_sha256()
@@ -255,10 +265,12 @@ class Manifest:
                     "index": episode,
                     "stream": stream,
                     "classes": {},
+                    "novel_classes": {},
                     "support": [],
                     "query": [],
+                    "novel": [],
                 }
-            current["classes"][label] = (cls_index, cls_id)
+            current["novel_classes" if role == "novel" else "classes"][label] = (cls_index, cls_id)
             current[role].append((item, label))
         if current is not None:
             yield _finish(current)
@@ -291,8 +303,11 @@ class Manifest:
 
 def _finish(current: dict[str, Any]) -> ManifestEpisode:
     labels = sorted(current["classes"])
-    if labels != list(range(len(labels))):
-        raise ManifestError(f"episode {current['index']}: labels {labels} are not 0..W-1")
+    novel = sorted(current["novel_classes"])
+    if labels != list(range(len(labels))) or novel != list(range(len(novel))):
+        raise ManifestError(
+            f"episode {current['index']}: labels {labels} / novel labels {novel} are not 0..W-1"
+        )
     return ManifestEpisode(
         index=current["index"],
         stream_index=current["stream"],
@@ -300,6 +315,9 @@ def _finish(current: dict[str, Any]) -> ManifestEpisode:
         class_ids=tuple(current["classes"][c][1] for c in labels),
         support=tuple(current["support"]),
         query=tuple(current["query"]),
+        novel_classes=tuple(current["novel_classes"][c][0] for c in novel),
+        novel_class_ids=tuple(current["novel_classes"][c][1] for c in novel),
+        novel_query=tuple(current["novel"]),
     )
 
 

@@ -116,6 +116,19 @@ PROTOCOLS: dict[str, SamplingProtocol] = {
             block=1,
         ),
         SamplingProtocol(
+            name="fewtrans-base2novel",
+            version=1,
+            description=(
+                "FewTrans base-to-novel (CLIP methods): the fewtrans-varied base episodes plus, "
+                "after them in the same random stream, 2-15 novel classes of the held-back split "
+                "with up to 15 query images each, scored through class names only. Novel classes "
+                "are drawn uniformly (also for ImageNet-Sketch, whose novel WordNet graph is not "
+                "shipped)."
+            ),
+            sampler=VariedWayShotSampler(novel_queries=15),
+            block=1,
+        ),
+        SamplingProtocol(
             name="fewtrans-search",
             version=1,
             description=(

@@ -32,11 +32,15 @@ class ClassPool:
         items: per pool class, the item ids in canonical order.
         nodes: optional hierarchy nodes (for DAG sampling): each a tuple of pool
             positions spanned by an internal node, nodes sorted by id, leaves sorted by id.
+        novel_classes: held-back classes for base-to-novel episodes, split order.
+        novel_items: their items, canonical order.
     """
 
     classes: tuple[int, ...]
     items: tuple[tuple[str, ...], ...]
     nodes: tuple[tuple[int, ...], ...] | None = None
+    novel_classes: tuple[int, ...] = ()
+    novel_items: tuple[tuple[str, ...], ...] = ()
 
     def sizes(self) -> np.ndarray:
         """Number of items per pool class."""
@@ -52,12 +56,39 @@ class EpisodeDraw:
         classes: global class indices in episode-label order.
         support: per episode class, its support items.
         query: per episode class, its query items.
+        novel_classes: base-to-novel only: novel classes in novel-label order.
+        novel_query: per novel class, its query items (no support: they are unseen).
     """
 
     stream_index: int
     classes: tuple[int, ...]
     support: tuple[tuple[str, ...], ...]
     query: tuple[tuple[str, ...], ...]
+    novel_classes: tuple[int, ...] = ()
+    novel_query: tuple[tuple[str, ...], ...] = ()
+
+
+def _draw_novel(
+    rng: np.random.RandomState, pool: ClassPool, min_ways: int, max_ways: int, per_class: int
+) -> tuple[tuple[int, ...], tuple[tuple[str, ...], ...]]:
+    """Novel classes and their query items, after the base draws (FewTrans base2novel).
+
+    The reference draws the novel way count and classes uniformly from the (unfiltered)
+    novel split, then ``min(per_class, n_c)`` query items per class.
+    """
+    n = len(pool.novel_classes)
+    if n < min_ways:
+        raise FewtransError(
+            f"base-to-novel episodes need {min_ways} novel classes, the split has {n}"
+        )
+    ways = rng.randint(low=min_ways, high=min(max_ways, n) + 1)
+    chosen = [int(c) for c in rng.choice(list(range(n)), ways, replace=False)]
+    queries = []
+    for position in chosen:
+        items = pool.novel_items[position]
+        _, picked = _pick_items(rng, items, 0, min(per_class, len(items)))
+        queries.append(picked)
+    return tuple(pool.novel_classes[c] for c in chosen), tuple(queries)
 
 
 def _pick_items(
@@ -88,6 +119,8 @@ class VariedWayShotSampler:
         max_log_weight: upper bound of that draw.
         min_examples_in_class: classes with fewer items are never drawn.
         use_hierarchy: draw classes from a hierarchy node when the pool has nodes.
+        novel_queries: base-to-novel: also draw novel classes with this many query items
+            each (FewTrans NUM_QUERY_NOVEL = 15); ``0`` disables.
     """
 
     min_ways: int = 2
@@ -100,10 +133,18 @@ class VariedWayShotSampler:
     max_log_weight: float = math.log(2.0)
     min_examples_in_class: int = 2
     use_hierarchy: bool = True
+    novel_queries: int = 0
 
     def params(self) -> dict[str, Any]:
-        """Parameters recorded in the manifest."""
-        return {"kind": "varied", **asdict(self)}
+        """Parameters recorded in the manifest.
+
+        ``novel_queries`` appears only when used, so manifests frozen before base-to-novel
+        existed keep their hashes.
+        """
+        params = {"kind": "varied", **asdict(self)}
+        if not self.novel_queries:
+            del params["novel_queries"]
+        return params
 
     def _eligible(self, pool: ClassPool) -> list[int]:
         sizes = pool.sizes()
@@ -176,8 +217,13 @@ class VariedWayShotSampler:
                 s, q = _pick_items(rng, pool.items[position], int(k), n_query)
                 support.append(s)
                 query.append(q)
+            novel: tuple[tuple[int, ...], tuple[tuple[str, ...], ...]] = ((), ())
+            if self.novel_queries:
+                novel = _draw_novel(
+                    rng, pool, self.min_ways, self.max_ways_upper_bound, self.novel_queries
+                )
             yield EpisodeDraw(
-                index, tuple(pool.classes[w] for w in ways), tuple(support), tuple(query)
+                index, tuple(pool.classes[w] for w in ways), tuple(support), tuple(query), *novel
             )
             index += 1
 

@@ -88,12 +88,22 @@ def _list_column(table: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
     return column.flatten().to_numpy(zero_copy_only=False), column.offsets.to_numpy()
 
 
-def _check_rows(run: RunResults, manifest: Manifest, grid: list[dict[str, Any]]) -> None:
-    table = run.table
-    rows = {
-        name: np.asarray(table.column(name).to_pylist())
-        for name in (
+@dataclass
+class _Columns:
+    """The result table as arrays (one pass, no Python objects per logit)."""
+
+    rows: dict[str, np.ndarray]
+    predictions: np.ndarray
+    pred_offsets: np.ndarray
+    logits: np.ndarray
+    logit_offsets: np.ndarray
+    logit_valid: np.ndarray
+
+    @classmethod
+    def of(cls, table: Any) -> _Columns:
+        names = (
             "episode",
+            "split",
             "kind",
             "aggregation",
             "config_index",
@@ -102,104 +112,135 @@ def _check_rows(run: RunResults, manifest: Manifest, grid: list[dict[str, Any]])
             "n_query",
             "accuracy",
         )
-    }
-    predictions, pred_offsets = _list_column(table, "predictions")
-    logit_column = table.column("logits").combine_chunks()
-    logit_valid = ~logit_column.is_null().to_numpy(zero_copy_only=False)
-    logits, logit_offsets = (
-        logit_column.flatten().to_numpy(zero_copy_only=False),
-        logit_column.offsets.to_numpy(),
-    )
+        logit_column = table.column("logits").combine_chunks()
+        predictions, pred_offsets = _list_column(table, "predictions")
+        return cls(
+            rows={name: np.asarray(table.column(name).to_pylist()) for name in names},
+            predictions=predictions,
+            pred_offsets=pred_offsets,
+            logits=logit_column.flatten().to_numpy(zero_copy_only=False),
+            logit_offsets=logit_column.offsets.to_numpy(),
+            logit_valid=~logit_column.is_null().to_numpy(zero_copy_only=False),
+        )
+
+    def prediction(self, i: int) -> np.ndarray:
+        return self.predictions[self.pred_offsets[i] : self.pred_offsets[i + 1]]
+
+    def logit(self, i: int) -> np.ndarray:
+        return self.logits[self.logit_offsets[i] : self.logit_offsets[i + 1]]
+
+
+def _check_rows(run: RunResults, manifest: Manifest, grid: list[dict[str, Any]]) -> None:
+    columns = _Columns.of(run.table)
+    rows = columns.rows
     episodes = manifest.episodes()
-    by_episode: dict[int, list[int]] = {}
-    for i, e in enumerate(rows["episode"]):
-        by_episode.setdefault(int(e), []).append(i)
-    missing = sorted(set(range(len(episodes))) - set(by_episode))
-    extra = sorted(set(by_episode) - set(range(len(episodes))))
+    groups: dict[tuple[int, str], list[int]] = {}
+    for i, (e, split) in enumerate(zip(rows["episode"], rows["split"], strict=True)):
+        groups.setdefault((int(e), str(split)), []).append(i)
+    expected_groups = {(i, "base") for i in range(len(episodes))}
+    expected_groups |= {(i, "novel") for i, ep in enumerate(episodes) if ep.novel_query}
+    missing = sorted(expected_groups - set(groups))
+    extra = sorted(set(groups) - expected_groups)
     if missing or extra:
         raise SubmissionError(
             "incomplete",
-            f"{run.dataset}: episodes missing {missing[:10]} or unknown {extra[:10]}; "
+            f"{run.dataset}: (episode, split) groups missing {missing[:10]} or unknown {extra[:10]}; "
             "every episode of the manifest must appear exactly once",
         )
     expected_configs = [canonical_json(c) for c in grid]
-    for index, episode in enumerate(episodes):
-        row_ids = by_episode[index]
-        config_rows = [i for i in row_ids if rows["kind"][i] == CONFIG_KIND]
-        ensemble_rows = {
-            str(rows["aggregation"][i]): i for i in row_ids if rows["kind"][i] == ENSEMBLE_KIND
-        }
-        indices = sorted(int(rows["config_index"][i]) for i in config_rows)
-        if len(indices) != len(set(indices)) or len(
-            [i for i in row_ids if rows["kind"][i] == ENSEMBLE_KIND]
-        ) != len(ensemble_rows):
+    for (index, split), row_ids in sorted(groups.items()):
+        episode = episodes[index]
+        pairs = episode.novel_query if split == "novel" else episode.query
+        labels = np.array([label for _, label in pairs])
+        ways = len(episode.novel_classes) if split == "novel" else episode.ways
+        _check_group(
+            run.dataset,
+            f"episode {index} ({split})",
+            columns,
+            row_ids,
+            labels,
+            ways,
+            expected_configs,
+        )
+
+
+def _check_group(
+    dataset: str,
+    name: str,
+    columns: _Columns,
+    row_ids: list[int],
+    labels: np.ndarray,
+    ways: int,
+    expected_configs: list[str],
+) -> None:
+    """Check one episode's rows of one split: completeness, predictions, accuracies, ensembles."""
+    rows = columns.rows
+    config_rows = [i for i in row_ids if rows["kind"][i] == CONFIG_KIND]
+    ensemble_ids = [i for i in row_ids if rows["kind"][i] == ENSEMBLE_KIND]
+    ensemble_rows = {str(rows["aggregation"][i]): i for i in ensemble_ids}
+    indices = sorted(int(rows["config_index"][i]) for i in config_rows)
+    if len(indices) != len(set(indices)) or len(ensemble_ids) != len(ensemble_rows):
+        raise SubmissionError("duplicate-episode", f"{dataset}: {name} appears more than once")
+    if indices != list(range(len(expected_configs))) or set(ensemble_rows) != {
+        "logit-mean",
+        "vote",
+    }:
+        raise SubmissionError(
+            "incomplete",
+            f"{dataset}: {name} has configurations {indices[:5]}..., ensembles "
+            f"{sorted(ensemble_rows)}; expected all {len(expected_configs)} and logit-mean, vote",
+        )
+    q, w = len(labels), ways
+    member_logits: list[np.ndarray] = [np.zeros(0)] * len(expected_configs)
+    member_predictions: list[np.ndarray] = [np.zeros(0)] * len(expected_configs)
+    for i in [*config_rows, *ensemble_rows.values()]:
+        where = f"{dataset}: {name}, row {rows['kind'][i]} {rows['aggregation'][i] or rows['config_index'][i]}"
+        if int(rows["n_way"][i]) != w or int(rows["n_query"][i]) != q:
             raise SubmissionError(
-                "duplicate-episode", f"{run.dataset}: episode {index} appears more than once"
+                "bad-predictions",
+                f"{where}: n_way/n_query {rows['n_way'][i]}/{rows['n_query'][i]} disagree "
+                f"with the manifest ({w}/{q})",
             )
-        if indices != list(range(len(grid))) or set(ensemble_rows) != {"logit-mean", "vote"}:
+        pred = columns.prediction(i)
+        if len(pred) != q or (pred < 0).any() or (pred >= w).any():
             raise SubmissionError(
-                "incomplete",
-                f"{run.dataset}: episode {index} has configurations {indices[:5]}..., ensembles "
-                f"{sorted(ensemble_rows)}; expected all {len(grid)} and logit-mean, vote",
+                "bad-predictions",
+                f"{where}: {len(pred)} predictions with values {sorted(set(pred.tolist()))[:8]}, "
+                f"expected {q} labels in [0, {w})",
             )
-        labels = np.array([label for _, label in episode.query])
-        q, w = len(labels), episode.ways
-        member_logits: list[np.ndarray] = [np.zeros(0)] * len(grid)
-        member_predictions: list[np.ndarray] = [np.zeros(0)] * len(grid)
-        for i in [*config_rows, *ensemble_rows.values()]:
-            row_name = rows["aggregation"][i] or rows["config_index"][i]
-            where = f"{run.dataset}: episode {index}, row {rows['kind'][i]} {row_name}"
-            if int(rows["n_way"][i]) != w or int(rows["n_query"][i]) != q:
-                raise SubmissionError(
-                    "bad-predictions",
-                    f"{where}: n_way/n_query {rows['n_way'][i]}/{rows['n_query'][i]} disagree "
-                    f"with the manifest ({w}/{q})",
-                )
-            pred = predictions[pred_offsets[i] : pred_offsets[i + 1]]
-            if len(pred) != q or (pred < 0).any() or (pred >= w).any():
-                raise SubmissionError(
-                    "bad-predictions",
-                    f"{where}: {len(pred)} predictions with values {sorted(set(pred.tolist()))[:8]}, "
-                    f"expected {q} labels in [0, {w})",
-                )
-            accuracy = float((pred == labels).mean() * 100.0)
-            if abs(accuracy - float(rows["accuracy"][i])) > 1e-9:
-                raise SubmissionError(
-                    "accuracy-mismatch",
-                    f"{where}: stored accuracy {rows['accuracy'][i]:.4f} but predictions against the "
-                    f"manifest labels give {accuracy:.4f}",
-                )
-            if rows["kind"][i] == CONFIG_KIND:
-                c = int(rows["config_index"][i])
-                if str(rows["config"][i]) != expected_configs[c]:
-                    raise SubmissionError(
-                        "grid-mismatch",
-                        f"{where}: configuration {rows['config'][i]} is not grid point {c} {expected_configs[c]}",
-                    )
-                if not logit_valid[i]:
-                    raise SubmissionError("bad-logits", f"{where}: logits are missing")
-                values = logits[logit_offsets[i] : logit_offsets[i + 1]]
-                if len(values) != q * w or not np.isfinite(values).all():
-                    raise SubmissionError(
-                        "bad-logits",
-                        f"{where}: {len(values)} logits (expected {q}x{w} finite values)",
-                    )
-                member_logits[c] = values.reshape(q, w)
-                member_predictions[c] = pred
-        stacked = np.stack(member_logits)
-        expected = {
-            "logit-mean": stacked.astype(np.float32).mean(axis=0).argmax(axis=1),
-            "vote": vote(np.stack(member_predictions), w),
-        }
-        for name, recomputed in expected.items():
-            i = ensemble_rows[name]
-            stored = predictions[pred_offsets[i] : pred_offsets[i + 1]]
-            if not np.array_equal(stored, recomputed):
-                raise SubmissionError(
-                    "ensemble-mismatch",
-                    f"{run.dataset}: episode {index}, {name} predictions differ from the ones "
-                    "recomputed from the stored member logits",
-                )
+        accuracy = float((pred == labels).mean() * 100.0)
+        if abs(accuracy - float(rows["accuracy"][i])) > 1e-9:
+            raise SubmissionError(
+                "accuracy-mismatch",
+                f"{where}: stored accuracy {rows['accuracy'][i]:.4f} but predictions against the "
+                f"manifest labels give {accuracy:.4f}",
+            )
+        if rows["kind"][i] != CONFIG_KIND:
+            continue
+        c = int(rows["config_index"][i])
+        if str(rows["config"][i]) != expected_configs[c]:
+            raise SubmissionError(
+                "grid-mismatch",
+                f"{where}: configuration {rows['config'][i]} is not grid point {c} {expected_configs[c]}",
+            )
+        values = columns.logit(i)
+        if not columns.logit_valid[i] or len(values) != q * w or not np.isfinite(values).all():
+            raise SubmissionError(
+                "bad-logits", f"{where}: {len(values)} logits (expected {q}x{w} finite values)"
+            )
+        member_logits[c] = values.reshape(q, w)
+        member_predictions[c] = pred
+    expected = {
+        "logit-mean": np.stack(member_logits).astype(np.float32).mean(axis=0).argmax(axis=1),
+        "vote": vote(np.stack(member_predictions), w),
+    }
+    for aggregation, recomputed in expected.items():
+        if not np.array_equal(columns.prediction(ensemble_rows[aggregation]), recomputed):
+            raise SubmissionError(
+                "ensemble-mismatch",
+                f"{dataset}: {name}, {aggregation} predictions differ from the ones recomputed "
+                "from the stored member logits",
+            )
 
 
 def _check_centre_search(

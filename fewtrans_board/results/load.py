@@ -49,14 +49,22 @@ class RunResults:
     def _column(self, name: str) -> np.ndarray:
         return np.asarray(self.table.column(name).to_pylist())
 
-    def config_matrix(self) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    @property
+    def has_novel(self) -> bool:
+        """Whether the run has base-to-novel rows."""
+        return bool((self._column("split") == "novel").any())
+
+    def config_matrix(self, split: str = "base") -> tuple[np.ndarray, np.ndarray, list[str]]:
         """Per-episode accuracies of every configuration.
+
+        Args:
+            split: ``"base"`` (the episode's classes) or ``"novel"`` (unseen classes).
 
         Returns:
             ``(episodes [E], accuracy [E, M], configs [M])`` sorted by episode and index.
         """
         kind = self._column("kind")
-        mask = kind == CONFIG_KIND
+        mask = (kind == CONFIG_KIND) & (self._column("split") == split)
         episodes = self._column("episode")[mask]
         index = self._column("config_index")[mask]
         accuracy = self._column("accuracy")[mask]
@@ -71,26 +79,26 @@ class RunResults:
             names[i] = str(c)
         return unique_episodes, matrix, names
 
-    def ensemble(self, aggregation: str) -> tuple[np.ndarray, np.ndarray]:
+    def ensemble(self, aggregation: str, split: str = "base") -> tuple[np.ndarray, np.ndarray]:
         """``(episodes, accuracy)`` of an ensemble aggregation, sorted by episode."""
         kind = self._column("kind")
         agg = self._column("aggregation")
-        mask = (kind == ENSEMBLE_KIND) & (agg == aggregation)
+        mask = (kind == ENSEMBLE_KIND) & (agg == aggregation) & (self._column("split") == split)
         episodes = self._column("episode")[mask]
         order = np.argsort(episodes)
         return episodes[order], self._column("accuracy")[mask][order]
 
-    def aggregations(self) -> dict[str, np.ndarray]:
+    def aggregations(self, split: str = "base") -> dict[str, np.ndarray]:
         """Per-episode accuracy of every aggregation, aligned on sorted episodes.
 
         ``hpe`` is the protocol's headline aggregation; ``oracle`` is the configuration
         with the best mean over episodes (an upper bound no user can select without
         labels); ``mean-single`` averages configurations within each episode.
         """
-        _, matrix, _ = self.config_matrix()
+        _, matrix, _ = self.config_matrix(split)
         out: dict[str, np.ndarray] = {}
         for name in ("logit-mean", "vote"):
-            _, accuracy = self.ensemble(name)
+            _, accuracy = self.ensemble(name, split)
             out[name] = accuracy
         out["hpe"] = out[self.meta["hpe"]["aggregation"]]
         best = int(np.nanargmax(np.nanmean(matrix, axis=0)))

@@ -25,27 +25,46 @@ def episode_rows(
     inputs: EpisodeInputs,
     outcomes: list[ConfigOutcome],
 ) -> list[dict[str, Any]]:
-    """Rows of one episode; ensembles are computed from the stored float16 logits."""
+    """Rows of one episode (and, for base-to-novel, of its novel queries).
+
+    Ensembles are computed from the stored float16 logits.
+    """
     episode = inputs.episode
-    labels = inputs.query_labels
     base = {
         "run_id": run_id,
         "dataset": dataset,
         "manifest_sha256": manifest_sha256,
         "episode": episode.index,
         "stream_index": episode.stream_index,
-        "n_way": episode.ways,
-        "n_query": len(labels),
     }
+    rows = _split_rows(
+        base, "base", inputs.query_labels, episode.ways, [(o, o.logits) for o in outcomes]
+    )
+    if inputs.novel_labels is not None and inputs.novel_class_names is not None:
+        novel = [(o, o.novel_logits) for o in outcomes if o.novel_logits is not None]
+        rows += _split_rows(
+            base, "novel", inputs.novel_labels, len(inputs.novel_class_names), novel
+        )
+    return rows
+
+
+def _split_rows(
+    base: dict[str, Any],
+    split: str,
+    labels: np.ndarray,
+    n_way: int,
+    members: list[tuple[ConfigOutcome, np.ndarray]],
+) -> list[dict[str, Any]]:
+    common = {**base, "split": split, "n_way": n_way, "n_query": len(labels)}
     rows = []
     stored = []
-    for outcome in outcomes:
-        logits16 = storable_logits(outcome.logits)
+    for outcome, logits in members:
+        logits16 = storable_logits(logits)
         stored.append(logits16)
-        predictions = outcome.logits.argmax(axis=1)
+        predictions = logits.argmax(axis=1)
         rows.append(
             {
-                **base,
+                **common,
                 "kind": CONFIG_KIND,
                 "aggregation": "",
                 "config_index": outcome.index,
@@ -57,16 +76,15 @@ def episode_rows(
                 "seed": outcome.seed,
             }
         )
-    members = np.stack(stored)
-    mean_logits = logit_mean(members)
+    mean_logits = logit_mean(np.stack(stored))
     ensembles = {
         "logit-mean": (mean_logits.argmax(axis=1), storable_logits(mean_logits).ravel().tolist()),
-        "vote": (vote(np.stack([r["predictions"] for r in rows]), episode.ways), None),
+        "vote": (vote(np.stack([r["predictions"] for r in rows]), n_way), None),
     }
     for name, (predictions, logits) in ensembles.items():
         rows.append(
             {
-                **base,
+                **common,
                 "kind": ENSEMBLE_KIND,
                 "aggregation": name,
                 "config_index": -1,

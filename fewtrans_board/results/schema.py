@@ -20,12 +20,16 @@ CONFIG_KIND = "config"
 ENSEMBLE_KIND = "ensemble"
 ENSEMBLES = ("logit-mean", "vote")
 
+SPLITS = ("base", "novel")
+"""``novel`` rows exist for base-to-novel manifests: queries of unseen classes scored by name."""
+
 COLUMNS = (
     "run_id",
     "dataset",
     "manifest_sha256",
     "episode",
     "stream_index",
+    "split",
     "kind",
     "aggregation",
     "config_index",
@@ -52,6 +56,7 @@ def arrow_schema() -> Any:
             pa.field("manifest_sha256", dict_str),
             pa.field("episode", pa.int32()),
             pa.field("stream_index", pa.int32()),
+            pa.field("split", dict_str),
             pa.field("kind", dict_str),
             pa.field("aggregation", dict_str),
             pa.field("config_index", pa.int16()),

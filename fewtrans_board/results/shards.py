@@ -58,6 +58,14 @@ def read_shard(path: Path) -> tuple[Any, dict[str, Any]]:
             f"{path}: results schema version {meta.get('schema_version')}, "
             f"expected {SCHEMA_VERSION}"
         )
+    if "split" not in table.column_names:  # shards written before base-to-novel existed
+        import pyarrow as pa
+
+        table = table.add_column(
+            table.column_names.index("kind"),
+            "split",
+            pa.array(["base"] * table.num_rows).dictionary_encode(),
+        )
     missing = [c for c in COLUMNS if c not in table.column_names]
     if missing:
         raise ResultsError(f"{path}: missing columns {missing}")

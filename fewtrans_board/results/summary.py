@@ -18,13 +18,14 @@ def summarize(run: RunResults, ddof: int = 1) -> dict[str, Any]:
     Returns:
         A dict with the run's labels, per-aggregation ``{mean, ci95, n, ddof}``, the HPE
         penalty (oracle minus HPE, points) and the sensitivity (standard deviation of the
-        configurations' mean accuracies, points).
+        configurations' mean accuracies, points); base-to-novel runs add ``novel`` and
+        ``harmonic_mean`` per aggregation.
     """
     aggregations = run.aggregations()
     _, matrix, _ = run.config_matrix()
     config_means = np.nanmean(matrix, axis=0)
     stats = {name: mean_ci(aggregations[name], ddof=ddof).to_dict() for name in AGGREGATIONS}
-    return {
+    summary = {
         "run_id": run.meta["run_id"],
         "path": str(run.path),
         "model": run.meta["model"]["name"],
@@ -39,3 +40,18 @@ def summarize(run: RunResults, ddof: int = 1) -> dict[str, Any]:
         "hpe_penalty": float(stats["oracle"]["mean"] - stats["hpe"]["mean"]),
         "sensitivity": float(np.std(config_means)) if len(config_means) > 1 else 0.0,
     }
+    if run.has_novel:
+        novel = run.aggregations("novel")
+        summary["novel"] = {
+            name: mean_ci(novel[name], ddof=ddof).to_dict() for name in AGGREGATIONS
+        }
+        summary["harmonic_mean"] = {
+            name: harmonic_mean(stats[name]["mean"], summary["novel"][name]["mean"])
+            for name in AGGREGATIONS
+        }
+    return summary
+
+
+def harmonic_mean(base: float, novel: float) -> float:
+    """CoOp's base-to-novel summary: ``2 * base * novel / (base + novel)`` of mean accuracies."""
+    return 0.0 if base + novel == 0 else 2 * base * novel / (base + novel)

@@ -124,7 +124,11 @@ class RunContext:
         if not (self.spec.feature_cache and self.adapter_cls.frozen_backbone):
             return None
         if self._features is None:
-            universe = {item for ep in self.episodes for item, _ in (*ep.support, *ep.query)}
+            universe = {
+                item
+                for ep in self.episodes
+                for item, _ in (*ep.support, *ep.query, *ep.novel_query)
+            }
             self._features = FeatureCache(
                 self.backbone, self.images, self.feature_folder, universe=sorted(universe)
             )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ class EpisodeInputs:
         support: labeled support images.
         query: query images (labels are kept apart in ``query_labels``).
         query_labels: true query labels, used by the core to score predictions.
+        novel_query: base-to-novel only: query images of unseen (novel) classes.
+        novel_labels: their hidden labels (novel label space).
+        novel_class_names: names of the novel classes, in novel-label order.
     """
 
     episode: ManifestEpisode
@@ -34,6 +37,9 @@ class EpisodeInputs:
     support: SupportSet
     query: ImageSet
     query_labels: np.ndarray
+    novel_query: ImageSet | None = None
+    novel_labels: np.ndarray | None = None
+    novel_class_names: list[str] | None = None
 
 
 def _image_set(
@@ -68,6 +74,14 @@ def episode_inputs(
     support_items = [item for item, _ in episode.support]
     query_items = [item for item, _ in episode.query]
     labels = torch.tensor([label for _, label in episode.support], dtype=torch.long)
+    novel: dict[str, Any] = {}
+    if episode.novel_query:
+        novel_items = [item for item, _ in episode.novel_query]
+        novel = {
+            "novel_query": _image_set(novel_items, images, cache, memoize_features),
+            "novel_labels": np.array([label for _, label in episode.novel_query], dtype=np.int64),
+            "novel_class_names": [spec.class_names[c] for c in episode.novel_classes],
+        }
     return EpisodeInputs(
         episode=episode,
         class_names=[spec.class_names[c] for c in episode.classes],
@@ -76,4 +90,5 @@ def episode_inputs(
         ),
         query=_image_set(query_items, images, cache, memoize_features),
         query_labels=np.array([label for _, label in episode.query], dtype=np.int64),
+        **novel,
     )

@@ -28,6 +28,7 @@ class ConfigOutcome:
     seed: int
     logits: np.ndarray
     seconds: float
+    novel_logits: np.ndarray | None = None
 
 
 def config_seed(manifest_sha256: str, episode: int, config: AdapterConfig) -> int:
@@ -36,14 +37,13 @@ def config_seed(manifest_sha256: str, episode: int, config: AdapterConfig) -> in
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
 
 
-def _checked(logits: Any, inputs: EpisodeInputs, where: str) -> np.ndarray:
+def _checked(logits: Any, expected: tuple[int, int], where: str) -> np.ndarray:
     import torch
 
     if not isinstance(logits, torch.Tensor):
         raise EvaluationError(
             f"{where}: predict returned {type(logits).__name__}, expected a torch.Tensor"
         )
-    expected = (len(inputs.query), inputs.episode.ways)
     if tuple(logits.shape) != expected:
         raise EvaluationError(
             f"{where}: adapter returned logits of shape {tuple(logits.shape)}, expected {expected} "
@@ -56,6 +56,28 @@ def _checked(logits: Any, inputs: EpisodeInputs, where: str) -> np.ndarray:
             f"{where}: adapter returned non-finite logits (NaN or inf) for {bad} queries"
         )
     return array
+
+
+def _predict(
+    predictor: Any, inputs: EpisodeInputs, where: str
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Base logits, and novel-class logits for base-to-novel episodes."""
+    import torch
+
+    with torch.no_grad():
+        logits = _checked(
+            predictor.predict(inputs.query), (len(inputs.query), inputs.episode.ways), where
+        )
+        if inputs.novel_query is None:
+            return logits, None
+        if not hasattr(predictor, "predict_names"):
+            raise EvaluationError(
+                f"{where}: base-to-novel episodes need a predictor with predict_names(query, "
+                "class_names) that scores unseen classes by name (CLIP-style adapters)"
+            )
+        novel = predictor.predict_names(inputs.novel_query, inputs.novel_class_names)
+        expected = (len(inputs.novel_query), len(inputs.novel_class_names))
+        return logits, _checked(novel, expected, f"{where} (novel classes)")
 
 
 def evaluate_episode(
@@ -92,24 +114,20 @@ def evaluate_episode(
         fit_seconds = (time.perf_counter() - start) / max(len(configs), 1)
         for i, predictor in enumerate(predictors):
             start = time.perf_counter()
-            with torch.no_grad():
-                logits = _checked(predictor.predict(inputs.query), inputs, where(i))
-            outcomes.append(
-                ConfigOutcome(
-                    i, configs[i], seeds[i], logits, fit_seconds + time.perf_counter() - start
-                )
-            )
+            logits, novel = _predict(predictor, inputs, where(i))
+            seconds = fit_seconds + time.perf_counter() - start
+            outcomes.append(ConfigOutcome(i, configs[i], seeds[i], logits, seconds, novel))
         return outcomes
     for i, (config, seed) in enumerate(zip(configs, seeds, strict=True)):
         start = time.perf_counter()
         torch.manual_seed(seed)
         try:
             predictor = adapter.fit(backbone, inputs.support, inputs.class_names, config)
-            with torch.no_grad():
-                raw = predictor.predict(inputs.query)
+            logits, novel = _predict(predictor, inputs, where(i))
+        except EvaluationError:
+            raise
         except FewtransError as exc:
             raise EvaluationError(f"{where(i)}: {exc}") from exc
-        logits = _checked(raw, inputs, where(i))
         del predictor
-        outcomes.append(ConfigOutcome(i, config, seed, logits, time.perf_counter() - start))
+        outcomes.append(ConfigOutcome(i, config, seed, logits, time.perf_counter() - start, novel))
     return outcomes

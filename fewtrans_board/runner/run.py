@@ -182,7 +182,7 @@ def _run(
             item
             for i in todo
             for ep in ctx.shard_episodes(i)
-            for item, _ in (*ep.support, *ep.query)
+            for item, _ in (*ep.support, *ep.query, *ep.novel_query)
         ]
         ctx.features.ensure(needed, progress=progress)
     total = sum(len(ctx.shard_episodes(i)) for i in todo)

@@ -1,0 +1,161 @@
+"""Base-to-novel: manifests draw unseen classes after the base episode; CLIP predictors score
+them by name; results carry base, novel and the harmonic mean."""
+
+from __future__ import annotations
+
+import json
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fewtrans_board import ModelSpec, hookimpl
+from fewtrans_board.episodes.manifest import Manifest
+from fewtrans_board.episodes.protocols import get_protocol
+from fewtrans_board.episodes.samplers import ClassPool, VariedWayShotSampler
+from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.results.load import load_run
+from fewtrans_board.results.summary import harmonic_mean
+
+
+class TinyClipPlugin:
+    @hookimpl
+    def register_models(self, register):  # type: ignore[no-untyped-def]
+        from fewtrans_board.testing import tiny_clip_backbone
+
+        register(
+            ModelSpec(
+                name="tiny-clip.test",
+                loader=lambda w, d: tiny_clip_backbone(),
+                family="open_clip",
+                architecture="tiny",
+                source="random-init",
+                modalities=("image", "text"),
+            )
+        )
+
+
+def pm():  # type: ignore[no-untyped-def]
+    return get_plugin_manager(entry_points=False, extra_plugins={"tiny-clip": TinyClipPlugin()})
+
+
+def test_novel_draws_follow_the_base_draws_in_one_stream() -> None:
+    pool = ClassPool(
+        classes=(0, 1, 2),
+        items=tuple(tuple(f"b{c}/{i}" for i in range(12)) for c in range(3)),
+        novel_classes=(3, 4, 5, 6),
+        novel_items=tuple(tuple(f"n{c}/{i}" for i in range(20)) for c in range(4)),
+    )
+    sampler = VariedWayShotSampler(novel_queries=15)
+    draws = list(islice(sampler.stream(pool, 0), 5))
+    plain = list(islice(VariedWayShotSampler().stream(pool, 0), 1))
+    # Episode 0's base part is drawn first, exactly as without novel classes.
+    assert draws[0].classes == plain[0].classes and draws[0].support == plain[0].support
+    for draw in draws:
+        assert 2 <= len(draw.novel_classes) <= 4 and set(draw.novel_classes) <= {3, 4, 5, 6}
+        assert all(len(q) == 15 for q in draw.novel_query)
+        assert not {i for q in draw.novel_query for i in q} & {i for q in draw.query for i in q}
+    assert len({d.novel_classes for d in draws}) > 1
+
+
+def test_base2novel_manifest_and_evaluation(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
+    manifest = tmp_path / "b2n.parquet"
+    result = invoke(
+        [
+            "manifest",
+            "build",
+            "--protocol",
+            "fewtrans-base2novel",
+            "--dataset",
+            "digits",
+            "--episodes",
+            "6",
+            "--out",
+            str(manifest),
+        ],
+        pm=pm(),
+    )
+    assert result.exit_code == 0, result.output
+    episodes = Manifest.load(manifest).episodes()
+    for ep in episodes:
+        assert set(ep.classes) <= {5, 6, 7, 8, 9} and set(ep.novel_classes) <= {0, 1, 2, 3, 4}
+        assert sorted({label for _, label in ep.novel_query}) == list(range(len(ep.novel_classes)))
+    assert get_protocol("fewtrans-base2novel").sampler.params()["novel_queries"] == 15
+    assert (
+        "novel_queries" not in get_protocol("fewtrans-varied").sampler.params()
+    )  # frozen hashes kept
+
+    out = tmp_path / "zs"
+    result = invoke(
+        [
+            "evaluate",
+            "--model",
+            "tiny-clip.test",
+            "--adapter",
+            "zero-shot-clip",
+            "--manifest",
+            str(manifest),
+            "--out",
+            str(out),
+            "--quiet",
+            "--device",
+            "cpu",
+            "--json",
+        ],
+        pm=pm(),
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)["summary"]
+    base, novel = summary["aggregations"]["hpe"]["mean"], summary["novel"]["hpe"]["mean"]
+    assert summary["harmonic_mean"]["hpe"] == pytest.approx(harmonic_mean(base, novel))
+    run = load_run(out)
+    rows = run.table.to_pylist()
+    for ep in episodes:
+        novel_rows = [r for r in rows if r["episode"] == ep.index and r["split"] == "novel"]
+        labels = [label for _, label in ep.novel_query]
+        assert {r["kind"] for r in novel_rows} == {"config", "ensemble"}
+        for row in novel_rows:
+            assert row["n_way"] == len(ep.novel_classes) and row["n_query"] == len(labels)
+            assert row["accuracy"] == pytest.approx(
+                100 * np.mean(np.array(row["predictions"]) == labels)
+            )
+
+
+def test_vision_only_adapters_cannot_score_novel_classes(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
+    manifest = tmp_path / "b2n.parquet"
+    invoke(
+        [
+            "manifest",
+            "build",
+            "--protocol",
+            "fewtrans-base2novel",
+            "--dataset",
+            "digits",
+            "--episodes",
+            "2",
+            "--out",
+            str(manifest),
+        ],
+        pm=pm(),
+    )
+    result = invoke(
+        [
+            "evaluate",
+            "--model",
+            "demo-cnn.digits",
+            "--adapter",
+            "mean-centroid",
+            "--manifest",
+            str(manifest),
+            "--out",
+            str(tmp_path / "o"),
+            "--quiet",
+            "--device",
+            "cpu",
+        ],
+        pm=pm(),
+    )
+    assert (
+        result.exit_code == 1 and "predict_names" in result.output and "episode 0" in result.output
+    )
