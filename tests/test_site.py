@@ -175,17 +175,17 @@ def test_method_page_has_provenance_and_plots(site: tuple[Path, Path]) -> None:
 # Verbatim lines of the papers' tables (from ../shared/seeds), quoted so the test needs no
 # files outside the repository: the oracle for the transcription in leaderboard/reported/.
 FEWTRANS_LINES = {
-    'LoRA': 'LoRA\t73.8$\\pm$1.5\t80.7$\\pm$1.0\t88.7$\\pm$0.7\t96.1$\\pm$0.4\t93.3$\\pm$0.6\t87.7$\\pm$0.9\t78.0$\\pm$1.1\t59.4$\\pm$1.4\t83.3$\\pm$0.9\t71.0$\\pm$1.3\t81.2$\\pm$1.0',
-    'DINOv2-base': 'DINOv2-base\tLVD-142M\t79.8$\\pm$1.3\t82.6$\\pm$0.9\t93.0$\\pm$0.5\t99.9$\\pm$0.0\t93.9$\\pm$0.5\t87.7$\\pm$0.9\t79.6$\\pm$1.0\t74.9$\\pm$1.1\t91.8$\\pm$0.6\t70.3$\\pm$1.3\t85.3$\\pm$0.9',
-    'TSA': 'TSA\t74.3$\\pm$1.5\t80.0$\\pm$1.0\t89.5$\\pm$0.7\t96.9$\\pm$0.4\t93.5$\\pm$0.6\t87.5$\\pm$0.9\t78.3$\\pm$1.0\t64.5$\\pm$1.3\t86.2$\\pm$0.8\t72.2$\\pm$1.2\t82.3$\\pm$1.0',
+    "LoRA": "LoRA\t73.8$\\pm$1.5\t80.7$\\pm$1.0\t88.7$\\pm$0.7\t96.1$\\pm$0.4\t93.3$\\pm$0.6\t87.7$\\pm$0.9\t78.0$\\pm$1.1\t59.4$\\pm$1.4\t83.3$\\pm$0.9\t71.0$\\pm$1.3\t81.2$\\pm$1.0",
+    "DINOv2-base": "DINOv2-base\tLVD-142M\t79.8$\\pm$1.3\t82.6$\\pm$0.9\t93.0$\\pm$0.5\t99.9$\\pm$0.0\t93.9$\\pm$0.5\t87.7$\\pm$0.9\t79.6$\\pm$1.0\t74.9$\\pm$1.1\t91.8$\\pm$0.6\t70.3$\\pm$1.3\t85.3$\\pm$0.9",
+    "TSA": "TSA\t74.3$\\pm$1.5\t80.0$\\pm$1.0\t89.5$\\pm$0.7\t96.9$\\pm$0.4\t93.5$\\pm$0.6\t87.5$\\pm$0.9\t78.3$\\pm$1.0\t64.5$\\pm$1.3\t86.2$\\pm$0.8\t72.2$\\pm$1.2\t82.3$\\pm$1.0",
 }
 BSCD_PROTONET_LINES = [
-    'ProtoNet\t24.05% $\\pm$ 1.01%\t28.21% $\\pm$ 1.15%\t29.32% $\\pm$ 1.12%\t39.57% $\\pm$ 0.57%\t49.50% $\\pm$ 0.55%\t51.99% $\\pm$ 0.52%',
-    'ProtoNet\t73.29% $\\pm$ 0.71%\t82.27% $\\pm$ 0.57%\t80.48% $\\pm$ 0.57%\t79.72% $\\pm$ 0.67%\t88.15% $\\pm$ 0.51%\t90.81% $\\pm$ 0.43%',
+    "ProtoNet\t24.05% $\\pm$ 1.01%\t28.21% $\\pm$ 1.15%\t29.32% $\\pm$ 1.12%\t39.57% $\\pm$ 0.57%\t49.50% $\\pm$ 0.55%\t51.99% $\\pm$ 0.52%",
+    "ProtoNet\t73.29% $\\pm$ 0.71%\t82.27% $\\pm$ 0.57%\t80.48% $\\pm$ 0.57%\t79.72% $\\pm$ 0.67%\t88.15% $\\pm$ 0.51%\t90.81% $\\pm$ 0.43%",
 ]
 BSCD_MEAN_CENTROID_LINES = [
-    'Mean-centroid\t26.31% $\\pm$ 0.42%\t30.41% $\\pm$ 0.46%\t34.68% $\\pm$ 0.46%\t47.16% $\\pm$ 0.54%\t56.40% $\\pm$ 0.53%\t61.57% $\\pm$ 0.66%',
-    'Mean-centroid\t82.21% $\\pm$ 0.49%\t87.62% $\\pm$ 0.34%\t88.24% $\\pm$ 0.29%\t87.61% $\\pm$ 0.47%\t93.87% $\\pm$ 0.68%\t94.77% $\\pm$ 0.34%',
+    "Mean-centroid\t26.31% $\\pm$ 0.42%\t30.41% $\\pm$ 0.46%\t34.68% $\\pm$ 0.46%\t47.16% $\\pm$ 0.54%\t56.40% $\\pm$ 0.53%\t61.57% $\\pm$ 0.66%",
+    "Mean-centroid\t82.21% $\\pm$ 0.49%\t87.62% $\\pm$ 0.34%\t88.24% $\\pm$ 0.29%\t87.61% $\\pm$ 0.47%\t93.87% $\\pm$ 0.68%\t94.77% $\\pm$ 0.34%",
 ]
 
 
@@ -196,12 +196,18 @@ def numbers_of(line: str) -> list[float]:
 
 @pytest.mark.parametrize(
     ("file", "label"),
-    [("fewtrans-table-5.json", "LoRA"), ("fewtrans-table-4.json", "DINOv2-base"), ("fewtrans-table-5.json", "TSA")],
+    [
+        ("fewtrans-table-5.json", "LoRA"),
+        ("fewtrans-table-4.json", "DINOv2-base"),
+        ("fewtrans-table-5.json", "TSA"),
+    ],
 )
 def test_transcribed_fewtrans_cells_match_the_paper(file: str, label: str) -> None:
     data = json.loads((ROOT / "leaderboard" / "reported" / file).read_text())
     row = next(r for r in data["rows"] if r["method"] == label)
-    values = [x for key in data["columns"] for x in (row["cells"][key]["mean"], row["cells"][key]["ci95"])]
+    values = [
+        x for key in data["columns"] for x in (row["cells"][key]["mean"], row["cells"][key]["ci95"])
+    ]
     assert values == numbers_of(FEWTRANS_LINES[label])
     seed = SEEDS / "fewtrans-hpe-benchmark.txt"
     if seed.is_file():  # the quoted line is the paper's
@@ -211,11 +217,17 @@ def test_transcribed_fewtrans_cells_match_the_paper(file: str, label: str) -> No
 def test_transcribed_bscd_cells_match_the_paper() -> None:
     data = json.loads((ROOT / "leaderboard" / "reported" / "bscd-table-1.json").read_text())
     row = next(r for r in data["rows"] if r["method"] == "ProtoNet")
-    cells = [x for key in data["columns"] for x in (row["cells"][key]["mean"], row["cells"][key]["ci95"])]
+    cells = [
+        x for key in data["columns"] for x in (row["cells"][key]["mean"], row["cells"][key]["ci95"])
+    ]
     assert cells == [x for line in BSCD_PROTONET_LINES for x in numbers_of(line)]
     table3 = json.loads((ROOT / "leaderboard" / "reported" / "bscd-table-3.json").read_text())
     row3 = next(r for r in table3["rows"] if r["method"] == "Mean-centroid")
-    cells3 = [x for key in table3["columns"] for x in (row3["cells"][key]["mean"], row3["cells"][key]["ci95"])]
+    cells3 = [
+        x
+        for key in table3["columns"]
+        for x in (row3["cells"][key]["mean"], row3["cells"][key]["ci95"])
+    ]
     assert cells3 == [x for line in BSCD_MEAN_CENTROID_LINES for x in numbers_of(line)]
     seed = SEEDS / "bscd-fsl-cross-domain.txt"
     if seed.is_file():
