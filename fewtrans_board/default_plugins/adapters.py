@@ -1,4 +1,4 @@
-"""Built-in baseline adapters."""
+"""Built-in adapters: baselines, vision PEFT, CLIP prompt learners and CLIP tuning methods."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ def register_adapters(register: Callable[[type[Adapter]], None]) -> None:
     )
     from fewtrans_board.adapters.builtin.heads import CosineClassifierAdapter, LinearProbeAdapter
     from fewtrans_board.adapters.builtin.prototypes import MeanCentroidAdapter
+    from fewtrans_board.adapters.builtin.vision_peft import ADAPTERS as VISION_PEFT
     from fewtrans_board.adapters.builtin.zeroshot import ZeroShotClipAdapter
 
     for adapter in (
@@ -28,5 +29,6 @@ def register_adapters(register: Callable[[type[Adapter]], None]) -> None:
         FinetuneLastKAdapter,
         TransductiveFinetuneAdapter,
         ZeroShotClipAdapter,
+        *VISION_PEFT,
     ):
         register(adapter)
