@@ -11,6 +11,7 @@ from fewtrans_board.hookspecs import hookimpl
 @hookimpl
 def register_adapters(register: Callable[[type[Adapter]], None]) -> None:
     """Register the baselines: centroid, heads, fine-tuning variants and zero-shot CLIP."""
+    from fewtrans_board.adapters.builtin.clip_prompts import ADAPTERS as CLIP_PROMPTS
     from fewtrans_board.adapters.builtin.finetune import (
         FinetuneAdapter,
         FinetuneLastKAdapter,
@@ -30,5 +31,6 @@ def register_adapters(register: Callable[[type[Adapter]], None]) -> None:
         TransductiveFinetuneAdapter,
         ZeroShotClipAdapter,
         *VISION_PEFT,
+        *CLIP_PROMPTS,
     ):
         register(adapter)

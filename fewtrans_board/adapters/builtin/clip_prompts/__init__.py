@@ -1,0 +1,41 @@
+"""CLIP prompt learners: CoOp, CoCoOp, KgCoOp, ProGrad, VPT-CLIP, IVLP and MaPLe.
+
+Every adapter keeps CLIP's encoders and logit scale frozen, scores
+``logit_scale * cos(image, text)`` and returns a predictor that also scores arbitrary class
+names (``predict_names``, for base-to-novel evaluation). Importing this package does not
+import torch; modules that need it import it inside functions.
+"""
+
+from fewtrans_board.adapters.builtin.clip_prompts.cocoop import CocoopAdapter
+from fewtrans_board.adapters.builtin.clip_prompts.coop import CoopAdapter
+from fewtrans_board.adapters.builtin.clip_prompts.ivlp import IvlpAdapter
+from fewtrans_board.adapters.builtin.clip_prompts.kgcoop import KgcoopAdapter
+from fewtrans_board.adapters.builtin.clip_prompts.maple import MapleAdapter
+from fewtrans_board.adapters.builtin.clip_prompts.prograd import (
+    ProgradAdapter,
+    project_conflicting_gradient,
+)
+from fewtrans_board.adapters.builtin.clip_prompts.vpt_clip import VptClipAdapter
+
+ADAPTERS = (
+    CoopAdapter,
+    CocoopAdapter,
+    KgcoopAdapter,
+    ProgradAdapter,
+    VptClipAdapter,
+    IvlpAdapter,
+    MapleAdapter,
+)
+"""The adapter classes, in registration order."""
+
+__all__ = [
+    "ADAPTERS",
+    "CocoopAdapter",
+    "CoopAdapter",
+    "IvlpAdapter",
+    "KgcoopAdapter",
+    "MapleAdapter",
+    "ProgradAdapter",
+    "VptClipAdapter",
+    "project_conflicting_gradient",
+]

@@ -1,0 +1,129 @@
+"""CoCoOp: CoOp's context shifted per image by a Meta-Net bias computed from the image feature."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fewtrans_board.adapters.base import hparam
+from fewtrans_board.adapters.builtin.clip_prompts.common import PHOTO_PREFIX
+from fewtrans_board.adapters.builtin.clip_prompts.coop import CoopAdapter, CoopSession
+
+if TYPE_CHECKING:
+    import torch
+
+    from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
+    from fewtrans_board.models.backbone import Backbone
+
+MAX_TEXT_SEQUENCES = 512
+"""Prompts per text pass: images are grouped so that ``images * classes`` stays below this."""
+
+
+class CocoopSession(CoopSession):
+    """CoOp session plus the Meta-Net ``Linear(D, D/16) ReLU Linear(D/16, W)``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from torch import nn
+
+        super().__init__(*args, **kwargs)
+        dim, width = int(self.features.shape[1]), self.prompter.width
+        hidden = max(1, dim // 16)
+        meta_net = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, width))
+        meta_net = meta_net.to(self.device)  # initialised on CPU from the global generator
+        self.meta_net = meta_net
+        self.add_trainable_module("meta_net", meta_net)
+
+    def per_image_text(
+        self, image_features: torch.Tensor, class_names: Sequence[str]
+    ) -> torch.Tensor:
+        """Normalised text features ``[B, C, D]`` of each image's own prompts.
+
+        Args:
+            image_features: normalised image features ``[B, D]``.
+            class_names: the classes.
+        """
+        import torch
+        import torch.nn.functional as F
+
+        from fewtrans_board.adapters.builtin.training import autocast
+
+        contexts = self.ctx.unsqueeze(0) + self.meta_net(image_features).unsqueeze(1)
+        step = max(1, MAX_TEXT_SEQUENCES // max(1, len(class_names)))
+        chunks = []
+        with autocast(self.device):
+            for start in range(0, contexts.shape[0], step):
+                chunks.append(self.prompter.encode(class_names, contexts[start : start + step]))
+        return F.normalize(torch.cat(chunks).float(), dim=-1)
+
+    def scores(self, image_features: torch.Tensor, class_names: Sequence[str]) -> torch.Tensor:
+        """``logit_scale * cos`` of each normalised image feature against its own prompts."""
+        texts = self.per_image_text(image_features, class_names)
+        return self.logit_scale * (texts @ image_features.unsqueeze(-1)).squeeze(-1)
+
+    def logits(self, index: torch.Tensor) -> torch.Tensor:
+        """Logits of support images ``index`` over the episode's classes."""
+        return self.scores(self.features[index], self.class_names)
+
+    def predictor(self) -> CocoopPredictor:
+        """Per-image prompts for the query images, for any class names."""
+        return CocoopPredictor(self)
+
+
+class CocoopPredictor:
+    """Scores each query image against class prompts conditioned on that image.
+
+    Args:
+        session: the trained CoCoOp session.
+    """
+
+    def __init__(self, session: CocoopSession) -> None:
+        self.session = session
+        self.class_names = list(session.class_names)
+
+    def predict_names(self, query: ImageSet, class_names: Sequence[str]) -> torch.Tensor:
+        """Logits ``[Q, len(class_names)]``."""
+        import torch
+        import torch.nn.functional as F
+
+        with torch.no_grad():
+            features = F.normalize(query.features(self.session.backbone).float(), dim=-1)
+            return self.session.scores(features, class_names)
+
+    def predict(self, query: ImageSet) -> torch.Tensor:
+        """Logits over the episode's classes."""
+        return self.predict_names(query, self.class_names)
+
+
+class CocoopAdapter(CoopAdapter):
+    """CoCoOp: conditional context, one set of prompts per image."""
+
+    name = "cocoop"
+    description = "CoCoOp: CoOp context plus a Meta-Net bias from each image's feature."
+    paper = "Zhou et al., Conditional Prompt Learning for Vision-Language Models, CVPR 2022"
+    code = "https://github.com/KaiyangZhou/CoOp"
+    trains = "shared text context vectors + Meta-Net"
+
+    @dataclass(frozen=True)
+    class Config(CoopAdapter.Config):
+        """CoCoOp options; the context defaults to CoCoOp's 4 words 'a photo of a'."""
+
+        n_ctx: int = hparam(4, "Number of context vectors when ctx_init is empty.")
+        ctx_init: str = hparam(
+            PHOTO_PREFIX,
+            "Initialise the context from these words' embeddings; n_ctx then becomes their "
+            "token count. Empty: n_ctx random N(0, 0.02) vectors.",
+        )
+
+    def session(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        config: Any,
+    ) -> CocoopSession:
+        """Build the CoCoOp session."""
+        self._check_n_ctx(config)
+        return CocoopSession(
+            backbone, support, class_names, config.n_ctx, config.ctx_init, self.name
+        )

@@ -1,0 +1,182 @@
+"""What the CLIP prompt learners share: config fields, the per-fit session, the fit loop.
+
+Every adapter here builds a :class:`PromptSession` per fit: frozen deep copies of the CLIP
+modules it runs (never the caller's), the trainable tensors, the loss of a support batch
+and the predictor. :meth:`PromptAdapter.fit` trains the session with the FewTrans recipe
+(Adam, one learning rate, per-step cosine to zero, ``RandomState(11)`` shuffles).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fewtrans_board.adapters.base import Adapter, AdapterConfig, hparam
+from fewtrans_board.errors import FewtransError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from torch import nn
+
+    from fewtrans_board.adapters.builtin.clip_common import NamePredictor
+    from fewtrans_board.adapters.episode_data import SupportSet
+    from fewtrans_board.models.backbone import Backbone
+
+INIT_STD = 0.02
+"""Std of the normal initialisation of randomly initialised prompts (CoOp, VPT, MaPLe)."""
+
+PHOTO_PREFIX = "a photo of a"
+"""Words the word-initialised contexts start from (the FewTrans template's prefix)."""
+
+
+@dataclass(frozen=True)
+class PromptConfig(AdapterConfig):
+    """Training options shared by the prompt learners (FewTrans CLIP-prompt start point)."""
+
+    lr: float = hparam(2e-4, "Adam learning rate of every trainable parameter.", hpe="lr")
+    epochs: int = hparam(20, "Passes over the support set.", hpe="epochs")
+    batch_size: int = hparam(32, "Optimiser batch size (support images per step).")
+
+
+class PromptSession(ABC):
+    """One fit's state: frozen CLIP copies, trainable tensors, loss and predictor.
+
+    Attributes:
+        named_trainable: the tensors the optimiser updates, by name.
+        frozen: the deep-copied CLIP modules the session runs; none of their parameters
+            may receive a gradient.
+        device: torch device.
+    """
+
+    def __init__(self, device: str) -> None:
+        self.named_trainable: dict[str, torch.Tensor] = {}
+        self.frozen: list[nn.Module] = []
+        self.device = device
+
+    @property
+    def trainable(self) -> list[torch.Tensor]:
+        """Trainable tensors with at least one element."""
+        return [t for t in self.named_trainable.values() if t.numel() > 0]
+
+    def add_trainable(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """Register a trainable tensor under ``name`` and return it."""
+        self.named_trainable[name] = tensor
+        return tensor
+
+    def add_trainable_module(self, name: str, module: nn.Module) -> None:
+        """Register every parameter of ``module`` as ``name.<parameter name>``."""
+        for sub, param in module.named_parameters():
+            self.named_trainable[f"{name}.{sub}"] = param
+
+    def support_pixels(self, support: SupportSet) -> None:
+        """Keep the support pixels and labels on the device (for methods that prompt images)."""
+        self.pixels = support.images.pixels.to(self.device)
+        self.labels = support.labels.to(self.device)
+
+    @abstractmethod
+    def loss(self, batch: np.ndarray) -> torch.Tensor:
+        """Loss of a batch of support indices (backward puts the update in ``.grad``)."""
+
+    @abstractmethod
+    def predictor(self) -> NamePredictor:
+        """The predictor of the current state (also scores arbitrary class names)."""
+
+
+def new_parameter(tensor: torch.Tensor, device: str) -> torch.Tensor:
+    """A float32 leaf parameter on ``device`` (created on CPU first, for seed stability)."""
+    import torch
+
+    return torch.nn.Parameter(tensor.detach().float().to(device))
+
+
+def random_prompts(*shape: int) -> torch.Tensor:
+    """``N(0, INIT_STD^2)`` prompts from torch's global generator (on CPU)."""
+    import torch
+
+    return torch.randn(*shape) * INIT_STD
+
+
+def vit_width(encoder: Any) -> tuple[int, int]:
+    """Token width and block count of a ViT image tower (raises for other towers)."""
+    from fewtrans_board.adapters.builtin.vit_parts import vit_parts
+
+    parts = vit_parts(encoder)
+    return parts.width, len(parts.blocks)
+
+
+def prompted_clip_loss(
+    session: Any,
+    encoder: nn.Module,
+    batch: np.ndarray,
+    text_features: Callable[[Sequence[str]], torch.Tensor],
+) -> torch.Tensor:
+    """Cross-entropy of ``logit_scale * cos`` between prompted images and class texts.
+
+    Args:
+        session: a session with ``pixels``, ``labels``, ``class_names``, ``logit_scale``
+            and ``device``.
+        encoder: the (prompted) image tower.
+        batch: support indices.
+        text_features: ``class names -> [C, D]`` text features.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from fewtrans_board.adapters.builtin.training import autocast
+
+    index = torch.as_tensor(batch, device=session.device)
+    with autocast(session.device):
+        features = encoder(session.pixels[index])
+    images = F.normalize(features.float(), dim=-1)
+    texts = F.normalize(text_features(session.class_names).float(), dim=-1)
+    logits = session.logit_scale * images @ texts.t()
+    return F.cross_entropy(logits, session.labels[index])
+
+
+class PromptAdapter(Adapter):
+    """Base of the CLIP prompt learners: build a session, train it, return its predictor."""
+
+    needs_text = True
+    Config = PromptConfig
+
+    @abstractmethod
+    def session(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        config: Any,
+    ) -> PromptSession:
+        """Build the untrained session of one fit (deep copies, prompts, loss)."""
+
+    def fit(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        config: Any,
+    ) -> NamePredictor:
+        """Train the prompts on the support set and return a name-aware predictor."""
+        from fewtrans_board.adapters.builtin.training import run_adam
+
+        if config.epochs < 0 or config.batch_size < 1 or config.lr < 0:
+            raise FewtransError(
+                f"{self.name}: need epochs >= 0, batch_size >= 1 and lr >= 0; got "
+                f"{config.epochs}, {config.batch_size}, {config.lr}"
+            )
+        session = self.session(backbone, support, class_names, config)
+        if config.epochs > 0 and not session.trainable:
+            raise FewtransError(f"{self.name}: this configuration has no parameter to train")
+        run_adam(
+            [(session.trainable, config.lr)],
+            session.loss,
+            len(support),
+            config.batch_size,
+            config.epochs,
+        )
+        for tensor in session.trainable:
+            tensor.requires_grad_(False)
+        return session.predictor()

@@ -1,0 +1,94 @@
+"""MaPLe: deep text prompts whose per-layer linear projections are the image tower's prompts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fewtrans_board.adapters.base import hparam
+from fewtrans_board.adapters.builtin.clip_prompts.common import (
+    PHOTO_PREFIX,
+    PromptAdapter,
+    PromptConfig,
+)
+from fewtrans_board.adapters.builtin.clip_prompts.ivlp import DeepTextSession
+from fewtrans_board.errors import FewtransError
+
+if TYPE_CHECKING:
+    import torch
+
+    from fewtrans_board.adapters.episode_data import SupportSet
+    from fewtrans_board.models.backbone import Backbone
+
+
+class MapleSession(DeepTextSession):
+    """Deep text prompts; image prompts of layer ``i`` = ``Linear_i(text prompts of layer i)``."""
+
+    same_depth = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from torch import nn
+
+        from fewtrans_board.adapters.builtin.clip_prompts.common import vit_width
+        from fewtrans_board.adapters.builtin.deep_prompts import DeepVisualPrompts
+
+        super().__init__(*args, **kwargs)
+        text_width, depth = self.prompter.width, self.text_depth
+        image_width, _ = vit_width(self.model.visual)
+        projections = nn.ModuleList(nn.Linear(text_width, image_width) for _ in range(depth))
+        self.projections = projections.to(self.device)
+        self.add_trainable_module("projections", self.projections)
+        n_ctx = self.prompter.n_ctx
+        self.visual_prompts = DeepVisualPrompts(n_ctx, depth, image_width).to(self.device)
+        self.visual_prompts.prompts.requires_grad_(False)  # unused: the provider supplies them
+        self.visual_prompts.attach(self.model.visual, provider=self.image_prompts)
+
+    def image_prompts(self) -> torch.Tensor:
+        """Image prompts ``[J, n_ctx, image width]`` projected from the text prompts."""
+        import torch
+
+        text = [self.ctx, *self.text_deep.unbind(0)]
+        return torch.stack([proj(p) for proj, p in zip(self.projections, text, strict=True)])
+
+
+class MapleAdapter(PromptAdapter):
+    """MaPLe: multi-modal prompts coupled from the text side."""
+
+    name = "maple"
+    description = "MaPLe: deep text prompts projected per layer into deep image prompts."
+    paper = "Khattak et al., MaPLe: Multi-modal Prompt Learning, CVPR 2023"
+    code = "https://github.com/muzairkhattak/multimodal-prompt-learning"
+    trains = "deep text prompts (first layer from 'a photo') + per-layer text-to-image Linears"
+
+    @dataclass(frozen=True)
+    class Config(PromptConfig):
+        """MaPLe options (2 tokens, depth 9)."""
+
+        n_ctx: int = hparam(2, "Prompt tokens per layer (shared by both towers).")
+        depth: int = hparam(9, "Coupled prompt depth, capped at the smaller tower's block count.")
+        ctx_init: str = hparam(
+            PHOTO_PREFIX,
+            "Prompt words: the first n_ctx tokens are the first-layer text prompts, the rest "
+            "stay fixed words; empty or too short: random N(0, 0.02).",
+        )
+
+    def session(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        config: Any,
+    ) -> MapleSession:
+        """Build the MaPLe session."""
+        if config.n_ctx < 0 or config.depth < 1:
+            raise FewtransError(f"{self.name}: need n_ctx >= 0 and depth >= 1")
+        return MapleSession(
+            backbone,
+            support,
+            class_names,
+            n_ctx=config.n_ctx,
+            ctx_init=config.ctx_init,
+            depth=config.depth,
+            method=self.name,
+        )

@@ -1,0 +1,316 @@
+"""CLIP prompt learners: contract, gradient flow, exact zero-shot limits, ProGrad, HPE run."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fewtrans_board import hookimpl
+from fewtrans_board.adapters.builtin.clip_prompts import (
+    ADAPTERS,
+    CocoopAdapter,
+    CoopAdapter,
+    IvlpAdapter,
+    MapleAdapter,
+    ProgradAdapter,
+    VptClipAdapter,
+    project_conflicting_gradient,
+)
+from fewtrans_board.adapters.builtin.zeroshot import ZeroShotClipAdapter
+from fewtrans_board.errors import FewtransError
+from fewtrans_board.testing import (
+    check_adapter,
+    check_import_is_light,
+    tiny_clip_backbone,
+    tiny_vit_backbone,
+    toy_episode,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "leaderboard" / "manifests" / "fewtrans-varied--digits.parquet"
+FAST: dict[str, dict[str, Any]] = {a.name: {"epochs": 2} for a in ADAPTERS}
+
+EXPECTED_TRAINABLE = {
+    "coop": {"ctx"},
+    "kgcoop": {"ctx"},
+    "prograd": {"ctx"},
+    "cocoop": {"ctx", *(f"meta_net.{i}.{w}" for i in (0, 2) for w in ("weight", "bias"))},
+    "vpt-clip": {"visual_prompts"},
+    "ivlp": {"ctx", "text_deep", "visual_prompts"},
+    "maple": {
+        "ctx",
+        "text_deep",
+        *(f"projections.{i}.{w}" for i in (0, 1) for w in ("weight", "bias")),
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def backbone():  # type: ignore[no-untyped-def]
+    return tiny_clip_backbone(seed=1)
+
+
+@pytest.fixture(scope="module")
+def episode():  # type: ignore[no-untyped-def]
+    return toy_episode(shots=(2, 1, 3), seed=2)
+
+
+def zero_shot_logits(backbone, episode) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    predictor = ZeroShotClipAdapter().fit(
+        backbone, episode.support, episode.class_names, ZeroShotClipAdapter.Config()
+    )
+    return predictor.predict(episode.query)
+
+
+def block_input(backbone, block: int, text: str) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """Input of text block ``block`` for one prompt, from an unhooked copy of the model."""
+    model = copy.deepcopy(backbone.text.model)
+    seen: list[torch.Tensor] = []
+    model.transformer.resblocks[block].register_forward_pre_hook(
+        lambda module, args: seen.append(args[0].detach().clone())
+    )
+    with torch.no_grad():
+        model.encode_text(backbone.text.tokenize([text]))
+    return seen[0][0]  # batch-first [L, W]
+
+
+def test_package_import_is_light() -> None:
+    check_import_is_light("fewtrans_board.adapters.builtin.clip_prompts")
+
+
+@pytest.mark.parametrize("adapter_cls", ADAPTERS, ids=lambda a: a.name)
+def test_contract_and_predict_names(adapter_cls, backbone, episode) -> None:  # type: ignore[no-untyped-def]
+    config = adapter_cls.Config(**FAST[adapter_cls.name])
+    report = check_adapter(adapter_cls, config=config)
+    assert report.passed[-1] == "fit_many agrees with fit"
+    assert adapter_cls.needs_text and {"lr", "epochs"} <= {
+        f.hpe for f in adapter_cls.Config.fields_info()
+    }
+    predictor = adapter_cls().fit(backbone, episode.support, episode.class_names, config)
+    novel = predictor.predict_names(episode.query, ["red panda", "fire truck"])
+    assert tuple(novel.shape) == (len(episode.query), 2) and torch.isfinite(novel).all()
+    assert torch.allclose(
+        predictor.predict_names(episode.query, episode.class_names),
+        predictor.predict(episode.query),
+    )
+
+
+@pytest.mark.parametrize("adapter_cls", ADAPTERS, ids=lambda a: a.name)
+def test_only_prompt_parameters_get_gradients(adapter_cls, backbone, episode) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(0)
+    session = adapter_cls().session(
+        backbone, episode.support, episode.class_names, adapter_cls.Config()
+    )
+    assert set(session.named_trainable) == EXPECTED_TRAINABLE[adapter_cls.name]
+    caller = [backbone.text.model, backbone.image_encoder]
+    assert session.frozen and all(m is not c for m in session.frozen for c in caller)
+    session.loss(np.arange(len(episode.support))).backward()
+    for name, tensor in session.named_trainable.items():
+        assert tensor.grad is not None, name
+        assert torch.isfinite(tensor.grad).all() and tensor.grad.abs().sum() > 0, name
+    for module in session.frozen:
+        for name, param in module.named_parameters():
+            assert not param.requires_grad and param.grad is None, name
+    for module in caller:
+        assert all(p.grad is None for p in module.parameters())
+        assert not any(
+            b._forward_pre_hooks or b._forward_hooks for b in module.modules()
+        )  # hooks only on the session's copies
+
+
+@pytest.mark.parametrize("adapter_cls", [CoopAdapter, IvlpAdapter, MapleAdapter])
+def test_refuses_models_without_an_openai_text_tower(adapter_cls, episode) -> None:  # type: ignore[no-untyped-def]
+    vision_only = tiny_vit_backbone()
+    with pytest.raises(FewtransError, match="text tower"):
+        adapter_cls().session(
+            vision_only, episode.support, episode.class_names, adapter_cls.Config()
+        )
+    clip = tiny_clip_backbone()
+    hf_like = dataclasses.replace(clip, text=copy.copy(clip.text))
+    hf_like.text.model = torch.nn.Module()  # type: ignore[union-attr]
+    with pytest.raises(FewtransError, match="OpenAI-style"):
+        adapter_cls().session(hf_like, episode.support, episode.class_names, adapter_cls.Config())
+
+
+def test_coop_context_equal_to_handcrafted_prompt_reproduces_encode_text(backbone, episode) -> None:  # type: ignore[no-untyped-def]
+    names = ["cat", "traffic light", "dog"]
+    model = backbone.text.model
+    with torch.no_grad():
+        expected = model.encode_text(backbone.text.tokenize([f"a photo of a {n}." for n in names]))
+        photo = model.token_embedding(backbone.text.tokenize(["a photo of a"]))[0, 1:5]
+    session = CoopAdapter().session(
+        backbone, episode.support, episode.class_names, CoopAdapter.Config(n_ctx=4)
+    )
+    assert session.prompter.prompt_texts(["cat"]) == ["X X X X cat."]
+    with torch.no_grad():
+        session.ctx.copy_(photo)
+        got = session.prompter.encode(names, session.ctx)
+    assert torch.allclose(got, expected, atol=1e-5)
+    # Word initialisation starts from exactly that context, hence from zero-shot CLIP.
+    init = CoopAdapter().session(
+        backbone, episode.support, episode.class_names, CoopAdapter.Config(ctx_init="a photo of a")
+    )
+    assert init.prompter.n_ctx == 4 and torch.equal(init.ctx.detach(), photo)
+    logits = init.predictor().predict(episode.query)
+    assert torch.allclose(logits, zero_shot_logits(backbone, episode), atol=1e-4)
+
+
+def test_prograd_projection_never_opposes_the_zero_shot_direction() -> None:
+    g = torch.Generator().manual_seed(0)
+    conflicts = 0
+    for trial in range(500):
+        shape = [(7,), (3, 5), (2, 2, 4)][trial % 3]
+        g_ce = torch.randn(*shape, generator=g, dtype=torch.float64)
+        g_kl = torch.randn(*shape, generator=g, dtype=torch.float64) * 10 ** (trial % 5 - 2)
+        projected = project_conflicting_gradient(g_ce, g_kl)
+        assert projected.shape == g_ce.shape
+        dot = float((projected * g_kl).sum())
+        assert dot >= -1e-6
+        if float((g_ce * g_kl).sum()) >= 0:
+            assert torch.equal(projected, g_ce)
+        else:
+            conflicts += 1
+            assert abs(dot) <= 1e-9 * float(g_kl.norm() * g_ce.norm())
+            u = g_kl / g_kl.norm()
+            assert torch.allclose(projected, g_ce - (g_ce * u).sum() * u)
+    assert 100 < conflicts < 400
+    aligned = torch.tensor([1.0, 2.0, -1.0])
+    assert torch.equal(project_conflicting_gradient(aligned, 3 * aligned), aligned)
+    assert torch.equal(project_conflicting_gradient(aligned, torch.zeros(3)), aligned)
+    half = project_conflicting_gradient(torch.tensor([1.0, 0.0]), torch.tensor([-1.0, 0.0]), 0.5)
+    assert half.tolist() == [0.5, 0.0]
+
+
+def test_prograd_step_applies_the_projected_gradient(backbone, episode) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(3)
+    session = ProgradAdapter().session(
+        backbone, episode.support, episode.class_names, ProgradAdapter.Config(n_ctx=4)
+    )
+    batch = np.arange(len(episode.support))
+    index = torch.as_tensor(batch)
+    logits = session.logits(index)
+    ce = F.cross_entropy(logits, session.labels)
+    kl = F.kl_div(
+        F.log_softmax(logits, -1), F.softmax(session.zero_shot_logits, -1), reduction="batchmean"
+    )
+    (g_ce,) = torch.autograd.grad(ce, [session.ctx], retain_graph=True)
+    (g_kl,) = torch.autograd.grad(kl, [session.ctx])
+    session.loss(batch).backward()
+    assert torch.allclose(session.ctx.grad, project_conflicting_gradient(g_ce, g_kl), atol=1e-6)
+    assert float((session.ctx.grad * g_kl).sum()) >= -1e-6
+
+
+@pytest.mark.parametrize(
+    ("adapter_cls", "options"),
+    [
+        (IvlpAdapter, {"n_ctx_vision": 0, "depth": 1}),  # first layer = "a photo of a"
+        (MapleAdapter, {"n_ctx": 0}),  # zero-length prompts in both towers
+        (VptClipAdapter, {"n_tokens": 0}),
+    ],
+    ids=["ivlp-depth1", "maple-zero-length", "vpt-zero-length"],
+)
+def test_identity_settings_reproduce_zero_shot(adapter_cls, options, backbone, episode) -> None:  # type: ignore[no-untyped-def]
+    session = adapter_cls().session(
+        backbone, episode.support, episode.class_names, adapter_cls.Config(**options)
+    )
+    logits = session.predictor().predict(episode.query)
+    assert torch.allclose(logits, zero_shot_logits(backbone, episode), atol=1e-4)
+
+
+def test_ivlp_deep_text_prompts_equal_to_frozen_states_reproduce_zero_shot(
+    backbone, episode
+) -> None:  # type: ignore[no-untyped-def]
+    # Under the causal mask positions 1..4 do not see the class name: one state serves all.
+    state = block_input(backbone, 1, "a photo of a cat.")[1:5]
+    session = IvlpAdapter().session(
+        backbone, episode.support, episode.class_names, IvlpAdapter.Config(n_ctx_vision=0)
+    )
+    assert session.text_deep.shape == (1, 4, 32)  # depth = min(9, 2 text blocks)
+    with torch.no_grad():
+        session.text_deep[0].copy_(state)
+    logits = session.predictor().predict(episode.query)
+    assert torch.allclose(logits, zero_shot_logits(backbone, episode), atol=1e-4)
+    with torch.no_grad():
+        session.text_deep.add_(torch.randn(session.text_deep.shape))  # the hook feeds block 1
+    assert not torch.allclose(session.predictor().predict(episode.query), logits, atol=1e-2)
+
+
+def test_maple_text_side_and_coupling(backbone, episode) -> None:  # type: ignore[no-untyped-def]
+    from fewtrans_board.adapters.builtin.clip_common import handcrafted_text_features
+
+    session = MapleAdapter().session(
+        backbone, episode.support, episode.class_names, MapleAdapter.Config()
+    )
+    assert session.prompter.prompt_texts(["cat"]) == ["a photo of a cat."]
+    with torch.no_grad():
+        session.text_deep[0].copy_(block_input(backbone, 1, "a photo of a cat.")[1:3])
+        texts = F.normalize(session.text_features(["cat", "dog"]), dim=-1)
+        projected = session.image_prompts()
+    assert torch.allclose(texts, handcrafted_text_features(backbone, ["cat", "dog"]), atol=1e-5)
+    layers = [session.ctx, session.text_deep[0]]
+    for proj, text, image in zip(session.projections, layers, projected, strict=True):
+        assert torch.allclose(image, proj(text))
+
+
+def test_cocoop_grouping_of_text_passes_does_not_change_logits(
+    backbone, episode, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from fewtrans_board.adapters.builtin.clip_prompts import cocoop
+
+    torch.manual_seed(0)
+    predictor = CocoopAdapter().fit(
+        backbone, episode.support, episode.class_names, CocoopAdapter.Config(epochs=1)
+    )
+    together = predictor.predict(episode.query)
+    monkeypatch.setattr(cocoop, "MAX_TEXT_SEQUENCES", 1)  # one image per text pass
+    assert torch.allclose(predictor.predict(episode.query), together, atol=1e-5)
+
+
+def test_coop_runs_under_hpe_through_the_runner(tmp_path: Path) -> None:
+    from fewtrans_board.models.spec import ModelSpec
+    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.registry import Registry
+    from fewtrans_board.results.load import load_run
+    from fewtrans_board.runner.run import run_evaluation
+    from fewtrans_board.runner.spec import RunSpec
+
+    class ClipPromptsPlugin:
+        @hookimpl
+        def register_models(self, register):  # type: ignore[no-untyped-def]
+            register(
+                ModelSpec(
+                    name="tiny-clip.test",
+                    loader=lambda w, d: tiny_clip_backbone(),
+                    family="open_clip",
+                    architecture="tiny",
+                    source="random-init",
+                    modalities=("image", "text"),
+                )
+            )
+
+    pm = get_plugin_manager(entry_points=False, extra_plugins={"clip-prompts": ClipPromptsPlugin()})
+    spec = RunSpec(
+        model="tiny-clip.test",
+        adapter="coop",
+        manifest=str(DIGITS),
+        hpe="fewtrans-reference",
+        config={"epochs": 1, "n_ctx": 4},
+        limit=2,
+    )
+    report = run_evaluation(
+        spec, Registry.from_plugin_manager(pm), tmp_path / "run", progress=False
+    )
+    assert report.episodes == 2 and report.configurations == 3  # lr x {1/5, 1, 5}
+    rows = load_run(tmp_path / "run").table.to_pylist()
+    configs = [r for r in rows if r["kind"] == "config"]
+    assert len(configs) == 6 and all(0.0 <= r["accuracy"] <= 100.0 for r in rows)
+    lrs = sorted({r["config"] for r in configs})
+    assert len(lrs) == 3 and all('"epochs":1' in c.replace(" ", "") for c in lrs)
+    assert {r["aggregation"] for r in rows if r["kind"] == "ensemble"} >= {"vote"}
