@@ -12,6 +12,7 @@ from fewtrans_board.hookspecs import hookimpl
 def register_adapters(register: Callable[[type[Adapter]], None]) -> None:
     """Register the baselines: centroid, heads, fine-tuning variants and zero-shot CLIP."""
     from fewtrans_board.adapters.builtin.clip_prompts import ADAPTERS as CLIP_PROMPTS
+    from fewtrans_board.adapters.builtin.clip_tuning import ADAPTERS as CLIP_TUNING
     from fewtrans_board.adapters.builtin.finetune import (
         FinetuneAdapter,
         FinetuneLastKAdapter,
@@ -32,5 +33,6 @@ def register_adapters(register: Callable[[type[Adapter]], None]) -> None:
         ZeroShotClipAdapter,
         *VISION_PEFT,
         *CLIP_PROMPTS,
+        *CLIP_TUNING,
     ):
         register(adapter)
