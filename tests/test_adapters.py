@@ -1,13 +1,14 @@
-"""Baseline adapters: hand-built oracles, open_clip's zero-shot classifier, batched = loop."""
+"""Built-in adapters: hand-built oracles, zero-shot oracle, batched = loop, contract, HPE runs."""
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
 
-from fewtrans_board import Backbone, ImageSet, SupportSet
+from fewtrans_board import Backbone, ImageSet, SupportSet, hookimpl
 from fewtrans_board.adapters.builtin.finetune import (
     FinetuneAdapter,
     FinetuneLastKAdapter,
@@ -17,10 +18,20 @@ from fewtrans_board.adapters.builtin.finetune import (
 from fewtrans_board.adapters.builtin.heads import CosineClassifierAdapter, LinearProbeAdapter
 from fewtrans_board.adapters.builtin.prototypes import MeanCentroidAdapter
 from fewtrans_board.adapters.builtin.zeroshot import TEMPLATE_SETS, ZeroShotClipAdapter
-from fewtrans_board.hpe.protocols import HPE_PROTOCOLS
+from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, get_hpe_protocol
 from fewtrans_board.plugins import get_plugin_manager
 from fewtrans_board.registry import Registry
+from fewtrans_board.results.load import load_run
+from fewtrans_board.runner.run import run_evaluation
+from fewtrans_board.runner.spec import RunSpec
 from fewtrans_board.testing import check_adapter, tiny_clip_backbone, toy_episode
+
+DIGITS_MANIFEST = (
+    Path(__file__).resolve().parents[1]
+    / "leaderboard"
+    / "manifests"
+    / "fewtrans-varied--digits.parquet"
+)
 
 
 def identity_backbone(dim: int = 2) -> Backbone:
@@ -180,3 +191,61 @@ def test_finetune_does_not_touch_the_shared_backbone() -> None:
     )
     for key, value in backbone.image_encoder.state_dict().items():
         assert torch.equal(value, snapshot[key]), key
+
+
+class TinyModelsPlugin:
+    """A 32-pixel timm ViT and a tiny open_clip model, registered as a model plugin would."""
+
+    @hookimpl
+    def register_models(self, register):  # type: ignore[no-untyped-def]
+        from fewtrans_board.models.spec import ModelSpec
+        from fewtrans_board.testing import tiny_vit_backbone
+
+        register(
+            ModelSpec(
+                name="tiny-vit.test",
+                loader=lambda weights, device: tiny_vit_backbone(image_size=32),
+                family="timm",
+                architecture="vit (test size)",
+                source="random-init",
+            )
+        )
+        register(
+            ModelSpec(
+                name="tiny-clip.test",
+                loader=lambda weights, device: tiny_clip_backbone(),
+                family="open_clip",
+                architecture="tiny",
+                source="random-init",
+                modalities=("image", "text"),
+            )
+        )
+
+
+@pytest.mark.parametrize("adapter", builtin_adapters(), ids=lambda a: a.name)
+def test_every_builtin_adapter_runs_under_hpe(adapter, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """One digits episode, the whole fewtrans-reference grid, through the real runner."""
+    pm = get_plugin_manager(entry_points=False, extra_plugins={"tiny-models": TinyModelsPlugin()})
+    registry = Registry.from_plugin_manager(pm)
+    needs_clip = adapter.needs_text or adapter.__module__.split(".")[-2] in {
+        "clip_prompts",
+        "clip_tuning",
+    }
+    fields = {f.name for f in adapter.Config.fields_info()}
+    spec = RunSpec(
+        model="tiny-clip.test" if needs_clip else "tiny-vit.test",
+        adapter=adapter.name,
+        manifest=str(DIGITS_MANIFEST),
+        hpe="fewtrans-reference",
+        config={"epochs": 1} if "epochs" in fields else {},
+        limit=1,
+        threads=1,
+        device="cpu",
+    )
+    expected = len(get_hpe_protocol("fewtrans-reference").grid(adapter, adapter.Config()))
+    report = run_evaluation(spec, registry, tmp_path / "run", progress=False)
+    assert report.episodes == 1 and report.configurations == expected
+    rows = load_run(tmp_path / "run").table.to_pylist()
+    assert len([r for r in rows if r["kind"] == "config"]) == expected
+    assert {r["aggregation"] for r in rows if r["kind"] == "ensemble"} >= {"vote"}
+    assert all(0.0 <= r["accuracy"] <= 100.0 for r in rows)
