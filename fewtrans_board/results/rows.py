@@ -77,11 +77,11 @@ def _split_rows(
             }
         )
     mean_logits = logit_mean(np.stack(stored))
-    ensembles = {
+    ensembles: dict[str, tuple[np.ndarray, list[float] | None]] = {
         "logit-mean": (mean_logits.argmax(axis=1), storable_logits(mean_logits).ravel().tolist()),
         "vote": (vote(np.stack([r["predictions"] for r in rows]), n_way), None),
     }
-    for name, (predictions, logits) in ensembles.items():
+    for name, (predictions, fused_logits) in ensembles.items():
         rows.append(
             {
                 **common,
@@ -91,7 +91,7 @@ def _split_rows(
                 "config": "",
                 "accuracy": accuracy_percent(predictions, labels),
                 "predictions": np.asarray(predictions).astype(np.int16).tolist(),
-                "logits": logits,
+                "logits": fused_logits,
                 "seconds": 0.0,
                 "seed": 0,
             }

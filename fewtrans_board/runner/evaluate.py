@@ -68,7 +68,7 @@ def _predict(
         logits = _checked(
             predictor.predict(inputs.query), (len(inputs.query), inputs.episode.ways), where
         )
-        if inputs.novel_query is None:
+        if inputs.novel_query is None or inputs.novel_class_names is None:
             return logits, None
         if not hasattr(predictor, "predict_names"):
             raise EvaluationError(

@@ -9,7 +9,7 @@ test on classes the adapter never saw.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from fewtrans_board.errors import FewtransError
 
@@ -83,17 +83,21 @@ def encode_text_embeddings(
     """
     from open_clip.transformer import text_global_pool
 
-    cast = model.transformer.get_cast_dtype()
-    x = embeddings.to(cast) + model.positional_embedding.to(cast)
-    x = model.transformer(x, attn_mask=model.attn_mask)
-    x = model.ln_final(x)
-    x = text_global_pool(
-        x, tokens, model.text_pool_type, eos_token_id=getattr(model, "text_eos_id", None)
+    clip: Any = model  # open_clip's attributes are untyped nn.Module members
+    cast = clip.transformer.get_cast_dtype()
+    x = embeddings.to(cast) + clip.positional_embedding.to(cast)
+    x = clip.transformer(x, attn_mask=clip.attn_mask)
+    x = clip.ln_final(x)
+    pooled: torch.Tensor = text_global_pool(
+        x, tokens, clip.text_pool_type, eos_token_id=getattr(clip, "text_eos_id", None)
     )
-    projection = model.text_projection
+    projection = clip.text_projection
     if projection is None:
-        return x
-    return projection(x) if hasattr(projection, "weight") else x @ projection
+        return pooled
+    features: torch.Tensor = (
+        projection(pooled) if hasattr(projection, "weight") else pooled @ projection
+    )
+    return features
 
 
 def handcrafted_text_features(
