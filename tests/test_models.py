@@ -117,6 +117,34 @@ def test_open_clip_needs_a_tag_or_weights(registry: Registry) -> None:
         registry.model("open-clip:NoSuchNet/openai").obj.load()
 
 
+def test_open_clip_weights_of_a_tag_are_built_like_the_tag(
+    registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenAI checkpoints need QuickGELU; a local file named by its tag must get it."""
+    import open_clip
+
+    name = register_tiny_clip_config()
+    tiny = open_clip.create_model(name, pretrained=None).eval()
+    path = save_safetensors(tiny, tmp_path / "clip.safetensors")
+    calls: list[dict[str, object]] = []
+    real_create_model = open_clip.create_model
+
+    def fake_create_model(arch: str, **kwargs: object) -> object:
+        calls.append({"arch": arch, **kwargs})
+        return real_create_model(name, pretrained=None)
+
+    monkeypatch.setattr(open_clip, "create_model", fake_create_model)
+    monkeypatch.setattr(open_clip, "get_tokenizer", lambda arch: open_clip.tokenizer.tokenize)
+    registry.model("open-clip:ViT-B-16/openai").obj.load(weights=path)
+    registry.model("open-clip:ViT-B-16/laion2b_s34b_b88k").obj.load(weights=path)
+    assert [(c["pretrained"], c["force_quick_gelu"]) for c in calls] == [
+        (None, True),
+        (None, False),
+    ]
+    with pytest.raises(FewtransError, match=r"no pretrained tag 'nosuchtag'.*openai"):
+        registry.model("open-clip:ViT-B-16/nosuchtag").obj.load(weights=path)
+
+
 def test_families_are_listed_but_not_loadable_without_argument(registry: Registry) -> None:
     with pytest.raises(FewtransError, match="use it as 'timm:ARGUMENT'"):
         registry.models.get("timm").obj.load()

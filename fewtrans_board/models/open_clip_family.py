@@ -84,7 +84,8 @@ def load_open_clip_backbone(
     Args:
         argument: architecture and optional pretrained tag, e.g. ``"ViT-B-16/openai"``.
         weights: local checkpoint (state dict of the whole CLIP model); ``None`` downloads
-            the pretrained tag.
+            the pretrained tag. With both, the tag decides how the model is built (e.g.
+            QuickGELU for ``openai`` weights), so name it: ``ViT-B-16/openai --weights F``.
         device: torch device.
         name: registry name recorded on the backbone.
 
@@ -102,8 +103,20 @@ def load_open_clip_backbone(
             f"open-clip:{argument}: give a pretrained tag (ARCH/TAG, see "
             "open_clip.list_pretrained()) or a local checkpoint with --weights"
         )
+    # A local checkpoint of a tagged model must be built the way the tag is: OpenAI's
+    # weights need QuickGELU, and plain create_model(arch) would silently use GELU.
+    pretrained_cfg = open_clip.get_pretrained_cfg(arch, tag) if tag else {}
+    if tag and not pretrained_cfg:
+        known = [t for a, t in open_clip.list_pretrained() if a == arch]
+        raise FewtransError(
+            f"open_clip {arch!r} has no pretrained tag {tag!r}; known tags: {', '.join(known)}"
+        )
     try:
-        model = open_clip.create_model(arch, pretrained=None if weights is not None else tag)
+        model = open_clip.create_model(
+            arch,
+            pretrained=None if weights is not None else tag,
+            force_quick_gelu=weights is not None and bool(pretrained_cfg.get("quick_gelu")),
+        )
     except Exception as exc:  # hub and network failures come in many types
         raise FewtransError(
             f"cannot load open_clip {argument!r} ({type(exc).__name__}: {exc}). Offline? "
