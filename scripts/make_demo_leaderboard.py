@@ -24,8 +24,8 @@ ENTRIES = [
         "finetune--demo-cnn",
         "demo-cnn.digits",
         "finetune",
-        "Full fine-tuning (FewTrans recipe)",
-        ["epochs=5"],
+        "Full fine-tuning (FewTrans recipe, 5 epochs for CPU)",
+        ["epochs=5", "lr_backbone=0.0001", "lr_head=0.05"],
         ["fewtrans-board==0.1.0"],
     ),
     (
