@@ -83,3 +83,15 @@ def test_compare_two_demo_runs(tmp_path: Path, invoke) -> None:  # type: ignore[
         or abs(row["difference"] - (row["a"] - row["b"])) < 1e-9
     )
     assert row["significant"] and report["overall"]["difference_ci"][0] > 0
+
+
+def test_committed_leaderboard_is_valid_and_its_index_current(invoke) -> None:  # type: ignore[no-untyped-def]
+    """What CI on main relies on: every stored entry re-validates, index.json is derived."""
+    store = ROOT / "leaderboard"
+    entries = sorted(p.name for p in (store / "submissions").iterdir() if p.is_dir())
+    assert entries, "the committed demo entries are missing"
+    for ident in entries:
+        result = invoke(["leaderboard", "check", ident, "--leaderboard", str(store), "--json"])
+        assert result.exit_code == 0, (ident, result.output)
+    result = invoke(["leaderboard", "rebuild", "--check", "--leaderboard", str(store)])
+    assert result.exit_code == 0, result.output
