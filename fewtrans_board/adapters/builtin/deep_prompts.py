@@ -32,6 +32,9 @@ def _module_base() -> type:
 class DeepVisualPrompts(_module_base()):  # type: ignore[misc]
     """Learned prompt tokens for the first ``depth`` blocks of a ViT.
 
+    The hooks are bound methods of this module, so a ``copy.deepcopy`` of an encoder that
+    holds it (or of this module) reads the copy's prompts, not the original's.
+
     Args:
         n_tokens: prompts per layer.
         depth: number of blocks that receive their own prompts (1 = shallow).
@@ -45,55 +48,68 @@ class DeepVisualPrompts(_module_base()):  # type: ignore[misc]
         super().__init__()
         self.n_tokens, self.depth = n_tokens, depth
         self.prompts = torch.nn.Parameter(torch.randn(depth, n_tokens, width) * init_std)
+        self._provider: PromptProvider | None = None
+        self._token_axis = 1
         self._handles: list[Any] = []
 
     def attach(self, encoder: nn.Module, provider: PromptProvider | None = None) -> None:
-        """Register the hooks on ``encoder`` (a deep copy the adapter owns)."""
+        """Register the hooks on ``encoder`` (a deep copy the adapter owns).
+
+        Args:
+            encoder: a timm or open_clip ViT image encoder.
+            provider: returns the prompts ``[depth, n_tokens, width]``; ``None`` uses this
+                module's own ``prompts`` parameter.
+
+        Raises:
+            FewtransError: ``depth`` exceeds the number of blocks, or not a supported ViT.
+        """
+        from functools import partial
+
         parts = vit_parts(encoder)
         if self.depth > len(parts.blocks):
             from fewtrans_board.errors import FewtransError
 
             raise FewtransError(f"prompt depth {self.depth} exceeds the {len(parts.blocks)} blocks")
-        get = provider or (lambda: self.prompts)
-        n, token_axis = self.n_tokens, 1 if parts.batch_first else 0
-
-        def expand(layer_prompts: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-            batch = like.shape[0] if parts.batch_first else like.shape[1]
-            shaped = layer_prompts.to(like.dtype).unsqueeze(0).expand(batch, -1, -1)
-            return shaped if parts.batch_first else shaped.transpose(0, 1)
-
-        def append_first(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
-            import torch
-
-            return torch.cat([output, expand(get()[0], output)], dim=token_axis)
-
-        def replace(layer: int) -> Callable[..., Any]:
-            def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-                import torch
-
-                x = args[0]
-                kept = x.narrow(token_axis, 0, x.shape[token_axis] - n)
-                return (
-                    torch.cat([kept, expand(get()[layer], x)], dim=token_axis),
-                    *args[1:],
-                ), kwargs
-
-            return hook
-
-        def strip(module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
-            return output.narrow(token_axis, 0, output.shape[token_axis] - n)
-
-        self._handles.append(parts.token_start.register_forward_hook(append_first))
+        self._provider = provider
+        self._token_axis = 1 if parts.batch_first else 0
+        self._handles.append(parts.token_start.register_forward_hook(self._append_first))
         for layer in range(1, self.depth):
             self._handles.append(
                 parts.blocks[layer].block.register_forward_pre_hook(
-                    replace(layer), with_kwargs=True
+                    partial(self._replace, layer), with_kwargs=True
                 )
             )
-        self._handles.append(parts.blocks[-1].block.register_forward_hook(strip))
+        self._handles.append(parts.blocks[-1].block.register_forward_hook(self._strip))
 
     def detach(self) -> None:
         """Remove the hooks."""
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+
+    def _layer_prompts(self, layer: int, like: torch.Tensor, token_axis: int) -> torch.Tensor:
+        """Prompts of ``layer`` expanded to the batch of ``like``, tokens on ``token_axis``."""
+        prompts = self._provider() if self._provider is not None else self.prompts
+        batch_axis = 1 - token_axis
+        shaped = prompts[layer].to(like.dtype).unsqueeze(0).expand(like.shape[batch_axis], -1, -1)
+        return shaped if token_axis == 1 else shaped.transpose(0, 1)
+
+    def _append_first(self, module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        # The token-start output is batch-first for every supported encoder; only the blocks
+        # of a batch_first=False open_clip transformer see [tokens, batch, width].
+        return torch.cat([output, self._layer_prompts(0, output, 1)], dim=1)
+
+    def _replace(
+        self, layer: int, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        import torch
+
+        x, axis = args[0], self._token_axis
+        kept = x.narrow(axis, 0, x.shape[axis] - self.n_tokens)
+        return (torch.cat([kept, self._layer_prompts(layer, x, axis)], dim=axis), *args[1:]), kwargs
+
+    def _strip(self, module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        axis = self._token_axis
+        return output.narrow(axis, 0, output.shape[axis] - self.n_tokens)

@@ -52,8 +52,8 @@ class SplitQkv(nn.Module):
 
     @classmethod
     def from_fused(cls, qkv: nn.Linear) -> SplitQkv:
-        """Copy the three thirds of a fused ``Linear(D, 3A)``."""
-        return cls(*_split(qkv.weight, qkv.bias))
+        """Copy the three thirds of a fused ``Linear(D, 3A)``, in its training mode."""
+        return cls(*_split(qkv.weight, qkv.bias)).train(qkv.training)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Return the fused projection's output."""
@@ -109,7 +109,7 @@ class SplitMultiheadAttention(nn.Module):
 
     @classmethod
     def from_mha(cls, mha: nn.MultiheadAttention) -> SplitMultiheadAttention:
-        """Copy the weights of an ``nn.MultiheadAttention``.
+        """Copy the weights and the training mode of an ``nn.MultiheadAttention``.
 
         Raises:
             FewtransError: the module uses options this class does not reproduce.
@@ -120,9 +120,11 @@ class SplitMultiheadAttention(nn.Module):
             )
         out = _linear_from(mha.out_proj.weight.detach(), _detached(mha.out_proj.bias))
         projections = _split(mha.in_proj_weight, mha.in_proj_bias)
-        return cls(
+        split = cls(
             projections, out, mha.num_heads, batch_first=mha.batch_first, dropout=mha.dropout
         )
+        # A replacement injected into an eval-mode model must not switch attention dropout on.
+        return split.train(mha.training)
 
     def forward(
         self,
@@ -135,7 +137,16 @@ class SplitMultiheadAttention(nn.Module):
         average_attn_weights: bool = True,
         is_causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Same arguments and results as ``nn.MultiheadAttention.forward``."""
+        """Same arguments and results as ``nn.MultiheadAttention.forward``.
+
+        Raises:
+            RuntimeError: ``is_causal`` without ``attn_mask``; as in ``nn.MultiheadAttention``,
+                ``is_causal`` is only a hint that ``attn_mask`` is causal.
+        """
+        if is_causal and attn_mask is None:
+            raise RuntimeError(
+                "Need attn_mask if specifying the is_causal hint (as nn.MultiheadAttention)"
+            )
         unbatched = query.dim() == 2
         if unbatched:
             query, key, value = (t.unsqueeze(0) for t in (query, key, value))
@@ -162,9 +173,7 @@ class SplitMultiheadAttention(nn.Module):
             weights = probs.mean(dim=1) if average_attn_weights else probs
             weights = weights.squeeze(0) if unbatched else weights
         else:
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal and mask is None
-            )
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         out = self.out_proj(out.transpose(1, 2).reshape(batch, length, self.embed_dim))
         if unbatched:
             out = out.squeeze(0)

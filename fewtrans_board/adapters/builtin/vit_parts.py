@@ -25,6 +25,9 @@ class BlockParts:
         mlp: the MLP branch.
         norm1: the norm before attention.
         norm2: the norm before the MLP.
+        mlp_branch_end: the last module of the MLP branch (timm ``drop_path2``, open_clip
+            ``ls_2``), after LayerScale; its output is what the block adds to the residual
+            stream. ``None`` when the block has no such module.
     """
 
     block: nn.Module
@@ -32,6 +35,7 @@ class BlockParts:
     mlp: nn.Module
     norm1: nn.Module
     norm2: nn.Module
+    mlp_branch_end: nn.Module | None = None
 
 
 @dataclass
@@ -45,7 +49,9 @@ class VitParts:
             (timm ``norm_pre``, open_clip ``ln_pre``).
         patch_embed: the patch projection (timm ``patch_embed.proj``, open_clip ``conv1``).
         width: token width.
-        batch_first: whether blocks see ``[batch, tokens, width]``.
+        batch_first: whether blocks see ``[batch, tokens, width]``. The output of
+            ``token_start`` is ``[batch, tokens, width]`` either way (open_clip's
+            ``Transformer`` transposes after it).
     """
 
     kind: str
@@ -67,13 +73,19 @@ def vit_parts(encoder: Any) -> VitParts:
         and hasattr(encoder, "patch_embed")
         and hasattr(encoder, "norm_pre")
     ):
-        blocks = [BlockParts(b, b.attn, b.mlp, b.norm1, b.norm2) for b in encoder.blocks]
+        blocks = [
+            BlockParts(b, b.attn, b.mlp, b.norm1, b.norm2, _first_child(b, "drop_path2", "ls2"))
+            for b in encoder.blocks
+        ]
         return VitParts(
             "timm", blocks, encoder.norm_pre, encoder.patch_embed.proj, int(encoder.embed_dim), True
         )
     transformer = getattr(encoder, "transformer", None)
     if transformer is not None and hasattr(encoder, "ln_pre") and hasattr(encoder, "conv1"):
-        blocks = [BlockParts(b, b.attn, b.mlp, b.ln_1, b.ln_2) for b in transformer.resblocks]
+        blocks = [
+            BlockParts(b, b.attn, b.mlp, b.ln_1, b.ln_2, _first_child(b, "ls_2"))
+            for b in transformer.resblocks
+        ]
         return VitParts(
             "open_clip",
             blocks,
@@ -86,3 +98,11 @@ def vit_parts(encoder: Any) -> VitParts:
         f"{type(encoder).__name__} is not a ViT this method supports (timm VisionTransformer or "
         "open_clip VisionTransformer); choose a ViT backbone"
     )
+
+
+def _first_child(block: Any, *names: str) -> nn.Module | None:
+    for name in names:
+        child = getattr(block, name, None)
+        if child is not None:
+            return child  # type: ignore[no-any-return]
+    return None

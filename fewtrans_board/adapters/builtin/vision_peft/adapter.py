@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 class SequentialBottleneckAdapter(FinetuneAdapter):
     """``h <- h + up(relu(down(h)))`` on the MLP branch output of every block.
 
+    ``h`` is the branch's residual update after LayerScale, ``h = ls2(MLP(LN2(x)))`` (plain
+    ``MLP(LN2(x))`` for blocks without LayerScale), so the block computes
+    ``x + h + A(h)``; see :mod:`~fewtrans_board.adapters.builtin.vision_peft.bottleneck`.
     Up-projection and biases start at zero (identity at init). FewTrans releases no centre
     for this mode; we use the LoRA centre (2e-3, 1e-2, 40 epochs, batch 64).
     """

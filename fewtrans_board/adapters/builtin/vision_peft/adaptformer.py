@@ -16,9 +16,11 @@ if TYPE_CHECKING:
 class AdaptFormerAdapter(FinetuneAdapter):
     """``x <- x + MLP(LN2(x)) + s * up(relu(down(x)))`` in every block.
 
-    ``x`` is the residual stream after attention. The up-projection and biases start at
-    zero; FewTrans uses ``s = 1`` (the original 0.1). FewTrans releases no centre for this
-    mode; we use the LoRA centre (2e-3, 1e-2, 40 epochs, batch 64).
+    ``x`` is the residual stream after attention. In blocks with LayerScale the MLP term is
+    ``ls2(MLP(LN2(x)))`` and the adapter term stays outside it, as AdaptFormer defines. The
+    up-projection and biases start at zero; FewTrans uses ``s = 1`` (the original 0.1).
+    FewTrans releases no centre for this mode; we use the LoRA centre (2e-3, 1e-2, 40
+    epochs, batch 64).
     """
 
     name = "adaptformer"

@@ -1,10 +1,19 @@
 """Bottleneck adapters (D -> hidden -> D) attached to ViT blocks with forward hooks.
 
-Sequential (Houlsby-style, FewTrans "adapter"): a hook on the MLP branch returns
-``h + A(h)``. Parallel (AdaptFormer, FewTrans "adaptformer" and ViT "TSA"): a pre-hook on the
-second norm keeps the residual stream ``x`` after attention, and a hook on the MLP adds
-``s * A(x)`` to the MLP output. The up-projection and both biases start at zero, so an
-attached adapter leaves the encoder's function unchanged until it trains.
+Both kinds act on the MLP branch *as it enters the residual stream*, i.e. after the
+block's LayerScale ``ls2`` (and timm's drop-path), through a hook on the branch's last module
+(:attr:`~fewtrans_board.adapters.builtin.vit_parts.BlockParts.mlp_branch_end`):
+
+* sequential (Houlsby-style, FewTrans "adapter"): with ``h = ls2(MLP(LN2(x)))`` the block
+  computes ``x + h + A(h)``. The adapter transforms the branch's residual update, so its own
+  update is not rescaled by LayerScale's ``gamma`` (which can be ~1e-5 and would freeze it);
+  without LayerScale (CLIP, plain ViTs) this is the usual ``h + A(h)`` on the MLP output.
+* parallel (AdaptFormer, FewTrans "adaptformer" and ViT "TSA"): a pre-hook on the second norm
+  keeps the residual stream ``x`` after attention, and the block computes
+  ``x + ls2(MLP(LN2(x))) + s * A(x)`` as AdaptFormer defines it (``A`` outside LayerScale).
+
+The up-projection and both biases start at zero, so an attached adapter leaves the
+encoder's function unchanged until it trains.
 """
 
 from __future__ import annotations
@@ -15,6 +24,8 @@ import torch
 from torch import nn
 
 from fewtrans_board.adapters.builtin.vision_peft.common import place, require_vit
+from fewtrans_board.adapters.builtin.vit_parts import BlockParts
+from fewtrans_board.errors import FewtransError
 
 
 class Bottleneck(nn.Module):
@@ -40,15 +51,15 @@ class Bottleneck(nn.Module):
 
 
 class SequentialAdapter(Bottleneck):
-    """Adds ``A(h)`` to the MLP branch output ``h`` (hooked on the block's MLP)."""
+    """Adds ``A(h)`` to the MLP branch output ``h`` (after LayerScale)."""
 
-    def on_mlp(self, module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
-        """Forward hook of the MLP: ``h + A(h)``."""
+    def on_branch(self, module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        """Forward hook of the MLP branch's last module: ``h + A(h)``."""
         return output + self(output)  # type: ignore[no-any-return]
 
 
 class ParallelAdapter(Bottleneck):
-    """Adds ``scale * A(x)`` to the MLP output, ``x`` being the MLP block's residual input."""
+    """Adds ``scale * A(x)`` to the MLP branch output, ``x`` being the branch's residual input."""
 
     def __init__(self, width: int, hidden: int, scale: float) -> None:
         super().__init__(width, hidden)
@@ -59,21 +70,35 @@ class ParallelAdapter(Bottleneck):
         """Forward pre-hook of the second norm: remember the residual stream."""
         self._stream = args[0]
 
-    def on_mlp(self, module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
-        """Forward hook of the MLP: ``MLP(LN(x)) + scale * A(x)``."""
+    def on_branch(self, module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
+        """Forward hook of the MLP branch's last module: ``ls2(MLP(LN(x))) + scale * A(x)``."""
         stream, self._stream = self._stream, None
         if stream is None:
-            raise RuntimeError("parallel adapter: the MLP ran without its norm2 pre-hook")
+            raise RuntimeError("parallel adapter: the MLP branch ran without its norm2 pre-hook")
         return output + self.scale * self(stream)  # type: ignore[no-any-return]
 
 
+def _branch_end(part: BlockParts, method: str) -> nn.Module:
+    if part.mlp_branch_end is None:
+        raise FewtransError(
+            f"{method}: block {type(part.block).__name__} has no MLP-branch output module "
+            "(timm drop_path2/ls2 or open_clip ls_2) to attach the adapter to"
+        )
+    return part.mlp_branch_end
+
+
 def attach_sequential(encoder: nn.Module, hidden: int, method: str) -> list[torch.Tensor]:
-    """Attach a :class:`SequentialAdapter` to every block; return their parameters."""
+    """Attach a :class:`SequentialAdapter` to every block; return their parameters.
+
+    Raises:
+        FewtransError: the encoder is not a supported ViT.
+    """
     parts = require_vit(encoder, method)
     params: list[torch.Tensor] = []
     for part in parts.blocks:
+        end = _branch_end(part, method)
         adapter = place(part.block, "seq_adapter", SequentialAdapter(parts.width, hidden), encoder)
-        part.mlp.register_forward_hook(adapter.on_mlp)
+        end.register_forward_hook(adapter.on_branch)
         params.extend(adapter.parameters())
     return params
 
@@ -81,13 +106,18 @@ def attach_sequential(encoder: nn.Module, hidden: int, method: str) -> list[torc
 def attach_parallel(
     encoder: nn.Module, hidden: int, scale: float, method: str
 ) -> list[torch.Tensor]:
-    """Attach a :class:`ParallelAdapter` to every block; return their parameters."""
+    """Attach a :class:`ParallelAdapter` to every block; return their parameters.
+
+    Raises:
+        FewtransError: the encoder is not a supported ViT.
+    """
     parts = require_vit(encoder, method)
     params: list[torch.Tensor] = []
     for part in parts.blocks:
+        end = _branch_end(part, method)
         adapter = ParallelAdapter(parts.width, hidden, scale)
         adapter = place(part.block, "par_adapter", adapter, encoder)
         part.norm2.register_forward_pre_hook(adapter.on_norm2)
-        part.mlp.register_forward_hook(adapter.on_mlp)
+        end.register_forward_hook(adapter.on_branch)
         params.extend(adapter.parameters())
     return params

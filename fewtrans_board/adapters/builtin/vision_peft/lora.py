@@ -46,6 +46,7 @@ class LoraAdapter(FinetuneAdapter):
 
         from fewtrans_board.adapters.builtin.unfuse import unfuse_qkv
         from fewtrans_board.adapters.builtin.vision_peft.common import (
+            injecting,
             parameters_named,
             require_vit,
         )
@@ -63,5 +64,6 @@ class LoraAdapter(FinetuneAdapter):
             init_lora_weights=True,
             bias="none",
         )
-        inject_adapter_in_model(lora, encoder)
+        with injecting(encoder):
+            inject_adapter_in_model(lora, encoder)
         return parameters_named(encoder, "lora_")
