@@ -18,10 +18,17 @@ from fewtrans_board.adapters.builtin.clip_prompts import (
     CocoopAdapter,
     CoopAdapter,
     IvlpAdapter,
+    KgcoopAdapter,
     MapleAdapter,
     ProgradAdapter,
     VptClipAdapter,
     project_conflicting_gradient,
+)
+from fewtrans_board.adapters.builtin.clip_prompts.cocoop import CocoopSession
+from fewtrans_board.adapters.builtin.clip_tuning import (
+    ClipAdapterAdapter,
+    ClipLoraAdapter,
+    TaskResAdapter,
 )
 from fewtrans_board.adapters.builtin.zeroshot import ZeroShotClipAdapter
 from fewtrans_board.errors import FewtransError
@@ -36,6 +43,8 @@ from fewtrans_board.testing import (
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "leaderboard" / "manifests" / "fewtrans-varied--digits.parquet"
 FAST: dict[str, dict[str, Any]] = {a.name: {"epochs": 2} for a in ADAPTERS}
+TEXT_PROMPTED = [a for a in ADAPTERS if a is not VptClipAdapter]
+"""The adapters whose class text features go through learned text prompts."""
 
 EXPECTED_TRAINABLE = {
     "coop": {"ctx"},
@@ -69,6 +78,39 @@ def zero_shot_logits(backbone, episode) -> torch.Tensor:  # type: ignore[no-unty
     return predictor.predict(episode.query)
 
 
+def zero_shot_names(backbone, episode, names: list[str]) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    predictor = ZeroShotClipAdapter().fit(
+        backbone, episode.support, episode.class_names, ZeroShotClipAdapter.Config()
+    )
+    return predictor.predict_names(episode.query, names)
+
+
+def clip_prompts(backbone, names: list[str]) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """Normalised text features of "a photo of a {name}." straight from open_clip."""
+    tokens = backbone.text.tokenize([f"a photo of a {n}." for n in names])
+    with torch.no_grad():
+        return F.normalize(backbone.text.model.encode_text(tokens), dim=-1)
+
+
+def clip_images(backbone, pixels: torch.Tensor) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """Normalised image features straight from open_clip."""
+    with torch.no_grad():
+        return backbone.text.model.encode_image(pixels, normalize=True)
+
+
+def graph_node_names(tensor: torch.Tensor) -> set[str]:
+    """Names of the autograd nodes ``tensor`` was computed through."""
+    seen: set[Any] = set()
+    stack = [tensor.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        stack.extend(parent for parent, _ in node.next_functions)
+    return {type(node).__name__ for node in seen}
+
+
 def block_input(backbone, block: int, text: str) -> torch.Tensor:  # type: ignore[no-untyped-def]
     """Input of text block ``block`` for one prompt, from an unhooked copy of the model."""
     model = copy.deepcopy(backbone.text.model)
@@ -96,10 +138,6 @@ def test_contract_and_predict_names(adapter_cls, backbone, episode) -> None:  # 
     predictor = adapter_cls().fit(backbone, episode.support, episode.class_names, config)
     novel = predictor.predict_names(episode.query, ["red panda", "fire truck"])
     assert tuple(novel.shape) == (len(episode.query), 2) and torch.isfinite(novel).all()
-    assert torch.allclose(
-        predictor.predict_names(episode.query, episode.class_names),
-        predictor.predict(episode.query),
-    )
 
 
 @pytest.mark.parametrize("adapter_cls", ADAPTERS, ids=lambda a: a.name)
@@ -271,6 +309,224 @@ def test_cocoop_grouping_of_text_passes_does_not_change_logits(
     together = predictor.predict(episode.query)
     monkeypatch.setattr(cocoop, "MAX_TEXT_SEQUENCES", 1)  # one image per text pass
     assert torch.allclose(predictor.predict(episode.query), together, atol=1e-5)
+
+
+def tiny_clip_variant(text_changes: dict[str, Any]):  # type: ignore[no-untyped-def]
+    """A tiny open_clip CLIP like ``tiny_clip_backbone()`` with changed text-tower options."""
+    import open_clip
+
+    from fewtrans_board.models.open_clip_family import backbone_from_open_clip
+    from fewtrans_board.testing.tiny import register_tiny_clip_config
+
+    name = register_tiny_clip_config()
+    config = open_clip.get_model_config(name)
+    torch.manual_seed(0)
+    model = open_clip.model.CLIP(
+        config["embed_dim"], config["vision_cfg"], {**config["text_cfg"], **text_changes}
+    )
+    return backbone_from_open_clip(
+        model.eval(),
+        open_clip.get_tokenizer(name),
+        name="tiny-clip.variant",
+        weights_id="tiny-clip-variant",
+        architecture=name,
+    )
+
+
+def without_start_token(clip):  # type: ignore[no-untyped-def]
+    """``clip`` with a tokenizer that writes no start token (e.g. some HF tokenizers)."""
+    text = copy.copy(clip.text)
+    original = clip.text.tokenize
+
+    def tokenize(texts):  # type: ignore[no-untyped-def]
+        tokens = original(texts)
+        return torch.cat([tokens[:, 1:], torch.zeros_like(tokens[:, :1])], dim=1)
+
+    text.tokenize = tokenize
+    return dataclasses.replace(clip, text=text)
+
+
+def start_adapter(adapter_cls, backbone, episode) -> None:  # type: ignore[no-untyped-def]
+    config = adapter_cls.Config(epochs=1)
+    if hasattr(adapter_cls, "session"):
+        adapter_cls().session(backbone, episode.support, episode.class_names, config)
+    else:
+        adapter_cls().fit(backbone, episode.support, episode.class_names, config)
+
+
+@pytest.mark.parametrize("layout", ["eos-pooling", "no-start-token"])
+def test_token_editing_methods_refuse_other_token_layouts(layout, episode) -> None:  # type: ignore[no-untyped-def]
+    if layout == "eos-pooling":
+        clip = tiny_clip_variant({"pool_type": "eos", "eos_id": 49407})
+        assert clip.text.model.text_pool_type == "eos"
+    else:
+        clip = without_start_token(tiny_clip_backbone())
+        assert int(clip.text.tokenize(["cat"])[0, 0]) != 49406
+    layout_message = r"start token at position 0 and end-of-text pooling .*\('argmax'\)"
+    for adapter_cls in [*TEXT_PROMPTED, ClipLoraAdapter]:
+        with pytest.raises(FewtransError, match=layout_message):
+            start_adapter(adapter_cls, clip, episode)
+    # Methods that never edit tokens still work on such towers.
+    for adapter_cls in (TaskResAdapter, ClipAdapterAdapter):
+        predictor = adapter_cls().fit(
+            clip, episode.support, episode.class_names, adapter_cls.Config(epochs=1)
+        )
+        logits = predictor.predict_names(episode.query, ["cat", "dog", "fire truck"])
+        assert logits.shape == (len(episode.query), 3) and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("adapter_cls", TEXT_PROMPTED, ids=lambda a: a.name)
+def test_predict_names_scores_new_names_through_the_learned_prompts(
+    adapter_cls, backbone, episode
+) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(4)
+    session = adapter_cls().session(
+        backbone, episode.support, episode.class_names, adapter_cls.Config()
+    )
+    with torch.no_grad():
+        for tensor in session.trainable:
+            tensor.add_(0.5 * torch.randn_like(tensor))
+    base, novel = episode.class_names[:2], ["red panda", "fire truck"]
+    names = [base[0], novel[0], base[1], novel[1]]
+    got = session.predictor().predict_names(episode.query, names)
+    scale = backbone.text.logit_scale
+    with torch.no_grad():
+        if isinstance(session, CocoopSession):
+            images = clip_images(backbone, episode.query.pixels)
+            contexts = session.ctx + session.meta_net(images).unsqueeze(1)
+            texts = F.normalize(session.prompter.encode(names, contexts), dim=-1)
+            expected = scale * torch.einsum("qcd,qd->qc", texts, images)
+        else:
+            visual = getattr(session, "model", backbone.text.model).visual  # prompted copy
+            images = F.normalize(visual(episode.query.pixels), dim=-1)
+            texts = F.normalize(session.prompter.encode(names, session.ctx), dim=-1)
+            expected = scale * images @ texts.t()
+    assert torch.allclose(got, expected, atol=1e-4)
+    # The new names' prompts carry the perturbed context: far from the handcrafted ones.
+    novel_texts = texts[..., [1, 3], :]
+    handcrafted = clip_prompts(backbone, novel).expand_as(novel_texts)
+    assert not torch.allclose(novel_texts, handcrafted, atol=1e-2)
+    zero_shot = zero_shot_names(backbone, episode, names)
+    assert not torch.allclose(got[:, [1, 3]], zero_shot[:, [1, 3]], atol=1e-2)
+
+
+def test_kgcoop_loss_is_cross_entropy_plus_weighted_cosine_gap(backbone, episode) -> None:  # type: ignore[no-untyped-def]
+    names, weight = episode.class_names, 3.0
+    torch.manual_seed(5)
+    session = KgcoopAdapter().session(
+        backbone, episode.support, names, KgcoopAdapter.Config(n_ctx=4, kg_weight=weight)
+    )
+    batch = np.array([0, 3, 5])
+    with torch.no_grad():
+        prompted = F.normalize(session.prompter.encode(names, session.ctx), dim=-1)
+        images = clip_images(backbone, episode.support.images.pixels[batch])
+        logits = backbone.text.logit_scale * images @ prompted.t()
+        ce = F.cross_entropy(logits, episode.support.labels[batch])
+        gap = 1.0 - F.cosine_similarity(prompted, clip_prompts(backbone, names), dim=-1).mean()
+        got = session.loss(batch)
+    assert float(gap) > 0.05  # random context: the knowledge-guided term matters
+    assert torch.allclose(got, ce + weight * gap, atol=1e-5)
+
+
+def test_cocoop_contexts_are_ctx_plus_meta_net_of_the_normalised_image(
+    backbone, episode, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(6)
+    session = CocoopAdapter().session(
+        backbone, episode.support, episode.class_names, CocoopAdapter.Config()
+    )
+    seen: list[torch.Tensor] = []
+    encode = session.prompter.encode
+
+    def spy(class_names, context):  # type: ignore[no-untyped-def]
+        seen.append(context.detach().clone())
+        return encode(class_names, context)
+
+    monkeypatch.setattr(session.prompter, "encode", spy)
+    batch = np.array([1, 4, 5])
+    session.loss(batch)
+    for pixels in (episode.support.images.pixels[batch], episode.query.pixels):
+        images = clip_images(backbone, pixels)
+        with torch.no_grad():
+            bias = session.meta_net(images)  # [B, W], the same for every context token
+            expected = torch.stack([session.ctx + b for b in bias])
+        got = torch.cat(seen)
+        assert got.shape == (len(pixels), 4, session.prompter.width)
+        assert torch.allclose(got, expected, atol=1e-6)
+        seen.clear()
+        session.predictor().predict(episode.query)
+
+
+def test_cocoop_trains_with_batch_size_one_and_frees_each_group(
+    backbone, episode, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from fewtrans_board.adapters.builtin.clip_prompts import cocoop
+
+    assert CocoopAdapter.Config().batch_size == 1  # as in CoCoOp
+    torch.manual_seed(0)
+    session = CocoopAdapter().session(
+        backbone, episode.support, episode.class_names, CocoopAdapter.Config()
+    )
+    batch = np.arange(len(episode.support))
+    index = torch.as_tensor(batch)
+    ce = F.cross_entropy(session.logits(index), session.labels[index])  # one graph
+    single = torch.autograd.grad(ce, session.trainable)
+    monkeypatch.setattr(cocoop, "MAX_TEXT_SEQUENCES", 1)  # one image per group
+    loss = session.loss(batch)
+    # No text-encoder pass is kept in the returned graph: each group's was freed.
+    assert not any("LayerNorm" in name for name in graph_node_names(loss))
+    loss.backward()
+    assert torch.allclose(loss, ce, atol=1e-6)
+    for tensor, grad in zip(session.trainable, single, strict=True):
+        assert torch.allclose(tensor.grad, grad, atol=1e-6)
+
+
+def test_prograd_distillation_at_a_temperature_other_than_one(backbone, episode) -> None:  # type: ignore[no-untyped-def]
+    temperature = 2.0
+    batch = np.array([0, 2, 3, 5])
+    index = torch.as_tensor(batch)
+    teacher = (
+        backbone.text.logit_scale
+        * clip_images(backbone, episode.support.images.pixels[batch])
+        @ clip_prompts(backbone, episode.class_names).t()
+    )
+
+    def soft_target_ce(logits: torch.Tensor, t: float) -> torch.Tensor:
+        # ProGrad's reference form: cross-entropy to the softened teacher, times T^2.
+        target = F.softmax(teacher / t, dim=-1)
+        return -(target * F.log_softmax(logits / t, dim=-1)).sum(1).mean() * t * t
+
+    # Near zero-shot CLIP, with labels the teacher ranks last, the CE and KD gradients can
+    # conflict (else the projection would ignore the KD gradient); find such a state.
+    for seed in range(20):
+        torch.manual_seed(seed)
+        session = ProgradAdapter().session(
+            backbone,
+            episode.support,
+            episode.class_names,
+            ProgradAdapter.Config(ctx_init="a photo of a", temperature=temperature),
+        )
+        with torch.no_grad():
+            session.ctx.add_(0.3 * torch.randn_like(session.ctx))
+        session.labels = session.labels.clone()
+        session.labels[index] = teacher.argmin(-1)
+        logits = session.logits(index)
+        target = F.softmax(teacher / temperature, dim=-1)
+        entropy = -(target * target.log()).sum(1).mean() * temperature**2
+        kd = soft_target_ce(logits, temperature)
+        assert torch.allclose(session.distillation(logits, index), kd - entropy, atol=1e-5)
+        ce = F.cross_entropy(logits, session.labels[index])
+        (g_ce,) = torch.autograd.grad(ce, [session.ctx], retain_graph=True)
+        (g_kd,) = torch.autograd.grad(kd, [session.ctx], retain_graph=True)
+        (g_kd_t1,) = torch.autograd.grad(soft_target_ce(logits, 1.0), [session.ctx])
+        projected = project_conflicting_gradient(g_ce, g_kd)
+        at_t1 = project_conflicting_gradient(g_ce, g_kd_t1)
+        if float((g_ce * g_kd).sum()) < 0 and float((projected - at_t1).norm()) > 1e-3:
+            break
+    else:
+        pytest.fail("no seed gave conflicting CE and KD gradients")
+    session.loss(batch).backward()
+    assert torch.allclose(session.ctx.grad, projected, atol=1e-6)
 
 
 def test_coop_runs_under_hpe_through_the_runner(tmp_path: Path) -> None:

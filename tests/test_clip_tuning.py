@@ -30,6 +30,7 @@ from fewtrans_board.adapters.builtin.unfuse import (
 from fewtrans_board.adapters.builtin.unfuse import (
     unfuse_attention,
 )
+from fewtrans_board.errors import FewtransError
 from fewtrans_board.models.spec import ModelSpec
 from fewtrans_board.testing import check_adapter, check_import_is_light, tiny_clip_backbone
 from fewtrans_board.testing.tiny import toy_episode
@@ -199,6 +200,98 @@ def test_taskres_zero_residual_equals_open_clip_zero_shot(backbone, episode) -> 
     # Unseen names have no residual: plain zero-shot logits.
     novel_oracle = zero_shot_oracle(backbone, episode.query.pixels, NOVEL)
     assert torch.allclose(trained.predict_names(episode.query, NOVEL), novel_oracle, atol=1e-5)
+
+
+def test_taskres_adds_the_residual_to_the_raw_text_features(backbone, episode) -> None:  # type: ignore[no-untyped-def]
+    names, alpha = episode.class_names, 0.7
+    state = TaskResAdapter().build(
+        backbone, episode.support, names, fast(TaskResAdapter, alpha=alpha)
+    )
+    (residual,) = state.trainable
+    with torch.no_grad():
+        residual.copy_(torch.randn(residual.shape, generator=torch.Generator().manual_seed(0)))
+    model, scale = backbone.text.model, backbone.text.logit_scale
+    with torch.no_grad():
+        raw = model.encode_text(backbone.text.tokenize([f"a photo of a {n}." for n in names]))
+        classifier = F.normalize(raw + alpha * residual, dim=-1)
+        query = model.encode_image(episode.query.pixels, normalize=True)
+        support = model.encode_image(episode.support.images.pixels, normalize=True)
+    assert (raw.norm(dim=-1) - 1).abs().min() > 0.5  # the base is not normalised
+    expected = scale * query @ classifier.t()
+    assert torch.allclose(state.predictor().predict(episode.query), expected, atol=1e-4)
+    batch = np.array([0, 2, 5])
+    ce = F.cross_entropy(scale * support[batch] @ classifier.t(), episode.support.labels[batch])
+    with torch.no_grad():
+        assert torch.allclose(state.loss_of(batch), ce, atol=1e-5)
+
+
+def test_clip_adapter_mixes_adapted_and_frozen_image_features(backbone, episode) -> None:  # type: ignore[no-untyped-def]
+    names, scale = episode.class_names, backbone.text.logit_scale
+    oracle = zero_shot_oracle(backbone, episode.query.pixels, names)
+    torch.manual_seed(0)
+    config = fast(ClipAdapterAdapter, ratio=0.0, lr=1e-2)
+    untouched = ClipAdapterAdapter().fit(backbone, episode.support, names, config)
+    assert torch.allclose(untouched.predict(episode.query), oracle, atol=1e-5)
+    ratio = 0.6
+    torch.manual_seed(0)
+    state = ClipAdapterAdapter().build(
+        backbone, episode.support, names, fast(ClipAdapterAdapter, ratio=ratio)
+    )
+    (adapter,) = state.owned
+    model = backbone.text.model
+    tokens = backbone.text.tokenize([f"a photo of a {n}." for n in names])
+    with torch.no_grad():
+        text = F.normalize(model.encode_text(tokens), dim=-1)
+
+        def expected_logits(pixels: torch.Tensor) -> torch.Tensor:
+            image = model.encode_image(pixels)
+            mixed = ratio * adapter(image) + (1 - ratio) * image
+            return scale * F.normalize(mixed, dim=-1) @ text.t()
+
+        query_logits = expected_logits(episode.query.pixels)
+        support_logits = expected_logits(episode.support.images.pixels)
+        batch = np.arange(len(episode.support))
+        loss = state.loss_of(batch)
+    got = state.predictor().predict(episode.query)
+    assert torch.allclose(got, query_logits, atol=1e-4)
+    assert not torch.allclose(got, oracle, atol=1e-2)
+    assert torch.allclose(loss, F.cross_entropy(support_logits, episode.support.labels), atol=1e-5)
+
+
+def tiny_resnet_clip_backbone():  # type: ignore[no-untyped-def]
+    """A tiny random-init open_clip CLIP whose image tower is a ``ModifiedResNet``."""
+    import open_clip
+
+    from fewtrans_board.models.open_clip_family import backbone_from_open_clip
+    from fewtrans_board.testing.tiny import register_tiny_clip_config
+
+    name = register_tiny_clip_config()
+    vision = {"layers": (1, 1, 1, 1), "width": 8, "image_size": 32, "head_width": 16}
+    torch.manual_seed(0)
+    model = open_clip.model.CLIP(32, vision, open_clip.get_model_config(name)["text_cfg"])
+    return backbone_from_open_clip(
+        model.eval(),
+        open_clip.get_tokenizer(name),
+        name="tiny-rn-clip.random",
+        weights_id="tiny-rn-clip-seed0",
+        architecture="tiny-RN",
+    )
+
+
+def test_clip_lora_refuses_resnet_image_towers(episode) -> None:  # type: ignore[no-untyped-def]
+    resnet = tiny_resnet_clip_backbone()
+    assert type(resnet.image_encoder).__name__ == "ModifiedResNet"
+    message = r"clip-lora .* ViT .*tiny-rn-clip\.random has a ModifiedResNet image tower.*ViT-B-16"
+    config = fast(ClipLoraAdapter)
+    with pytest.raises(FewtransError, match=message):
+        ClipLoraAdapter().fit(resnet, episode.support, episode.class_names, config)
+    with pytest.raises(FewtransError, match=message):
+        ClipLoraAdapter().build(resnet, episode.support, episode.class_names, config)
+    # The suggested alternatives run on it.
+    predictor = TaskResAdapter().fit(
+        resnet, episode.support, episode.class_names, fast(TaskResAdapter)
+    )
+    assert torch.isfinite(predictor.predict(episode.query)).all()
 
 
 def test_clip_lora_with_zero_b_equals_base_model(backbone, episode) -> None:  # type: ignore[no-untyped-def]

@@ -64,7 +64,33 @@ def clip_model(backbone: Backbone, method: str) -> nn.Module:
             f"{method} needs an OpenAI-style open_clip text tower (token_embedding, transformer, "
             f"ln_final, text_projection); {backbone.name} lacks {', '.join(missing)}"
         )
+    pooling = getattr(model, "text_pool_type", "argmax")
+    if pooling != "argmax" or not _openai_token_layout(backbone.text.tokenize):
+        raise FewtransError(
+            f"{method} needs an OpenAI-style text tower: a start token at position 0 and "
+            f"end-of-text pooling by the largest token id ('argmax'); {backbone.name} has "
+            f"text_pool_type={pooling!r} and a tokenizer with another layout (e.g. a Hugging "
+            "Face tokenizer). Use an OpenAI-style model such as ViT-B-16 or a CLIP method "
+            "that does not edit tokens (taskres, clip-adapter, vpt-clip, zero-shot-clip)"
+        )
     return model
+
+
+def _openai_token_layout(tokenize: Callable[[Sequence[str]], torch.Tensor]) -> bool:
+    """Whether ``tokenize`` writes [start, word, word, end, 0...] with end the largest id.
+
+    Prompt learners overwrite the positions after the start token and find the end token
+    by ``argmax``; other layouts would silently overwrite class-name tokens.
+    """
+    tokens = [int(t) for t in tokenize(["photo photo"])[0]]
+    used = [t for t in tokens if t != 0]
+    return (
+        len(used) == 4
+        and tokens[:4] == used
+        and used[1] == used[2] != used[0]
+        and max(tokens) == used[3]
+        and tokens.index(used[3]) == 3
+    )
 
 
 def encode_text_embeddings(

@@ -11,6 +11,7 @@ from fewtrans_board.adapters.builtin.clip_prompts.common import PHOTO_PREFIX
 from fewtrans_board.adapters.builtin.clip_prompts.coop import CoopAdapter, CoopSession
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
@@ -18,6 +19,11 @@ if TYPE_CHECKING:
 
 MAX_TEXT_SEQUENCES = 512
 """Prompts per text pass: images are grouped so that ``images * classes`` stays below this."""
+
+
+def images_per_pass(n_classes: int) -> int:
+    """Images whose prompts share one text pass (at least one)."""
+    return max(1, MAX_TEXT_SEQUENCES // max(1, n_classes))
 
 
 class CocoopSession(CoopSession):
@@ -34,6 +40,15 @@ class CocoopSession(CoopSession):
         self.meta_net = meta_net
         self.add_trainable_module("meta_net", meta_net)
 
+    def contexts(self, image_features: torch.Tensor) -> torch.Tensor:
+        """Per-image contexts ``[B, n_ctx, W]``: ``ctx + meta_net(f)`` on every context token.
+
+        Args:
+            image_features: normalised image features ``[B, D]``.
+        """
+        bias: torch.Tensor = self.meta_net(image_features)
+        return self.ctx.unsqueeze(0) + bias.unsqueeze(1)
+
     def per_image_text(
         self, image_features: torch.Tensor, class_names: Sequence[str]
     ) -> torch.Tensor:
@@ -48,8 +63,8 @@ class CocoopSession(CoopSession):
 
         from fewtrans_board.adapters.builtin.training import autocast
 
-        contexts = self.ctx.unsqueeze(0) + self.meta_net(image_features).unsqueeze(1)
-        step = max(1, MAX_TEXT_SEQUENCES // max(1, len(class_names)))
+        contexts = self.contexts(image_features)
+        step = images_per_pass(len(class_names))
         chunks = []
         with autocast(self.device):
             for start in range(0, contexts.shape[0], step):
@@ -60,6 +75,35 @@ class CocoopSession(CoopSession):
         """``logit_scale * cos`` of each normalised image feature against its own prompts."""
         texts = self.per_image_text(image_features, class_names)
         return self.logit_scale * (texts @ image_features.unsqueeze(-1)).squeeze(-1)
+
+    def loss(self, batch: np.ndarray) -> torch.Tensor:
+        """Mean cross-entropy of the batch, back-propagated one group of images at a time.
+
+        Images do not interact, so the gradient of the mean is the sum over groups of
+        ``sum of the group's cross-entropies / batch size``; each group's graph (its
+        ``images x classes`` prompt passes) is freed as soon as its gradient is taken,
+        which bounds memory by one group whatever the batch size. The returned tensor has
+        the batch's loss as value and that summed gradient as its gradient.
+        """
+        import torch
+        import torch.nn.functional as F
+
+        index = self.index(batch)
+        params = self.trainable
+        grads = [torch.zeros_like(p) for p in params]
+        total = torch.zeros((), device=self.ctx.device)
+        step = images_per_pass(len(self.class_names))
+        for start in range(0, len(index), step):
+            group = index[start : start + step]
+            logits = self.scores(self.features[group], self.class_names)
+            part = F.cross_entropy(logits, self.labels[group], reduction="sum") / len(index)
+            for grad, g in zip(grads, torch.autograd.grad(part, params), strict=True):
+                grad.add_(g)
+            total = total + part.detach()
+        linear = total.new_zeros(())
+        for param, grad in zip(params, grads, strict=True):
+            linear = linear + (param * grad).sum()  # its gradient is exactly ``grads``
+        return linear - linear.detach() + total
 
     def logits(self, index: torch.Tensor) -> torch.Tensor:
         """Logits of support images ``index`` over the episode's classes."""
@@ -106,7 +150,15 @@ class CocoopAdapter(CoopAdapter):
 
     @dataclass(frozen=True)
     class Config(CoopAdapter.Config):
-        """CoCoOp options; the context defaults to CoCoOp's 4 words 'a photo of a'."""
+        """CoCoOp options: 4 context words 'a photo of a' and batch size 1, as in CoCoOp.
+
+        Every image needs its own pass over all class prompts; :meth:`CocoopSession.loss`
+        frees each group's graph after its gradient, so larger batches cost time, not memory.
+        """
+
+        batch_size: int = hparam(
+            1, "Optimiser batch size (CoCoOp's 1: each image runs all class prompts)."
+        )
 
         n_ctx: int = hparam(4, "Number of context vectors when ctx_init is empty.")
         ctx_init: str = hparam(

@@ -63,6 +63,23 @@ class ProgradSession(CoopSession):
         handcrafted = handcrafted_text_features(self.backbone, self.class_names).to(self.device)
         self.zero_shot_logits = self.logit_scale * self.features @ handcrafted.t()
 
+    def distillation(self, logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """``T^2 * KL(softmax(z0 / T) || softmax(z / T))``, averaged over the batch.
+
+        ``z0`` are the zero-shot logits of support images ``index``, ``z`` their prompted
+        ``logits``. The reference uses the soft-target cross-entropy, which exceeds this by
+        the teacher's entropy (a constant), so both give the same gradient.
+        """
+        import torch.nn.functional as F
+
+        t = self.temperature
+        kl = F.kl_div(
+            F.log_softmax(logits / t, dim=-1),
+            F.softmax(self.zero_shot_logits[index] / t, dim=-1),
+            reduction="batchmean",
+        )
+        return kl * (t * t)
+
     def loss(self, batch: np.ndarray) -> torch.Tensor:
         """Surrogate loss whose gradient is the projected cross-entropy gradient."""
         import torch
@@ -70,13 +87,8 @@ class ProgradSession(CoopSession):
 
         index = self.index(batch)
         logits = self.logits(index)
-        t = self.temperature
         ce = F.cross_entropy(logits, self.labels[index])
-        kl = F.kl_div(
-            F.log_softmax(logits / t, dim=-1),
-            F.softmax(self.zero_shot_logits[index] / t, dim=-1),
-            reduction="batchmean",
-        ) * (t * t)
+        kl = self.distillation(logits, index)
         params = self.trainable
         g_ce = torch.autograd.grad(ce, params, retain_graph=True)
         g_kl = torch.autograd.grad(kl, params)

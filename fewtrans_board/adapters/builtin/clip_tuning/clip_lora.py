@@ -11,17 +11,21 @@ class text features are recomputed by the adapted text tower at every step.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.adapters.base import hparam
-from fewtrans_board.adapters.builtin.clip_tuning.common import ClipTuningConfig
+from fewtrans_board.adapters.builtin.clip_tuning.common import ClipTuningConfig, TuningState
 from fewtrans_board.adapters.builtin.clip_tuning.towers import TowerTuningAdapter
 from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+
+    from fewtrans_board.adapters.episode_data import SupportSet
+    from fewtrans_board.models.backbone import Backbone
 
 LORA_TARGETS = r"(visual\.)?transformer\.resblocks\.\d+\.attn\.(q_proj|k_proj|v_proj)"
 """peft ``target_modules`` regex (full match): q/k/v of every block of both towers."""
@@ -53,6 +57,29 @@ class ClipLoraAdapter(TowerTuningAdapter):
         rank: int = hparam(2, "LoRA rank r.")
         alpha: float = hparam(1.0, "LoRA alpha; the update is scaled by alpha / rank.")
         dropout: float = hparam(0.25, "Dropout on the LoRA branch input while training.")
+
+    def build(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        config: Any,
+    ) -> TuningState:
+        """Refuse image towers without attention blocks, then build as every tower tuner.
+
+        Raises:
+            FewtransError: the image tower is not an open_clip ViT (e.g. a ResNet CLIP).
+        """
+        encoder = backbone.image_encoder
+        if not hasattr(getattr(encoder, "transformer", None), "resblocks"):
+            raise FewtransError(
+                f"clip-lora puts LoRA on q/k/v of the attention blocks of an open_clip ViT "
+                f"image tower; {backbone.name} has a {type(encoder).__name__} image tower "
+                "(e.g. a ResNet CLIP such as RN50), which has no such blocks. Use a ViT CLIP "
+                "(e.g. ViT-B-16), or a method that keeps the image tower frozen (taskres, "
+                "clip-adapter, coop, finetune-clip-text)"
+            )
+        return super().build(backbone, support, class_names, config)
 
     def prepare_model(
         self, source: nn.Module, config: Any

@@ -1,8 +1,10 @@
 """TaskRes: a learned residual on the frozen zero-shot text classifier.
 
-The classifier is ``normalize(t0 + alpha * x)`` with ``t0`` the normalised zero-shot text
+The classifier is ``normalize(t0 + alpha * x)`` with ``t0`` the raw (unnormalised) text
 features of "a photo of a {}." and ``x`` a zero-initialised ``[C, D]`` residual, the only
-trainable tensor; both encoders are frozen, so cached image features are used.
+trainable tensor; both encoders are frozen, so cached image features are used. As in the
+reference code, only the sum is normalised: ``alpha * x`` is measured against the text
+encoder's own feature scale, and a zero residual still gives exactly zero-shot CLIP.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from fewtrans_board.adapters.builtin.clip_tuning.common import (
     ClipTuningPredictor,
     TuningState,
     cached_for,
+    prompts,
     scaled_cosine,
 )
 
@@ -51,7 +54,9 @@ class TaskResAdapter(ClipTuningAdapter):
         FewTrans's epoch start (the HPE centre search moves it). Batch 32 (TaskRes: 256).
         """
 
-        alpha: float = hparam(0.5, "Residual scale alpha in normalize(t0 + alpha * x).")
+        alpha: float = hparam(
+            0.5, "Residual scale alpha in normalize(t0 + alpha * x), t0 unnormalised."
+        )
 
     def build(
         self,
@@ -60,16 +65,18 @@ class TaskResAdapter(ClipTuningAdapter):
         class_names: Sequence[str],
         config: Any,
     ) -> TuningState:
-        """The zero residual over the zero-shot weights, on cached image features."""
+        """The zero residual over the raw zero-shot text features, on cached image features."""
         import torch
         import torch.nn.functional as F
 
         from fewtrans_board.adapters.builtin.clip_common import handcrafted_text_features
 
-        assert backbone.text is not None
+        text = backbone.text
+        assert text is not None
         device = backbone.device
-        scale = backbone.text.logit_scale
-        base = handcrafted_text_features(backbone, class_names).to(device)
+        scale = text.logit_scale
+        with torch.no_grad():
+            base = text.encode(text.tokenize(prompts(class_names))).float().to(device)
         residual = torch.nn.Parameter(torch.zeros_like(base))
         features = support.images.features(backbone).float().to(device)
         labels = support.labels.to(device)
