@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -99,9 +99,3 @@ class SupportSet:
 
     def __len__(self) -> int:
         return len(self.images)
-
-    def shots(self) -> Sequence[int]:
-        """Number of support images per class, in label order."""
-        import torch
-
-        return [int(c) for c in torch.bincount(self.labels, minlength=self.n_way)]

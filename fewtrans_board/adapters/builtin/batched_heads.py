@@ -22,9 +22,17 @@ if TYPE_CHECKING:
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 
 
-def _logits(
+def head_logits(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scale: float | None
 ) -> torch.Tensor:
+    """Logits of one head: ``x W^T + b`` (linear), or ``scale * x @ normalize(W)^T`` (cosine).
+
+    Args:
+        x: normalised features ``[N, D]``.
+        weight: head weight ``[C, D]``.
+        bias: head bias ``[C]`` (linear head), or ``None``.
+        scale: cosine scale (cosine head), or ``None`` for the linear head.
+    """
     import torch.nn.functional as F
 
     if scale is not None:
@@ -81,7 +89,7 @@ def train_heads(
         bias_leaf = leaves[1] if biases is not None else None
         loss = sum(
             F.cross_entropy(
-                _logits(
+                head_logits(
                     x, leaves[0][j], bias_leaf[j] if bias_leaf is not None else None, cosine_scale
                 ),
                 y,

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from fewtrans_board.adapters.episode_data import ImageSet
-    from fewtrans_board.models.backbone import Backbone
+    from fewtrans_board.models.backbone import Backbone, TextEncoder
 
 TEMPLATE = "a photo of a {}."
 """FewTrans's template for CLIP methods."""
@@ -46,6 +46,23 @@ class NamePredictor(Protocol):
         ...
 
 
+def require_text(backbone: Backbone, method: str) -> TextEncoder:
+    """The text tower of ``backbone``, or an error naming the method that needs it.
+
+    Args:
+        backbone: the caller's backbone.
+        method: adapter name, for the error message.
+
+    Raises:
+        FewtransError: the backbone has no text tower (a vision-only model).
+    """
+    if backbone.text is None:
+        raise FewtransError(
+            f"{method} needs a CLIP-style model with a text tower; {backbone.name} has none"
+        )
+    return backbone.text
+
+
 def clip_model(backbone: Backbone, method: str) -> nn.Module:
     """The full CLIP model of a backbone with an OpenAI-style text tower.
 
@@ -53,11 +70,8 @@ def clip_model(backbone: Backbone, method: str) -> nn.Module:
         FewtransError: no text tower, or one without the token-level parts prompt methods
             hook into (e.g. a Hugging Face text tower).
     """
-    if backbone.text is None:
-        raise FewtransError(
-            f"{method} needs a CLIP-style model with a text tower; {backbone.name} has none"
-        )
-    model = backbone.text.model
+    text = require_text(backbone, method)
+    model = text.model
     missing = [p for p in TEXT_TOWER_PARTS if not hasattr(model, p)]
     if missing:
         raise FewtransError(
@@ -65,7 +79,7 @@ def clip_model(backbone: Backbone, method: str) -> nn.Module:
             f"ln_final, text_projection); {backbone.name} lacks {', '.join(missing)}"
         )
     pooling = getattr(model, "text_pool_type", "argmax")
-    if pooling != "argmax" or not _openai_token_layout(backbone.text.tokenize):
+    if pooling != "argmax" or not _openai_token_layout(text.tokenize):
         raise FewtransError(
             f"{method} needs an OpenAI-style text tower: a start token at position 0 and "
             f"end-of-text pooling by the largest token id ('argmax'); {backbone.name} has "
@@ -126,6 +140,11 @@ def encode_text_embeddings(
     return features
 
 
+def class_prompts(class_names: Sequence[str], template: str = TEMPLATE) -> list[str]:
+    """The class prompts ``template.format(name)``, in the order of ``class_names``."""
+    return [template.format(name) for name in class_names]
+
+
 def handcrafted_text_features(
     backbone: Backbone, class_names: Sequence[str], template: str = TEMPLATE
 ) -> torch.Tensor:
@@ -136,9 +155,40 @@ def handcrafted_text_features(
     assert backbone.text is not None
     with torch.no_grad():
         features = backbone.text.encode(
-            backbone.text.tokenize([template.format(n) for n in class_names])
+            backbone.text.tokenize(class_prompts(class_names, template))
         )
     return F.normalize(features.float(), dim=-1)
+
+
+def cached_for(
+    class_names: Sequence[str],
+    compute: Callable[[Sequence[str]], torch.Tensor],
+    episode_features: torch.Tensor | None = None,
+) -> Callable[[Sequence[str]], torch.Tensor]:
+    """Wrap ``compute`` so that the episode's own class names are computed at most once.
+
+    Args:
+        class_names: the episode's class names, in label order.
+        compute: ``class names -> [C, D]`` text features.
+        episode_features: ``compute(class_names)`` if the caller already has it (then
+            ``compute`` never runs for the episode's names).
+
+    Returns:
+        ``compute`` with the result for ``class_names`` memoised.
+    """
+    episode = list(class_names)
+    memo: dict[str, torch.Tensor] = {}
+    if episode_features is not None:
+        memo["episode"] = episode_features
+
+    def text_features(names: Sequence[str]) -> torch.Tensor:
+        if list(names) != episode:
+            return compute(names)
+        if "episode" not in memo:
+            memo["episode"] = compute(names)
+        return memo["episode"]
+
+    return text_features
 
 
 class ClipPredictor:

@@ -6,30 +6,25 @@ prompts; after the last block the prompts are removed, so pooling, final norms a
 projections see the original tokens only (any pooling type works). With ``depth = 1``
 this is VPT-shallow. Prompts come from a trainable parameter, or from a provider (MaPLe
 derives vision prompts from text prompts).
+
+Importing this module imports torch, so adapters import it inside ``fit``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
+from torch import nn
 
 from fewtrans_board.adapters.builtin.vit_parts import vit_parts
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
-
-PromptProvider = Callable[[], "torch.Tensor"]
+PromptProvider = Callable[[], torch.Tensor]
 """Returns prompts ``[depth, n_tokens, width]``."""
 
 
-def _module_base() -> type:
-    from torch import nn
-
-    return nn.Module
-
-
-class DeepVisualPrompts(_module_base()):  # type: ignore[misc]
+class DeepVisualPrompts(nn.Module):
     """Learned prompt tokens for the first ``depth`` blocks of a ViT.
 
     The hooks are bound methods of this module, so a ``copy.deepcopy`` of an encoder that
@@ -43,8 +38,6 @@ class DeepVisualPrompts(_module_base()):  # type: ignore[misc]
     """
 
     def __init__(self, n_tokens: int, depth: int, width: int, init_std: float = 0.02) -> None:
-        import torch
-
         super().__init__()
         self.n_tokens, self.depth = n_tokens, depth
         self.prompts = torch.nn.Parameter(torch.randn(depth, n_tokens, width) * init_std)
@@ -95,8 +88,6 @@ class DeepVisualPrompts(_module_base()):  # type: ignore[misc]
         return shaped if token_axis == 1 else shaped.transpose(0, 1)
 
     def _append_first(self, module: nn.Module, args: Any, output: torch.Tensor) -> torch.Tensor:
-        import torch
-
         # The token-start output is batch-first for every supported encoder; only the blocks
         # of a batch_first=False open_clip transformer see [tokens, batch, width].
         return torch.cat([output, self._layer_prompts(0, output, 1)], dim=1)
@@ -104,8 +95,6 @@ class DeepVisualPrompts(_module_base()):  # type: ignore[misc]
     def _replace(
         self, layer: int, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        import torch
-
         x, axis = args[0], self._token_axis
         kept = x.narrow(axis, 0, x.shape[axis] - self.n_tokens)
         return (torch.cat([kept, self._layer_prompts(layer, x, axis)], dim=axis), *args[1:]), kwargs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +113,21 @@ class FinetuneAdapter(Adapter):
         """Backbone parameters that receive gradients (all of them here)."""
         return list(encoder.parameters())
 
+    def copy_encoder(self, backbone: Backbone, config: Any) -> tuple[nn.Module, list[torch.Tensor]]:
+        """Deep-copy the image encoder (eval mode) and freeze all but :meth:`trainable`.
+
+        Args:
+            backbone: the caller's backbone (never modified).
+            config: an instance of ``Config``.
+
+        Returns:
+            The copy and its trainable parameters.
+        """
+        from fewtrans_board.adapters.builtin.training import train_only
+
+        encoder = copy.deepcopy(backbone.image_encoder).to(backbone.device).eval()
+        return encoder, train_only(encoder.parameters(), self.trainable(encoder, config))
+
     def fit(
         self,
         backbone: Backbone,
@@ -121,42 +136,65 @@ class FinetuneAdapter(Adapter):
         config: Any,
     ) -> FinetunePredictor:
         """Fine-tune a deep copy of the image encoder with a new head."""
-        import torch
         import torch.nn.functional as F
 
-        from fewtrans_board.adapters.builtin.training import (
-            autocast,
-            make_head,
-            normalized,
-            run_adam,
-        )
+        from fewtrans_board.adapters.builtin.training import make_head
 
-        device = backbone.device
-        encoder = copy.deepcopy(backbone.image_encoder).to(device).eval()
-        trainable = self.trainable(encoder, config)
-        ids = {id(p) for p in trainable}
-        for p in encoder.parameters():
-            p.requires_grad_(id(p) in ids)
-        head = make_head(backbone.feature_dim, support.n_way, device)
-        pixels = support.images.pixels.to(device)
-        labels = support.labels.to(device)
+        encoder, trainable = self.copy_encoder(backbone, config)
+        head = make_head(backbone.feature_dim, support.n_way, backbone.device)
 
-        def loss_of(batch: Any) -> torch.Tensor:
-            index = torch.as_tensor(batch, device=device)
-            with autocast(device):
-                features = encoder(pixels[index])
-            return F.cross_entropy(head(normalized(features)), labels[index])
+        def head_loss(features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(head(features), labels)
 
-        run_adam(
-            [(trainable, config.lr_backbone), (list(head.parameters()), config.lr_head)],
-            loss_of,
-            len(labels),
-            config.batch_size,
-            config.epochs,
-        )
-        for p in encoder.parameters():
-            p.requires_grad_(False)
-        return FinetunePredictor(encoder, head, device, self.transductive)
+        train_encoder(encoder, trainable, head, head_loss, support, config, backbone.device)
+        return FinetunePredictor(encoder, head, backbone.device, self.transductive)
+
+
+def train_encoder(
+    encoder: nn.Module,
+    trainable: Sequence[torch.Tensor],
+    head: nn.Module,
+    head_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    support: SupportSet,
+    config: Any,
+    device: str,
+) -> None:
+    """Train an encoder copy and its head on the support set, then freeze the encoder.
+
+    The FewTrans recipe: bf16 autocast on CUDA, L2-normalised features, one Adam for the
+    encoder's ``trainable`` (``config.lr_backbone``) and one for the head's parameters
+    (``config.lr_head``), per-step cosine decay, ``RandomState(11)`` support order.
+
+    Args:
+        encoder: the adapter's copy of the image encoder, in eval mode.
+        trainable: the encoder parameters that train (the others are already frozen).
+        head: the classifier whose parameters train alongside.
+        head_loss: ``(normalised features, labels) -> loss`` through ``head``.
+        support: the labeled support set.
+        config: a config with ``lr_backbone``, ``lr_head``, ``epochs`` and ``batch_size``.
+        device: torch device.
+    """
+    import torch
+
+    from fewtrans_board.adapters.builtin.training import autocast, normalized, run_adam
+
+    pixels = support.images.pixels.to(device)
+    labels = support.labels.to(device)
+
+    def loss_of(batch: Any) -> torch.Tensor:
+        index = torch.as_tensor(batch, device=device)
+        with autocast(device):
+            features = encoder(pixels[index])
+        return head_loss(normalized(features), labels[index])
+
+    run_adam(
+        [(trainable, config.lr_backbone), (list(head.parameters()), config.lr_head)],
+        loss_of,
+        len(labels),
+        config.batch_size,
+        config.epochs,
+    )
+    encoder.requires_grad_(False)
 
 
 class FinetuneLastKAdapter(FinetuneAdapter):

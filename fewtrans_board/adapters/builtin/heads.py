@@ -28,16 +28,12 @@ class StackedHead:
 
     def __call__(self, features: torch.Tensor) -> torch.Tensor:
         """Logits of normalised features."""
-        import torch.nn.functional as F
+        from fewtrans_board.adapters.builtin.batched_heads import head_logits
 
-        if self.cosine_scale is not None:
-            return self.cosine_scale * features @ F.normalize(self.weight, dim=-1).t()
-        assert self.bias is not None
-        return features @ self.weight.t() + self.bias
+        return head_logits(features, self.weight, self.bias, self.cosine_scale)
 
 
 def _fit_many_heads(
-    adapter: Adapter,
     backbone: Backbone,
     support: SupportSet,
     configs: Sequence[Any],
@@ -116,9 +112,9 @@ class CosineHead:
 
     def __call__(self, features: torch.Tensor) -> torch.Tensor:
         """Scaled cosine similarity to each class vector."""
-        import torch.nn.functional as F
+        from fewtrans_board.adapters.builtin.batched_heads import head_logits
 
-        return self.scale * features @ F.normalize(self.weight, dim=-1).t()
+        return head_logits(features, self.weight, None, self.scale)
 
 
 def _train(
@@ -191,7 +187,7 @@ class LinearProbeAdapter(Adapter):
         seeds: Sequence[int],
     ) -> list[Predictor]:
         """Train every configuration's head at once; equal to the loop (see batched_heads)."""
-        return list(_fit_many_heads(self, backbone, support, configs, seeds, cosine=False))
+        return list(_fit_many_heads(backbone, support, configs, seeds, cosine=False))
 
 
 class CosineClassifierAdapter(Adapter):
@@ -240,4 +236,4 @@ class CosineClassifierAdapter(Adapter):
         seeds: Sequence[int],
     ) -> list[Predictor]:
         """Train every configuration's head at once; equal to the loop (see batched_heads)."""
-        return list(_fit_many_heads(self, backbone, support, configs, seeds, cosine=True))
+        return list(_fit_many_heads(backbone, support, configs, seeds, cosine=True))

@@ -10,7 +10,7 @@ same shuffle sequence; the backbone stays in eval mode (frozen BN statistics, no
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
@@ -52,6 +52,25 @@ def make_head(dim: int, n_way: int, device: str) -> nn.Linear:
         head.weight.fill_(1.0)
         head.bias.zero_()
     return head
+
+
+def train_only(
+    parameters: Iterable[torch.Tensor], trainable: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """Let exactly the ``trainable`` tensors among ``parameters`` receive gradients.
+
+    Args:
+        parameters: the parameters to set, e.g. ``module.parameters()`` of a copy the
+            adapter owns (never the caller's: their flags would change too).
+        trainable: the tensors that train; the other ``parameters`` are frozen.
+
+    Returns:
+        ``trainable`` as a list.
+    """
+    ids = {id(p) for p in trainable}
+    for p in parameters:
+        p.requires_grad_(id(p) in ids)
+    return list(trainable)
 
 
 def autocast(device: str) -> AbstractContextManager[object]:

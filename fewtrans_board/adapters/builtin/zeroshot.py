@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fewtrans_board.adapters.base import Adapter, AdapterConfig, hparam
-from fewtrans_board.adapters.builtin.clip_common import ClipPredictor
+from fewtrans_board.adapters.builtin.clip_common import TEMPLATE, ClipPredictor, require_text
 from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
@@ -17,9 +17,9 @@ if TYPE_CHECKING:
     from fewtrans_board.models.backbone import Backbone
 
 TEMPLATE_SETS: dict[str, tuple[str, ...]] = {
-    "photo": ("a photo of a {}.",),
+    "photo": (TEMPLATE,),
     "photo-ensemble": (
-        "a photo of a {}.",
+        TEMPLATE,
         "a bad photo of a {}.",
         "a photo of the large {}.",
         "a photo of the small {}.",
@@ -73,11 +73,7 @@ class ZeroShotClipAdapter(Adapter):
         config: Config,
     ) -> ClipPredictor:
         """Embed the class-name prompts (for the episode's or any other class names)."""
-        if backbone.text is None:
-            raise FewtransError(
-                "zero-shot-clip needs a CLIP-style model with a text tower; "
-                f"{backbone.name} has none"
-            )
+        text = require_text(backbone, self.name)
         if config.templates not in TEMPLATE_SETS:
             raise FewtransError(
                 f"zero-shot-clip: unknown template set {config.templates!r}; "
@@ -91,4 +87,4 @@ class ZeroShotClipAdapter(Adapter):
         def image_features(query: ImageSet) -> torch.Tensor:
             return query.features(backbone)
 
-        return ClipPredictor(image_features, text_features, class_names, backbone.text.logit_scale)
+        return ClipPredictor(image_features, text_features, class_names, text.logit_scale)

@@ -2,8 +2,10 @@
 
 Every adapter here builds a :class:`PromptSession` per fit: frozen deep copies of the CLIP
 modules it runs (never the caller's), the trainable tensors, the loss of a support batch
-and the predictor. :meth:`PromptAdapter.fit` trains the session with the FewTrans recipe
-(Adam, one learning rate, per-step cosine to zero, ``RandomState(11)`` shuffles).
+and the predictor. :meth:`PromptAdapter.fit` trains the session with the recipe of
+:func:`~fewtrans_board.adapters.builtin.clip_training.train_clip` (shared with the CLIP
+tuning adapters: Adam, one learning rate, per-step cosine to zero, ``RandomState(11)``
+shuffles).
 """
 
 from __future__ import annotations
@@ -13,8 +15,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fewtrans_board.adapters.base import Adapter, AdapterConfig, hparam
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.adapters.base import Adapter
+from fewtrans_board.adapters.builtin.clip_training import (
+    ClipTrainingConfig,
+    check_training_config,
+    reworded,
+    train_clip,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -33,12 +40,15 @@ PHOTO_PREFIX = "a photo of a"
 
 
 @dataclass(frozen=True)
-class PromptConfig(AdapterConfig):
+class PromptConfig(ClipTrainingConfig):
     """Training options shared by the prompt learners (FewTrans CLIP-prompt start point)."""
 
-    lr: float = hparam(2e-4, "Adam learning rate of every trainable parameter.", hpe="lr")
-    epochs: int = hparam(20, "Passes over the support set.", hpe="epochs")
-    batch_size: int = hparam(32, "Optimiser batch size (support images per step).")
+    lr: float = reworded(
+        ClipTrainingConfig, "lr", "Adam learning rate of every trainable parameter."
+    )
+    batch_size: int = reworded(
+        ClipTrainingConfig, "batch_size", "Optimiser batch size (support images per step)."
+    )
 
 
 class PromptSession(ABC):
@@ -160,23 +170,7 @@ class PromptAdapter(Adapter):
         config: Any,
     ) -> NamePredictor:
         """Train the prompts on the support set and return a name-aware predictor."""
-        from fewtrans_board.adapters.builtin.training import run_adam
-
-        if config.epochs < 0 or config.batch_size < 1 or config.lr < 0:
-            raise FewtransError(
-                f"{self.name}: need epochs >= 0, batch_size >= 1 and lr >= 0; got "
-                f"{config.epochs}, {config.batch_size}, {config.lr}"
-            )
+        check_training_config(self.name, config)
         session = self.session(backbone, support, class_names, config)
-        if config.epochs > 0 and not session.trainable:
-            raise FewtransError(f"{self.name}: this configuration has no parameter to train")
-        run_adam(
-            [(session.trainable, config.lr)],
-            session.loss,
-            len(support),
-            config.batch_size,
-            config.epochs,
-        )
-        for tensor in session.trainable:
-            tensor.requires_grad_(False)
+        train_clip(self.name, config, session.trainable, session.loss, len(support))
         return session.predictor()

@@ -45,12 +45,12 @@ class VptClipSession(PromptSession):
         depth: int,
         method: str,
     ) -> None:
+        from fewtrans_board.adapters.builtin.clip_common import cached_for, require_text
         from fewtrans_board.adapters.builtin.clip_prompts.common import vit_width
         from fewtrans_board.adapters.builtin.clip_prompts.prompter import frozen_copy
         from fewtrans_board.adapters.builtin.deep_prompts import DeepVisualPrompts
 
-        if backbone.text is None:
-            raise FewtransError(f"{method} needs a CLIP-style model with a text tower")
+        text = require_text(backbone, method)
         super().__init__(backbone.device)
         self.backbone = backbone
         self.class_names = list(class_names)
@@ -60,14 +60,22 @@ class VptClipSession(PromptSession):
         self.visual = DeepVisualPrompts(n_tokens, depth or layers, width).to(self.device)
         self.visual.attach(self.encoder)
         self.add_trainable("visual_prompts", self.visual.prompts)
-        self.logit_scale = backbone.text.logit_scale
+        self.logit_scale = text.logit_scale
         self.support_pixels(support)
+        self._text_features = cached_for(self.class_names, self._encode_text)
 
-    def text_features(self, class_names: Sequence[str]) -> torch.Tensor:
-        """Frozen hand-crafted text features ``[C, D]``."""
+    def _encode_text(self, class_names: Sequence[str]) -> torch.Tensor:
         from fewtrans_board.adapters.builtin.clip_common import handcrafted_text_features
 
         return handcrafted_text_features(self.backbone, class_names).to(self.device)
+
+    def text_features(self, class_names: Sequence[str]) -> torch.Tensor:
+        """Frozen hand-crafted text features ``[C, D]``.
+
+        The text tower is frozen, so the episode's features are encoded once per session
+        rather than at every training step.
+        """
+        return self._text_features(class_names)
 
     def loss(self, batch: np.ndarray) -> torch.Tensor:
         """Cross-entropy of the prompted image features against the frozen text head."""

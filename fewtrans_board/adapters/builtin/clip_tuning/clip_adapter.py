@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.adapters.base import hparam
+from fewtrans_board.adapters.builtin.clip_training import ClipTrainingConfig
 from fewtrans_board.adapters.builtin.clip_tuning.common import (
     ClipTuningAdapter,
-    ClipTuningConfig,
     ClipTuningPredictor,
     TuningState,
-    cached_for,
     scaled_cosine,
 )
 from fewtrans_board.errors import FewtransError
@@ -42,7 +41,7 @@ class ClipAdapterAdapter(ClipTuningAdapter):
     frozen_backbone = True
 
     @dataclass(frozen=True)
-    class Config(ClipTuningConfig):
+    class Config(ClipTrainingConfig):
         """CLIP-Adapter hyperparameters.
 
         Centre: FewTrans's CLIP start point (20 epochs, Adam lr 2e-4), batch 32 as in the
@@ -64,16 +63,19 @@ class ClipAdapterAdapter(ClipTuningAdapter):
         import torch.nn.functional as F
         from torch import nn
 
-        from fewtrans_board.adapters.builtin.clip_common import handcrafted_text_features
+        from fewtrans_board.adapters.builtin.clip_common import (
+            cached_for,
+            handcrafted_text_features,
+            require_text,
+        )
 
-        assert backbone.text is not None
+        scale = require_text(backbone, self.name).logit_scale
         if config.reduction < 1 or not 0.0 <= config.ratio <= 1.0:
             raise FewtransError(
                 f"clip-adapter: need reduction >= 1 and 0 <= ratio <= 1; got "
                 f"reduction={config.reduction}, ratio={config.ratio}"
             )
         device = backbone.device
-        scale = backbone.text.logit_scale
         dim = backbone.feature_dim
         hidden = max(1, dim // config.reduction)
         adapter = (
@@ -110,7 +112,7 @@ class ClipAdapterAdapter(ClipTuningAdapter):
         def predictor() -> ClipTuningPredictor:
             return ClipTuningPredictor(
                 image_features,
-                cached_for(class_names, text_features),
+                cached_for(class_names, text_features, text),
                 class_names,
                 scale,
                 {"adapter": adapter},

@@ -11,12 +11,11 @@ class text features are recomputed by the adapted text tower at every step.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.adapters.base import hparam
-from fewtrans_board.adapters.builtin.clip_tuning.common import ClipTuningConfig, TuningState
+from fewtrans_board.adapters.builtin.clip_training import ClipTrainingConfig
 from fewtrans_board.adapters.builtin.clip_tuning.towers import TowerTuningAdapter
 from fewtrans_board.errors import FewtransError
 
@@ -24,7 +23,6 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from fewtrans_board.adapters.episode_data import SupportSet
     from fewtrans_board.models.backbone import Backbone
 
 LORA_TARGETS = r"(visual\.)?transformer\.resblocks\.\d+\.attn\.(q_proj|k_proj|v_proj)"
@@ -41,11 +39,9 @@ class ClipLoraAdapter(TowerTuningAdapter):
     )
     code = "https://github.com/MaxZanella/CLIP-LoRA"
     trains = "LoRA A/B of q, k, v in all attention layers of both towers (B zero init)"
-    image_trains = True
-    text_trains = True
 
     @dataclass(frozen=True)
-    class Config(ClipTuningConfig):
+    class Config(ClipTrainingConfig):
         """CLIP-LoRA hyperparameters.
 
         Centre: lr 2e-4 (CLIP-LoRA's own, also FewTrans's CLIP start) and FewTrans's 20
@@ -58,14 +54,11 @@ class ClipLoraAdapter(TowerTuningAdapter):
         alpha: float = hparam(1.0, "LoRA alpha; the update is scaled by alpha / rank.")
         dropout: float = hparam(0.25, "Dropout on the LoRA branch input while training.")
 
-    def build(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
-    ) -> TuningState:
-        """Refuse image towers without attention blocks, then build as every tower tuner.
+    def check_image_tower(self, backbone: Backbone) -> None:
+        """Refuse image towers without attention blocks.
+
+        Args:
+            backbone: the caller's backbone.
 
         Raises:
             FewtransError: the image tower is not an open_clip ViT (e.g. a ResNet CLIP).
@@ -79,7 +72,6 @@ class ClipLoraAdapter(TowerTuningAdapter):
                 "(e.g. ViT-B-16), or a method that keeps the image tower frozen (taskres, "
                 "clip-adapter, coop, finetune-clip-text)"
             )
-        return super().build(backbone, support, class_names, config)
 
     def prepare_model(
         self, source: nn.Module, config: Any
@@ -87,6 +79,7 @@ class ClipLoraAdapter(TowerTuningAdapter):
         """Deep-copy, unfuse attention, inject LoRA with peft; only LoRA A/B train."""
         from peft import LoraConfig, inject_adapter_in_model
 
+        from fewtrans_board.adapters.builtin.training import train_only
         from fewtrans_board.adapters.builtin.unfuse import unfuse_attention
 
         if config.rank < 1 or not 0.0 <= config.dropout < 1.0:
@@ -114,8 +107,6 @@ class ClipLoraAdapter(TowerTuningAdapter):
                 f"clip-lora: expected LoRA on q/k/v of every block of both towers "
                 f"({expected} tensors), got {len(trainable)}; is this an open_clip ViT CLIP?"
             )
-        ids = {id(p) for p in trainable}
-        for p in model.parameters():
-            p.requires_grad_(id(p) in ids)
+        train_only(model.parameters(), trainable)
         dropouts = [m for n, m in model.named_modules() if n.endswith(".lora_dropout.default")]
         return model.eval(), trainable, dropouts

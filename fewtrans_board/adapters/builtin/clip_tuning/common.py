@@ -1,9 +1,10 @@
-"""Shared pieces of the CLIP tuning adapters: config, training state, base class, predictor.
+"""Shared pieces of the CLIP tuning adapters: training state, base class, predictor.
 
 Every adapter here scores ``logit_scale * cos(image feature, class text feature)`` with
-CLIP's frozen temperature, trains with the FewTrans recipe (:func:`run_adam`: one Adam,
-per-step cosine decay, ``RandomState(11)`` support order, modules in eval mode) and returns
-a :class:`ClipTuningPredictor`, which scores query images against any class names.
+CLIP's frozen temperature, trains with the recipe of
+:func:`~fewtrans_board.adapters.builtin.clip_training.train_clip` (shared with the prompt
+learners) and returns a :class:`ClipTuningPredictor`, which scores query images against any
+class names.
 
 An adapter implements :meth:`ClipTuningAdapter.build`, which returns a :class:`TuningState`
 (trainable tensors, the loss of a support batch, the predictor factory); ``fit`` runs the
@@ -17,9 +18,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fewtrans_board.adapters.base import Adapter, AdapterConfig, hparam
-from fewtrans_board.adapters.builtin.clip_common import TEMPLATE, ClipPredictor
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.adapters.base import Adapter
+from fewtrans_board.adapters.builtin.clip_common import ClipPredictor
+from fewtrans_board.adapters.builtin.clip_training import (
+    ClipTrainingConfig,
+    check_training_config,
+    train_clip,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -28,19 +33,6 @@ if TYPE_CHECKING:
 
     from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
     from fewtrans_board.models.backbone import Backbone
-
-
-@dataclass(frozen=True)
-class ClipTuningConfig(AdapterConfig):
-    """Common hyperparameters; defaults are FewTrans's start point for CLIP prompt methods.
-
-    FewTrans's centre search starts CLIP prompt methods at 20 epochs and learning rate
-    2e-4; batch 32 is FewTrans's VPT/BitFit batch and the CLIP-Adapter/CLIP-LoRA batch.
-    """
-
-    lr: float = hparam(2e-4, "Adam learning rate of the trainable parameters.", hpe="lr")
-    epochs: int = hparam(20, "Passes over the support set.", hpe="epochs")
-    batch_size: int = hparam(32, "Optimiser batch size.")
 
 
 @dataclass
@@ -87,28 +79,6 @@ class ClipTuningPredictor(ClipPredictor):
         self.parts = parts
 
 
-def prompts(class_names: Sequence[str], template: str = TEMPLATE) -> list[str]:
-    """The class prompts ``template.format(name)``."""
-    return [template.format(name) for name in class_names]
-
-
-def cached_for(
-    class_names: Sequence[str], compute: Callable[[Sequence[str]], torch.Tensor]
-) -> Callable[[Sequence[str]], torch.Tensor]:
-    """Wrap ``compute`` so that the episode's own class names are computed only once."""
-    episode = list(class_names)
-    memo: dict[str, torch.Tensor] = {}
-
-    def text_features(names: Sequence[str]) -> torch.Tensor:
-        if list(names) != episode:
-            return compute(names)
-        if "episode" not in memo:
-            memo["episode"] = compute(names)
-        return memo["episode"]
-
-    return text_features
-
-
 def scaled_cosine(image: torch.Tensor, text: torch.Tensor, logit_scale: float) -> torch.Tensor:
     """``logit_scale * normalize(image) @ normalize(text).T`` in float32."""
     from fewtrans_board.adapters.builtin.training import normalized
@@ -120,7 +90,7 @@ class ClipTuningAdapter(Adapter):
     """Base class: ``fit`` trains what :meth:`build` sets up with the FewTrans recipe."""
 
     needs_text = True
-    Config = ClipTuningConfig
+    Config = ClipTrainingConfig
 
     @abstractmethod
     def build(
@@ -140,19 +110,11 @@ class ClipTuningAdapter(Adapter):
 
         Returns:
             The training state.
-        """
-
-    def check_config(self, config: Any) -> None:
-        """Reject values the recipe cannot run with.
 
         Raises:
-            FewtransError: a negative learning rate or epoch count, or a batch size below 1.
+            FewtransError: the backbone has no text tower (checked here rather than in
+                ``fit``, since tests call ``build`` directly).
         """
-        if config.lr < 0 or config.epochs < 0 or config.batch_size < 1:
-            raise FewtransError(
-                f"{self.name}: need lr >= 0, epochs >= 0 and batch_size >= 1; got "
-                f"lr={config.lr}, epochs={config.epochs}, batch_size={config.batch_size}"
-            )
 
     def fit(
         self,
@@ -161,29 +123,10 @@ class ClipTuningAdapter(Adapter):
         class_names: Sequence[str],
         config: Any,
     ) -> ClipTuningPredictor:
-        """Build the state, train it with Adam under the per-step cosine schedule, predict."""
-        from fewtrans_board.adapters.builtin.training import run_adam
-
-        if backbone.text is None:
-            raise FewtransError(
-                f"{self.name} needs a CLIP-style model with a text tower; {backbone.name} has none"
-            )
-        self.check_config(config)
+        """Check the config, build the state, train it with the FewTrans recipe, predict."""
+        check_training_config(self.name, config)
         state = self.build(backbone, support, class_names, config)
-        for module in state.train_modules:
-            module.train()
-        try:
-            run_adam(
-                [(state.trainable, config.lr)],
-                state.loss_of,
-                len(support),
-                config.batch_size,
-                config.epochs,
-            )
-        finally:
-            for module in state.train_modules:
-                module.eval()
-            for tensor in state.trainable:
-                tensor.requires_grad_(False)
-                tensor.grad = None
+        train_clip(
+            self.name, config, state.trainable, state.loss_of, len(support), state.train_modules
+        )
         return state.predictor()

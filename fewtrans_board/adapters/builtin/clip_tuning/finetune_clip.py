@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.adapters.base import hparam
-from fewtrans_board.adapters.builtin.clip_tuning.common import ClipTuningConfig
+from fewtrans_board.adapters.builtin.clip_training import ClipTrainingConfig
 from fewtrans_board.adapters.builtin.clip_tuning.towers import TowerTuningAdapter
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def tower_of(parameter_name: str) -> str | None:
 
 
 class FinetuneClipAdapter(TowerTuningAdapter):
-    """Base of the FewTrans CLIP fine-tuning modes; ``towers`` names what trains.
+    """Base of the FewTrans CLIP fine-tuning modes; ``towers`` names what trains (both here).
 
     The frozen tower is not copied: the copy shares the caller's modules for it and never
     runs them (frozen image features come from the cache, frozen text features from the
@@ -46,12 +46,9 @@ class FinetuneClipAdapter(TowerTuningAdapter):
     paper = "Luo et al., FewTrans (arXiv:2603.00478), mode 'allFT'"
     code = "https://github.com/Frankluox/FewTrans"
     trains = "all image- and text-tower parameters (logit scale frozen)"
-    towers: ClassVar[tuple[str, ...]] = ("visual", "text")
-    image_trains = True
-    text_trains = True
 
     @dataclass(frozen=True)
-    class Config(ClipTuningConfig):
+    class Config(ClipTrainingConfig):
         """Fine-tuning hyperparameters.
 
         Centre: lr 1e-5 (FewTrans's backbone fine-tuning lr), 20 epochs (FewTrans's CLIP
@@ -65,6 +62,7 @@ class FinetuneClipAdapter(TowerTuningAdapter):
     ) -> tuple[nn.Module, list[torch.Tensor], list[nn.Module]]:
         """Copy the trained tower(s), share the frozen one, mark the trained parameters."""
         from fewtrans_board.adapters.builtin.clip_common import TEXT_TOWER_PARTS
+        from fewtrans_board.adapters.builtin.training import train_only
 
         shared: list[object] = []
         if "visual" not in self.towers:
@@ -82,11 +80,9 @@ class FinetuneClipAdapter(TowerTuningAdapter):
             for n, p in model.named_parameters()
             if tower_of(n) in self.towers and id(p) not in original
         ]
-        ids = {id(p) for p in trainable}
-        for p in model.parameters():
-            if id(p) not in original:  # never touch the caller's (shared) parameters
-                p.requires_grad_(id(p) in ids)
-        return model, trainable, []
+        # The caller's parameters in the shared tower keep their flags.
+        copied = (p for p in model.parameters() if id(p) not in original)
+        return model, train_only(copied, trainable), []
 
 
 class FinetuneClipVisualAdapter(FinetuneClipAdapter):
@@ -97,8 +93,6 @@ class FinetuneClipVisualAdapter(FinetuneClipAdapter):
     paper = "Luo et al., FewTrans (arXiv:2603.00478), mode 'visualFT'"
     trains = "all image-tower parameters (text tower and logit scale frozen)"
     towers = ("visual",)
-    image_trains = True
-    text_trains = False
 
 
 class FinetuneClipTextAdapter(FinetuneClipAdapter):
@@ -109,6 +103,3 @@ class FinetuneClipTextAdapter(FinetuneClipAdapter):
     paper = "Luo et al., FewTrans (arXiv:2603.00478), mode 'textFT'"
     trains = "all text-tower parameters incl. token embedding (image tower, scale frozen)"
     towers = ("text",)
-    image_trains = False
-    text_trains = True
-    frozen_backbone = True

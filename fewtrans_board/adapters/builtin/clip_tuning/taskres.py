@@ -14,13 +14,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.adapters.base import hparam
+from fewtrans_board.adapters.builtin.clip_training import ClipTrainingConfig
 from fewtrans_board.adapters.builtin.clip_tuning.common import (
     ClipTuningAdapter,
-    ClipTuningConfig,
     ClipTuningPredictor,
     TuningState,
-    cached_for,
-    prompts,
     scaled_cosine,
 )
 
@@ -46,7 +44,7 @@ class TaskResAdapter(ClipTuningAdapter):
     frozen_backbone = True
 
     @dataclass(frozen=True)
-    class Config(ClipTuningConfig):
+    class Config(ClipTrainingConfig):
         """TaskRes hyperparameters.
 
         Centre: FewTrans's CLIP start point (20 epochs, lr 2e-4); the lr equals TaskRes's
@@ -69,14 +67,18 @@ class TaskResAdapter(ClipTuningAdapter):
         import torch
         import torch.nn.functional as F
 
-        from fewtrans_board.adapters.builtin.clip_common import handcrafted_text_features
+        from fewtrans_board.adapters.builtin.clip_common import (
+            cached_for,
+            class_prompts,
+            handcrafted_text_features,
+            require_text,
+        )
 
-        text = backbone.text
-        assert text is not None
+        text = require_text(backbone, self.name)
         device = backbone.device
         scale = text.logit_scale
         with torch.no_grad():
-            base = text.encode(text.tokenize(prompts(class_names))).float().to(device)
+            base = text.encode(text.tokenize(class_prompts(class_names))).float().to(device)
         residual = torch.nn.Parameter(torch.zeros_like(base))
         features = support.images.features(backbone).float().to(device)
         labels = support.labels.to(device)
@@ -95,6 +97,8 @@ class TaskResAdapter(ClipTuningAdapter):
         def text_features(names: Sequence[str]) -> torch.Tensor:
             with torch.no_grad():
                 trained = classifier()
+                if all(n in rows for n in names):
+                    return torch.stack([trained[rows[n]] for n in names])
                 zero_shot = handcrafted_text_features(backbone, names).to(device)
                 return torch.stack(
                     [trained[rows[n]] if n in rows else zero_shot[i] for i, n in enumerate(names)]

@@ -17,8 +17,6 @@ from fewtrans_board.adapters.builtin.clip_tuning.common import (
     ClipTuningAdapter,
     ClipTuningPredictor,
     TuningState,
-    cached_for,
-    prompts,
     scaled_cosine,
 )
 
@@ -33,15 +31,38 @@ if TYPE_CHECKING:
 class TowerTuningAdapter(ClipTuningAdapter):
     """Trains parameters inside the image and/or text tower of a copied CLIP model.
 
+    Subclasses that train one tower only override ``towers``; the other class attributes
+    are derived from it when the subclass is created.
+
     Class attributes:
-        image_trains: the image tower's output depends on trained parameters (else
-            cached frozen image features are used and ``frozen_backbone`` may be set).
-        text_trains: the text tower's output depends on trained parameters (else the
-            frozen handcrafted text features are used).
+        towers: the towers whose output depends on trained parameters, among
+            ``"visual"`` and ``"text"``.
+        image_trains: ``"visual" in towers`` (else cached frozen image features are used
+            and ``frozen_backbone`` is set).
+        text_trains: ``"text" in towers`` (else the frozen handcrafted text features are
+            used).
     """
 
-    image_trains: ClassVar[bool] = True
-    text_trains: ClassVar[bool] = True
+    towers: ClassVar[tuple[str, ...]] = ("visual", "text")
+    image_trains: ClassVar[bool]
+    text_trains: ClassVar[bool]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Derive ``image_trains``, ``text_trains`` and ``frozen_backbone`` from ``towers``."""
+        super().__init_subclass__(**kwargs)
+        cls.image_trains = "visual" in cls.towers
+        cls.text_trains = "text" in cls.towers
+        cls.frozen_backbone = not cls.image_trains
+
+    def check_image_tower(self, backbone: Backbone) -> None:
+        """Refuse image towers the method cannot adapt; every tower passes by default.
+
+        Args:
+            backbone: the caller's backbone (its text tower is already checked).
+
+        Raises:
+            FewtransError: in subclasses, an image tower the method cannot adapt.
+        """
 
     @abstractmethod
     def prepare_model(
@@ -71,33 +92,38 @@ class TowerTuningAdapter(ClipTuningAdapter):
 
         from fewtrans_board.adapters.builtin.clip_common import (
             batched_images,
+            cached_for,
+            class_prompts,
             clip_model,
             handcrafted_text_features,
         )
         from fewtrans_board.adapters.builtin.training import autocast
 
+        source = clip_model(backbone, self.name)
         text_encoder = backbone.text
-        assert text_encoder is not None
+        assert text_encoder is not None  # clip_model checked it
+        self.check_image_tower(backbone)
         model: Any
-        model, trainable, train_modules = self.prepare_model(
-            clip_model(backbone, self.name), config
-        )
+        model, trainable, train_modules = self.prepare_model(source, config)
         device = backbone.device
         scale = text_encoder.logit_scale
         labels = support.labels.to(device)
-        tokens = text_encoder.tokenize(prompts(class_names)).to(device)
+        tokens = text_encoder.tokenize(class_prompts(class_names)).to(device)
         if self.image_trains:
             pixels = support.images.pixels.to(device)
         else:
             cached = support.images.features(backbone).float().to(device)
-        if not self.text_trains:
-            frozen_text = handcrafted_text_features(backbone, class_names).to(device)
+        frozen_text = (
+            None
+            if self.text_trains
+            else handcrafted_text_features(backbone, class_names).to(device)
+        )
 
         def loss_of(batch: Any) -> torch.Tensor:
             index = torch.as_tensor(batch, device=device)
             with autocast(device):
                 image = model.visual(pixels[index]) if self.image_trains else cached[index]
-                text = model.encode_text(tokens) if self.text_trains else frozen_text
+                text = model.encode_text(tokens) if frozen_text is None else frozen_text
             return F.cross_entropy(scaled_cosine(image, text, scale), labels[index])
 
         def image_features(query: ImageSet) -> torch.Tensor:
@@ -109,7 +135,7 @@ class TowerTuningAdapter(ClipTuningAdapter):
             if not self.text_trains:
                 return handcrafted_text_features(backbone, names)
             with torch.no_grad(), autocast(device):
-                encoded = model.encode_text(text_encoder.tokenize(prompts(names)).to(device))
+                encoded = model.encode_text(text_encoder.tokenize(class_prompts(names)).to(device))
             result: torch.Tensor = encoded.float()
             return result
 
@@ -117,7 +143,7 @@ class TowerTuningAdapter(ClipTuningAdapter):
             model.eval()
             return ClipTuningPredictor(
                 image_features,
-                cached_for(class_names, text_features),
+                cached_for(class_names, text_features, frozen_text),
                 class_names,
                 scale,
                 {"model": model},

@@ -11,13 +11,16 @@ final adapters and transform.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.adapters.base import hparam
-from fewtrans_board.adapters.builtin.finetune import FinetuneAdapter, FinetunePredictor
+from fewtrans_board.adapters.builtin.finetune import (
+    FinetuneAdapter,
+    FinetunePredictor,
+    train_encoder,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -72,35 +75,16 @@ class TsaAdapter(FinetuneAdapter):
         """Train adapters and transform with the support NCC loss; the head is the NCC head."""
         import torch
 
-        from fewtrans_board.adapters.builtin.training import autocast, normalized, run_adam
+        from fewtrans_board.adapters.builtin.training import autocast, normalized
         from fewtrans_board.adapters.builtin.vision_peft.ncc import NccHead
 
         device = backbone.device
-        encoder = copy.deepcopy(backbone.image_encoder).to(device).eval()
-        trainable = self.trainable(encoder, config)
-        ids = {id(p) for p in trainable}
-        for p in encoder.parameters():
-            p.requires_grad_(id(p) in ids)
+        encoder, trainable = self.copy_encoder(backbone, config)
         head = NccHead(backbone.feature_dim, support.n_way, config.logit_scale, device)
+        train_encoder(encoder, trainable, head, head.batch_loss, support, config, device)
+        head.requires_grad_(False)
         pixels = support.images.pixels.to(device)
-        labels = support.labels.to(device)
-
-        def loss_of(batch: Any) -> torch.Tensor:
-            index = torch.as_tensor(batch, device=device)
-            with autocast(device):
-                features = encoder(pixels[index])
-            return head.batch_loss(normalized(features), labels[index])
-
-        run_adam(
-            [(trainable, config.lr_backbone), (list(head.parameters()), config.lr_head)],
-            loss_of,
-            len(labels),
-            config.batch_size,
-            config.epochs,
-        )
-        for p in [*encoder.parameters(), *head.parameters()]:
-            p.requires_grad_(False)
         with torch.no_grad(), autocast(device):
             features = encoder(pixels)
-        head.set_prototypes(normalized(features), labels)
+        head.set_prototypes(normalized(features), support.labels.to(device))
         return FinetunePredictor(encoder, head, device, transductive=False)

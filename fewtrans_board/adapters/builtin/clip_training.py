@@ -1,0 +1,108 @@
+"""What the CLIP prompt learners and the CLIP tuning adapters share: config and training.
+
+Both families train a few tensors against CLIP's frozen temperature with the FewTrans
+recipe (:func:`~fewtrans_board.adapters.builtin.training.run_adam`: one Adam with one
+learning rate, per-step cosine decay to zero, ``RandomState(11)`` support order) and freeze
+them again once trained.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fewtrans_board.adapters.base import AdapterConfig, hparam
+from fewtrans_board.errors import FewtransError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from torch import nn
+
+
+@dataclass(frozen=True)
+class ClipTrainingConfig(AdapterConfig):
+    """Common hyperparameters; defaults are FewTrans's start point for CLIP prompt methods.
+
+    FewTrans's centre search starts CLIP prompt methods at 20 epochs and learning rate
+    2e-4; batch 32 is FewTrans's VPT/BitFit batch and the CLIP-Adapter/CLIP-LoRA batch.
+    """
+
+    lr: float = hparam(2e-4, "Adam learning rate of the trainable parameters.", hpe="lr")
+    epochs: int = hparam(20, "Passes over the support set.", hpe="epochs")
+    batch_size: int = hparam(32, "Optimiser batch size.")
+
+
+def reworded(config: type[AdapterConfig], name: str, help: str) -> Any:
+    """Field ``name`` of ``config`` with other help text; default and HPE role are kept.
+
+    Redeclaring an inherited dataclass field keeps its position, so a subclass can reword
+    a field without restating (and risking to change) its default.
+
+    Args:
+        config: the config class that declares the field.
+        name: the field's name.
+        help: the new help text.
+
+    Returns:
+        A dataclass field to assign to ``name`` in the subclass body.
+    """
+    field = next(f for f in dataclasses.fields(config) if f.name == name)
+    return hparam(field.default, help, hpe=field.metadata.get("hpe"))
+
+
+def check_training_config(method: str, config: Any) -> None:
+    """Reject values the recipe cannot run with.
+
+    Args:
+        method: adapter name, for the error message.
+        config: a :class:`ClipTrainingConfig`.
+
+    Raises:
+        FewtransError: a negative learning rate or epoch count, or a batch size below 1.
+    """
+    if config.lr < 0 or config.epochs < 0 or config.batch_size < 1:
+        raise FewtransError(
+            f"{method}: need lr >= 0, epochs >= 0 and batch_size >= 1; got "
+            f"lr={config.lr}, epochs={config.epochs}, batch_size={config.batch_size}"
+        )
+
+
+def train_clip(
+    method: str,
+    config: Any,
+    trainable: Sequence[torch.Tensor],
+    loss_of: Callable[[np.ndarray], torch.Tensor],
+    n_items: int,
+    train_modules: Sequence[nn.Module] = (),
+) -> None:
+    """Train ``trainable`` with the FewTrans recipe, then freeze it and drop its gradients.
+
+    Args:
+        method: adapter name, for the error message.
+        config: a :class:`ClipTrainingConfig` (already checked).
+        trainable: the tensors Adam updates, all with one learning rate.
+        loss_of: the loss of a batch of support indices.
+        n_items: support size.
+        train_modules: modules in train mode while training (e.g. LoRA dropout); every
+            other module stays in eval mode.
+
+    Raises:
+        FewtransError: ``epochs > 0`` but nothing to train.
+    """
+    from fewtrans_board.adapters.builtin.training import run_adam
+
+    if config.epochs > 0 and not trainable:
+        raise FewtransError(f"{method}: this configuration has no parameter to train")
+    for module in train_modules:
+        module.train()
+    try:
+        run_adam([(trainable, config.lr)], loss_of, n_items, config.batch_size, config.epochs)
+    finally:
+        for module in train_modules:
+            module.eval()
+        for tensor in trainable:
+            tensor.requires_grad_(False)
+            tensor.grad = None
