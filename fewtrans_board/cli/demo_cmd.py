@@ -7,8 +7,7 @@ from pathlib import Path
 import click
 
 from fewtrans_board.cli.app import App, pass_app
-from fewtrans_board.cli.evaluate_cmd import print_summaries
-from fewtrans_board.cli.groups import echo_json, echo_table
+from fewtrans_board.cli.groups import echo_json, echo_table, print_summaries
 
 
 @click.command("demo")

@@ -2,28 +2,27 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import click
 
 from fewtrans_board.cli.app import App, pass_app
-from fewtrans_board.cli.groups import echo_json, echo_table
-
-
-def parse_config_options(values: tuple[str, ...]) -> dict[str, Any]:
-    """Parse ``key=value`` pairs; values are read as JSON when possible (``1e-3``, ``true``)."""
-    config: dict[str, Any] = {}
-    for item in values:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not key=value", param_hint="--config")
-        try:
-            config[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            config[key] = raw
-    return config
+from fewtrans_board.cli.groups import (
+    adapter_option,
+    centre_option,
+    config_option,
+    device_option,
+    echo_json,
+    manifest_option,
+    model_option,
+    optional_str,
+    parse_config_options,
+    print_summaries,
+    protocol_option,
+    resolve_device,
+    root_option,
+    weights_option,
+)
 
 
 def parse_shard(value: str | None) -> tuple[int, int] | None:
@@ -38,109 +37,29 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     return int(index), int(count)
 
 
-def default_device() -> str:
-    """``cuda`` when a GPU is visible, else ``cpu``."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def print_summaries(summaries: list[dict[str, Any]]) -> None:
-    """Print one row per run: headline HPE accuracy, vote, oracle, mean single config."""
-
-    def cell(stats: dict[str, Any]) -> str:
-        return f"{stats['mean']:.2f} ± {stats['ci95']:.2f}"
-
-    rows = []
-    for s in summaries:
-        a = s["aggregations"]
-        rows.append(
-            [
-                s["model"],
-                s["adapter"],
-                s["dataset"],
-                s["configurations"],
-                f"{cell(a['hpe'])} ({s['headline']})",
-                cell(a["vote"]),
-                cell(a["oracle"]),
-                cell(a["mean-single"]),
-                f"{s['hpe_penalty']:.2f}",
-                s["episodes"],
-            ]
-        )
-    echo_table(
-        [
-            "model",
-            "adapter",
-            "dataset",
-            "configs",
-            "HPE % (95% CI)",
-            "vote",
-            "oracle",
-            "mean single",
-            "penalty",
-            "episodes",
-        ],
-        rows,
-    )
-
-
 @click.command("evaluate")
-@click.option(
-    "--model", "model", required=True, help="Model name, e.g. demo-cnn.digits or timm:ARCH."
-)
-@click.option(
-    "--weights",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Local checkpoint for the model (safetensors preferred).",
-)
-@click.option("--adapter", "adapter", required=True, help="Adapter name, e.g. linear-probe.")
-@click.option(
-    "--manifest",
-    type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
-    help="Frozen episode manifest (Parquet).",
-)
-@click.option(
-    "--protocol",
-    "hpe",
-    default="fewtrans-paper",
-    show_default=True,
-    help="HPE protocol: fewtrans-paper, fewtrans-reference or single.",
-)
-@click.option(
-    "--root",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Local dataset copy (omit for embedded datasets).",
-)
+@model_option("Model name, e.g. demo-cnn.digits or timm:ARCH.")
+@weights_option("Local checkpoint for the model (safetensors preferred).")
+@adapter_option("Adapter name, e.g. linear-probe.")
+@manifest_option("Frozen episode manifest (Parquet).", required=True)
+@protocol_option("HPE protocol: fewtrans-paper, fewtrans-reference or single.")
+@root_option("Local dataset copy (omit for embedded datasets).")
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
     help="Results folder (created; reused to resume).",
 )
-@click.option(
-    "--config",
-    "config",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a centre hyperparameter (repeatable).",
-)
-@click.option(
-    "--centre",
-    "centre_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Use the centre found by 'fewtrans-board hpe search' (its log travels with the results).",
+@config_option("Override a centre hyperparameter (repeatable).")
+@centre_option(
+    "Use the centre found by 'fewtrans-board hpe search' (its log travels with the results)."
 )
 @click.option("--shard", "shard", default=None, metavar="I/N", help="Run only shard I of N.")
 @click.option(
     "--shards", type=int, default=None, help="Number of shards (default: one per 50 episodes)."
 )
 @click.option("--limit", type=int, default=None, help="Evaluate only the first N episodes.")
-@click.option("--device", default=None, help="Torch device (default: cuda if available, else cpu).")
+@device_option()
 @click.option(
     "--executor",
     type=click.Choice(["inline", "process", "ray"]),
@@ -207,13 +126,13 @@ def evaluate_command(
         adapter=adapter,
         manifest=str(manifest),
         hpe=hpe,
-        weights=str(weights) if weights else None,
-        root=str(root) if root else None,
+        weights=optional_str(weights),
+        root=optional_str(root),
         config=parse_config_options(config),
-        centre_file=str(centre_file) if centre_file else None,
+        centre_file=optional_str(centre_file),
         limit=limit,
         shards=shards,
-        device=device or default_device(),
+        device=resolve_device(device),
         feature_cache=not no_feature_cache,
         threads=threads,
     )

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
 
 import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEVICE_HELP = "Torch device (default: cuda if available, else cpu)."
 
 
 class DefaultGroup(click.Group):
@@ -41,3 +46,152 @@ def echo_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         if i == 0:
             click.echo("  ".join("-" * w for w in widths))
+
+
+def print_summaries(summaries: list[dict[str, Any]]) -> None:
+    """Print one row per run: headline HPE accuracy, vote, oracle, mean single config."""
+
+    def cell(stats: dict[str, Any]) -> str:
+        return f"{stats['mean']:.2f} ± {stats['ci95']:.2f}"
+
+    rows = []
+    for s in summaries:
+        a = s["aggregations"]
+        rows.append(
+            [
+                s["model"],
+                s["adapter"],
+                s["dataset"],
+                s["configurations"],
+                f"{cell(a['hpe'])} ({s['headline']})",
+                cell(a["vote"]),
+                cell(a["oracle"]),
+                cell(a["mean-single"]),
+                f"{s['hpe_penalty']:.2f}",
+                s["episodes"],
+            ]
+        )
+    echo_table(
+        [
+            "model",
+            "adapter",
+            "dataset",
+            "configs",
+            "HPE % (95% CI)",
+            "vote",
+            "oracle",
+            "mean single",
+            "penalty",
+            "episodes",
+        ],
+        rows,
+    )
+
+
+def parse_config_options(values: tuple[str, ...]) -> dict[str, Any]:
+    """Parse ``key=value`` pairs; values are read as JSON when possible (``1e-3``, ``true``).
+
+    Args:
+        values: the ``--config`` values.
+
+    Raises:
+        click.BadParameter: a value without ``=`` or without a key.
+    """
+    config: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not key=value", param_hint="--config")
+        try:
+            config[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            config[key] = raw
+    return config
+
+
+def default_device() -> str:
+    """``cuda`` when a GPU is visible, else ``cpu``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_device(device: str | None) -> str:
+    """The ``--device`` value, or :func:`default_device` when none was given."""
+    return device or default_device()
+
+
+def optional_str(path: Path | None) -> str | None:
+    """``str(path)``, or ``None`` for an option that was not given."""
+    return str(path) if path else None
+
+
+# Option decorators shared by the commands that describe a run. Each command keeps its own
+# help text (passed in), so every ``--help`` reads as before.
+
+
+def model_option(help_text: str) -> Callable[[F], F]:
+    """``--model NAME`` (required)."""
+    return click.option("--model", "model", required=True, help=help_text)
+
+
+def weights_option(help_text: str) -> Callable[[F], F]:
+    """``--weights FILE``: a local checkpoint."""
+    return click.option(
+        "--weights",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=help_text,
+    )
+
+
+def adapter_option(help_text: str) -> Callable[[F], F]:
+    """``--adapter NAME`` (required)."""
+    return click.option("--adapter", "adapter", required=True, help=help_text)
+
+
+def manifest_option(help_text: str, *, required: bool = False) -> Callable[[F], F]:
+    """``--manifest FILE``: an episode manifest (optional unless ``required``)."""
+    # click tells an explicit default=None from no default, so a required one sets none.
+    presence: dict[str, Any] = {"required": True} if required else {"default": None}
+    return click.option(
+        "--manifest", type=click.Path(dir_okay=False, path_type=Path), help=help_text, **presence
+    )
+
+
+def protocol_option(help_text: str) -> Callable[[F], F]:
+    """``--protocol NAME``: the HPE protocol, passed as ``hpe``."""
+    return click.option(
+        "--protocol", "hpe", default="fewtrans-paper", show_default=True, help=help_text
+    )
+
+
+def root_option(help_text: str) -> Callable[[F], F]:
+    """``--root DIR``: a local dataset copy."""
+    return click.option(
+        "--root",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help=help_text,
+    )
+
+
+def config_option(help_text: str) -> Callable[[F], F]:
+    """``--config KEY=VALUE`` (repeatable); parse with :func:`parse_config_options`."""
+    return click.option("--config", "config", multiple=True, metavar="KEY=VALUE", help=help_text)
+
+
+def centre_option(help_text: str) -> Callable[[F], F]:
+    """``--centre FILE``: an ``hpe search`` result, passed as ``centre_file``."""
+    return click.option(
+        "--centre",
+        "centre_file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=help_text,
+    )
+
+
+def device_option(help_text: str = DEVICE_HELP) -> Callable[[F], F]:
+    """``--device NAME``; resolve with :func:`resolve_device`."""
+    return click.option("--device", default=None, help=help_text)

@@ -7,8 +7,22 @@ from pathlib import Path
 import click
 
 from fewtrans_board.cli.app import App, pass_app
-from fewtrans_board.cli.evaluate_cmd import default_device, parse_config_options
-from fewtrans_board.cli.groups import echo_json, echo_table
+from fewtrans_board.cli.groups import (
+    adapter_option,
+    centre_option,
+    config_option,
+    device_option,
+    echo_json,
+    echo_table,
+    manifest_option,
+    model_option,
+    optional_str,
+    parse_config_options,
+    protocol_option,
+    resolve_device,
+    root_option,
+    weights_option,
+)
 
 
 @click.group("hpe")
@@ -17,20 +31,10 @@ def hpe_group() -> None:
 
 
 @hpe_group.command("grid")
-@click.option("--adapter", "adapter", required=True, help="Adapter name.")
-@click.option(
-    "--protocol", "hpe", default="fewtrans-paper", show_default=True, help="HPE protocol."
-)
-@click.option(
-    "--config", "config", multiple=True, metavar="KEY=VALUE", help="Centre override (repeatable)."
-)
-@click.option(
-    "--centre",
-    "centre_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Centre from 'hpe search'.",
-)
+@adapter_option("Adapter name.")
+@protocol_option("HPE protocol.")
+@config_option("Centre override (repeatable).")
+@centre_option("Centre from 'hpe search'.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @pass_app
 def hpe_grid(
@@ -43,15 +47,13 @@ def hpe_grid(
 ) -> None:
     """List the configurations an HPE protocol evaluates for ADAPTER."""
     from fewtrans_board.hpe.protocols import get_hpe_protocol
+    from fewtrans_board.runner.context import resolve_centre
     from fewtrans_board.runner.spec import load_centre_file
 
     adapter_cls = app.registry.adapters.get(adapter).obj
     protocol = get_hpe_protocol(hpe)
-    values = adapter_cls.Config().to_dict()
-    if centre_file is not None:
-        values.update(load_centre_file(centre_file)["centre"])
-    values.update(parse_config_options(config))
-    centre = adapter_cls.Config.from_dict(values)
+    record = load_centre_file(centre_file) if centre_file is not None else None
+    centre = resolve_centre(adapter, adapter_cls, parse_config_options(config), record, centre_file)
     grid = protocol.grid(adapter_cls, centre)
     axes = protocol.axes(adapter_cls, centre)
     if as_json:
@@ -75,47 +77,26 @@ def hpe_grid(
 
 
 @hpe_group.command("search")
-@click.option("--model", "model", required=True, help="Model name.")
-@click.option(
-    "--weights",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Local checkpoint.",
-)
-@click.option("--adapter", "adapter", required=True, help="Adapter name.")
+@model_option("Model name.")
+@weights_option("Local checkpoint.")
+@adapter_option("Adapter name.")
 @click.option(
     "--dataset",
     "dataset",
     default=None,
     help="Held-out dataset; its fewtrans-search episodes are built from --root (default cub).",
 )
-@click.option(
-    "--root",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Local dataset copy.",
-)
-@click.option(
-    "--manifest",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="An existing search manifest instead of --dataset.",
-)
+@root_option("Local dataset copy.")
+@manifest_option("An existing search manifest instead of --dataset.")
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
     required=True,
     help="Where to write the centre and the search log (JSON).",
 )
-@click.option(
-    "--config",
-    "config",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Start point override (repeatable).",
-)
+@config_option("Start point override (repeatable).")
 @click.option("--limit", type=int, default=None, help="Use only the first N search episodes.")
-@click.option("--device", default=None, help="Torch device (default: cuda if available, else cpu).")
+@device_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 @pass_app
 def hpe_search(
@@ -157,11 +138,11 @@ def hpe_search(
         adapter=adapter,
         manifest=str(manifest),
         hpe="single",
-        weights=str(weights) if weights else None,
-        root=str(root) if root else None,
+        weights=optional_str(weights),
+        root=optional_str(root),
         config=parse_config_options(config),
         limit=limit,
-        device=device or default_device(),
+        device=resolve_device(device),
     )
     record = run_centre_search(run, app.registry, out, progress=not as_json)
     if as_json:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import echo_json, echo_table
+
+if TYPE_CHECKING:
+    from fewtrans_board.leaderboard.errors import SubmissionError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 LEADERBOARD_ENV = "FEWTRANS_BOARD_LEADERBOARD"
 
@@ -37,22 +41,57 @@ def _roots(values: tuple[str, ...]) -> dict[str, Path]:
     return roots
 
 
-def _fail(error: Exception, as_json: bool) -> None:
-    from fewtrans_board.leaderboard.errors import SubmissionError
-
+def _fail(error: SubmissionError, as_json: bool) -> NoReturn:
     if as_json:
         echo_json(
             {
                 "ok": False,
-                "code": getattr(error, "code", "error"),
+                "code": error.code,
                 "error": str(error),
                 "report": getattr(error, "report", None),
             }
         )
         sys.exit(1)
-    if isinstance(error, SubmissionError):
-        raise click.ClickException(str(error))
+    # The root group reports it as "Error: <message>" with exit status 1.
     raise error
+
+
+def verification_options(verify_help: str, root_help: str) -> Callable[[F], F]:
+    """``--verify``, ``--seed``, ``--root`` and ``--json`` of the commands that may verify.
+
+    Args:
+        verify_help: help text of ``--verify``.
+        root_help: help text of ``--root``.
+
+    Returns:
+        A decorator adding the options, in that order.
+    """
+    options = [
+        click.option(
+            "--verify",
+            "verify_sample",
+            type=click.IntRange(0),
+            default=0,
+            show_default=True,
+            help=verify_help,
+        ),
+        click.option(
+            "--seed",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Seed choosing the verified episodes.",
+        ),
+        click.option("--root", "roots", multiple=True, metavar="DATASET=PATH", help=root_help),
+        click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
+    ]
+
+    def decorate(command: F) -> F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
 
 
 @click.group("submission")
@@ -120,7 +159,6 @@ def submission_validate(bundle: Path, leaderboard: Path, as_json: bool) -> None:
             )
         except SubmissionError as exc:
             _fail(exc, as_json)
-            return
     _print_validation(report.to_dict(), as_json)
 
 
@@ -206,7 +244,6 @@ def submission_verify(
             )
         except SubmissionError as exc:
             _fail(exc, as_json)
-            return
     _print_verification(report, as_json)
 
 
@@ -240,25 +277,10 @@ def leaderboard_group() -> None:
 @leaderboard_group.command("add")
 @click.argument("bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @leaderboard_option
-@click.option(
-    "--verify",
-    "verify_sample",
-    type=click.IntRange(0),
-    default=0,
-    show_default=True,
-    help="Also re-run this many episodes per dataset; the entry is then marked verified.",
+@verification_options(
+    verify_help="Also re-run this many episodes per dataset; the entry is then marked verified.",
+    root_help="Local dataset copies (for --verify).",
 )
-@click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed choosing the verified episodes."
-)
-@click.option(
-    "--root",
-    "roots",
-    multiple=True,
-    metavar="DATASET=PATH",
-    help="Local dataset copies (for --verify).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @pass_app
 def leaderboard_add(
     app: App,
@@ -274,29 +296,27 @@ def leaderboard_add(
     from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.index import build_index
     from fewtrans_board.leaderboard.store import LeaderboardStore
-    from fewtrans_board.leaderboard.validate import validate_contents
-    from fewtrans_board.leaderboard.verify import verify_contents
+    from fewtrans_board.leaderboard.verify import validate_and_verify
 
     store = LeaderboardStore(leaderboard)
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            contents = extract_bundle(bundle, Path(tmp))
-            report = validate_contents(contents, store)
-            status: dict[str, Any] = {"status": "validated"}
-            if verify_sample:
-                verification = verify_contents(
-                    contents,
-                    store,
-                    app.registry,
-                    sample=verify_sample,
-                    seed=seed,
-                    roots=_roots(roots),
-                )
-                status = {"status": "verified", "verification": verification}
+            report, verification = validate_and_verify(
+                extract_bundle(bundle, Path(tmp)),
+                store,
+                app.registry,
+                sample=verify_sample,
+                seed=seed,
+                roots=_roots(roots),
+            )
+            status: dict[str, Any] = (
+                {"status": "validated"}
+                if verification is None
+                else {"status": "verified", "verification": verification}
+            )
             store.add(Path(tmp), report.meta.id, status, report.meta.supersedes)
         except SubmissionError as exc:
             _fail(exc, as_json)
-            return
     store.write_index(build_index(store))
     if as_json:
         echo_json({"ok": True, "id": report.meta.id, "status": status["status"]})
@@ -307,21 +327,10 @@ def leaderboard_add(
 @leaderboard_group.command("check")
 @click.argument("ident")
 @leaderboard_option
-@click.option(
-    "--verify",
-    "verify_sample",
-    type=click.IntRange(0),
-    default=0,
-    show_default=True,
-    help="Also re-run this many episodes per dataset.",
+@verification_options(
+    verify_help="Also re-run this many episodes per dataset.",
+    root_help="Local dataset copies.",
 )
-@click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed choosing the verified episodes."
-)
-@click.option(
-    "--root", "roots", multiple=True, metavar="DATASET=PATH", help="Local dataset copies."
-)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @pass_app
 def leaderboard_check(
     app: App,
@@ -333,34 +342,31 @@ def leaderboard_check(
     as_json: bool,
 ) -> None:
     """Re-validate (and optionally verify) a stored entry; writes nothing (used by CI on PRs)."""
-    from fewtrans_board.leaderboard.bundle import read_contents
     from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.store import LeaderboardStore
-    from fewtrans_board.leaderboard.validate import validate_contents
-    from fewtrans_board.leaderboard.verify import verify_contents
+    from fewtrans_board.leaderboard.verify import validate_and_verify
 
     store = LeaderboardStore(leaderboard)
-    folder = None
     try:
-        folder = store.entry_folder(ident)
-        contents = read_contents(folder)
-        report = validate_contents(contents, store).to_dict()
-        if verify_sample:
-            report["verification"] = verify_contents(
-                contents, store, app.registry, sample=verify_sample, seed=seed, roots=_roots(roots)
-            )
+        validation, verification = validate_and_verify(
+            store.entry_contents(ident),
+            store,
+            app.registry,
+            sample=verify_sample,
+            seed=seed,
+            roots=_roots(roots),
+        )
     except SubmissionError as exc:
         _fail(exc, as_json)
-        return
-    finally:
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
+    report = validation.to_dict()
+    if verification is not None:
+        report["verification"] = verification
     if as_json:
         echo_json({"ok": True, **report})
         return
     _print_validation(report, as_json=False)
-    if "verification" in report:
-        _print_verification(report["verification"], as_json=False)
+    if verification is not None:
+        _print_verification(verification, as_json=False)
 
 
 @leaderboard_group.command("rebuild")
@@ -373,14 +379,13 @@ def leaderboard_check(
 def leaderboard_rebuild(leaderboard: Path, check: bool) -> None:
     """Derive leaderboard/index.json from the raw per-episode rows."""
     from fewtrans_board.leaderboard.index import build_index
-    from fewtrans_board.leaderboard.store import LeaderboardStore
+    from fewtrans_board.leaderboard.store import LeaderboardStore, index_text
 
     store = LeaderboardStore(leaderboard)
     index = build_index(store)
-    text = json.dumps(index, indent=2, sort_keys=True) + "\n"
     if check:
         current = store.index_path.read_text() if store.index_path.is_file() else ""
-        if current != text:
+        if current != index_text(index):
             raise click.ClickException(
                 f"{store.index_path} is out of date; run 'fewtrans-board leaderboard rebuild'"
             )

@@ -115,22 +115,18 @@ def manifest_build(
     from fewtrans_board.episodes.protocols import get_protocol
 
     spec = app.registry.datasets.get(dataset_name).obj
-    protocol = get_protocol(protocol_name).with_overrides(
-        ways=ways, shots=shots, queries=queries, episodes=episodes, seed=seed, block=block
-    )
+    # Key order is the order the flags appear in the recorded command.
+    overrides = {
+        "ways": ways,
+        "shots": shots,
+        "queries": queries,
+        "episodes": episodes,
+        "seed": seed,
+        "block": block,
+    }
+    protocol = get_protocol(protocol_name).with_overrides(**overrides)
     recipe = manifest_recipe(
-        protocol_name,
-        dataset_name,
-        out.name,
-        with_root=root is not None,
-        overrides={
-            "ways": ways,
-            "shots": shots,
-            "queries": queries,
-            "episodes": episodes,
-            "seed": seed,
-            "block": block,
-        },
+        protocol_name, dataset_name, out.name, with_root=root is not None, overrides=overrides
     )
     manifest = build_manifest(spec, _root(root), protocol, command=recipe)
     file_hash = manifest.write(out)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
 from fewtrans_board.cli.app import App, pass_app
+from fewtrans_board.cli.leaderboard_cmd import leaderboard_option
 
 
 @click.group("site")
@@ -16,13 +16,7 @@ def site_group() -> None:
 
 
 @site_group.command("build")
-@click.option(
-    "--leaderboard",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=lambda: os.environ.get("FEWTRANS_BOARD_LEADERBOARD", "leaderboard"),
-    show_default="leaderboard",
-    help="The leaderboard store folder.",
-)
+@leaderboard_option
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),

@@ -7,41 +7,34 @@ from pathlib import Path
 import click
 
 from fewtrans_board.cli.app import App, pass_app
-from fewtrans_board.cli.evaluate_cmd import default_device, parse_config_options
-from fewtrans_board.cli.groups import echo_json
+from fewtrans_board.cli.groups import (
+    adapter_option,
+    config_option,
+    device_option,
+    echo_json,
+    manifest_option,
+    model_option,
+    optional_str,
+    parse_config_options,
+    protocol_option,
+    resolve_device,
+    root_option,
+    weights_option,
+)
 
 
 @click.command("validate")
-@click.option("--model", "model", required=True, help="Model name.")
-@click.option(
-    "--weights",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Local checkpoint.",
-)
-@click.option("--adapter", "adapter", required=True, help="Adapter name.")
-@click.option(
-    "--manifest",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Manifest to run on (default: the frozen digits fewtrans-varied manifest).",
-)
-@click.option(
-    "--root",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Dataset copy for --manifest.",
-)
-@click.option(
-    "--protocol", "hpe", default="fewtrans-paper", show_default=True, help="HPE protocol."
-)
-@click.option(
-    "--config", "config", multiple=True, metavar="KEY=VALUE", help="Centre override (repeatable)."
-)
+@model_option("Model name.")
+@weights_option("Local checkpoint.")
+@adapter_option("Adapter name.")
+@manifest_option("Manifest to run on (default: the frozen digits fewtrans-varied manifest).")
+@root_option("Dataset copy for --manifest.")
+@protocol_option("HPE protocol.")
+@config_option("Centre override (repeatable).")
 @click.option(
     "--episodes", type=click.IntRange(1, 50), default=3, show_default=True, help="Episodes to run."
 )
-@click.option("--device", default=None, help="Torch device (default: cuda if available, else cpu).")
+@device_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @pass_app
 def validate_command(
@@ -71,11 +64,11 @@ def validate_command(
         adapter=adapter,
         manifest=str(manifest) if manifest else "",
         hpe=hpe,
-        weights=str(weights) if weights else None,
-        root=str(root) if root else None,
+        weights=optional_str(weights),
+        root=optional_str(root),
         config=parse_config_options(config),
         limit=episodes,
-        device=device or default_device(),
+        device=resolve_device(device),
     )
     report = validate_submission(run, app.registry)
     if as_json:
