@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fewtrans_board.datasets.readers import check_image
 from fewtrans_board.datasets.spec import DatasetSpec
 from fewtrans_board.errors import FewtransError
 
@@ -65,18 +66,15 @@ class CopyReport:
 
 
 def _image_is_readable(spec: DatasetSpec, root: Path | None, item: str) -> bool:
-    from PIL import Image
-
-    if root is None:
-        try:
-            spec.reader.load_image(root, item)
-        except FewtransError:
-            return False
-        return True
     try:
-        with Image.open(root / item) as image:
-            image.verify()
-    except Exception:
+        if root is None:
+            spec.reader.load_image(root, item)
+        elif (verify := getattr(spec.reader, "verify_image", None)) is not None:
+            verify(root, item)
+        else:
+            # A reader without verify_image (e.g. a plugin's) still has its items decoded as files.
+            check_image(root / item)
+    except FewtransError:
         return False
     return True
 

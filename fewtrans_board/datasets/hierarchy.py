@@ -2,10 +2,9 @@
 
 The sampler needs, for every internal node of the evaluation split's graph, the leaves
 (classes) it spans. fewtrans-board ships the Meta-Dataset training-split graph (the
-FewTrans BASE classes) as data; :func:`split_graph_from_is_a` rebuilds such a graph from
-the ImageNet devkit's ``wordnet.is_a.txt`` the way Meta-Dataset does (ancestors of the
-leaves, links outside the graph removed, single-child nodes collapsed), so a local copy
-can be cross-checked.
+FewTrans BASE classes) as data; :func:`sampling_graph` rebuilds such a graph from WordNet
+is-a edges the way Meta-Dataset does (ancestors of the leaves, links outside the graph
+removed, single-child nodes collapsed), so a local copy can be cross-checked.
 """
 
 from __future__ import annotations
@@ -120,13 +119,3 @@ def sampling_graph(
             children[p].add(node)
     nodes = _collapse(nodes, children, kept_parents)
     return sorted((p, c) for p in nodes for c in children[p])
-
-
-def parse_is_a(lines: Iterable[str]) -> list[Edge]:
-    """Parse ``wordnet.is_a.txt`` lines (``parent child``)."""
-    edges = []
-    for line in lines:
-        parts = line.split()
-        if len(parts) == 2:
-            edges.append((parts[0], parts[1]))
-    return edges

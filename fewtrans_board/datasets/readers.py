@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from fewtrans_board.errors import FewtransError
 
@@ -27,6 +27,9 @@ IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".t
 
 ImageWriter = Callable[[Path, int], None]
 """``write(path, class_index)`` creates one small image file (used by synthetic copies)."""
+
+Listing = list[list[str]]
+"""Item ids per class, in ``spec.class_ids`` order."""
 
 
 def require_root(root: Path | None, spec: DatasetSpec) -> Path:
@@ -57,6 +60,35 @@ def open_rgb(path: Path) -> Image.Image:
         raise FewtransError(f"cannot read image {path}: {exc}") from exc
 
 
+def check_image(path: Path) -> None:
+    """Decode-check an image file without converting it.
+
+    Args:
+        path: the image file.
+
+    Raises:
+        FewtransError: the file is missing or cannot be decoded; the message names it.
+    """
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            image.verify()
+    except FileNotFoundError:
+        raise FewtransError(f"image file {path} does not exist") from None
+    # verify() reports corrupt data with assorted exception types, not only OSError.
+    except Exception as exc:
+        raise FewtransError(f"cannot read image {path}: {exc}") from exc
+
+
+def _require_file(spec: DatasetSpec, path: Path, label: str = "") -> Path:
+    """Return ``path`` if it is a file, else raise naming the dataset and the missing file."""
+    if not path.is_file():
+        what = f"{label} {path}" if label else str(path)
+        raise FewtransError(f"dataset {spec.name!r}: missing {what}")
+    return path
+
+
 def _listdir_images(directory: Path) -> list[str]:
     if not directory.is_dir():
         return []
@@ -70,13 +102,76 @@ def _listdir_images(directory: Path) -> list[str]:
 
 
 class FileReader:
-    """Shared ``load_image`` for readers whose items are files under the root."""
+    """Shared image access for readers whose items are files under the root."""
 
     def load_image(self, root: Path | None, item: str) -> Image.Image:
         """Open ``root / item`` as RGB."""
         if root is None:
             raise FewtransError(f"item {item!r} needs a dataset root")
         return open_rgb(root / item)
+
+    def verify_image(self, root: Path | None, item: str) -> None:
+        """Decode-check ``root / item`` without converting it (cheaper than ``load_image``).
+
+        Raises:
+            FewtransError: no root, or the file is missing or unreadable.
+        """
+        if root is None:
+            raise FewtransError(f"item {item!r} needs a dataset root")
+        check_image(root / item)
+
+
+class PartitionedReader(FileReader):
+    """Base of readers whose copies have named partitions (train/val/test splits).
+
+    ``all`` pools the partitions class by class in :attr:`partitions` order; subclasses
+    implement :meth:`_scan`, which lists several partitions in one pass over the copy.
+    """
+
+    partitions: ClassVar[tuple[str, ...]] = ()
+
+    def _parts(self, partition: str) -> tuple[str, ...]:
+        return self.partitions if partition == "all" else (partition,)
+
+    def _scan(self, base: Path, spec: DatasetSpec, parts: Sequence[str]) -> dict[str, Listing]:
+        raise NotImplementedError
+
+    def list_partitions(
+        self, root: Path | None, spec: DatasetSpec, names: Sequence[str]
+    ) -> dict[str, Listing]:
+        """List several partitions (``all`` included), reading each partition once.
+
+        Args:
+            root: the local copy.
+            spec: the dataset.
+            names: partitions to list, e.g. ``("all", "train", "test")``.
+
+        Returns:
+            Each requested name mapped to its listing.
+
+        Raises:
+            FewtransError: the root is missing or lacks required files.
+        """
+        base = require_root(root, spec)
+        # First-request order reads files in the order separate calls would, so the
+        # same missing file is reported first.
+        parts = list(dict.fromkeys(part for name in names for part in self._parts(name)))
+        scanned = self._scan(base, spec, parts)
+        return {
+            name: [
+                [item for part in self._parts(name) for item in scanned[part][c]]
+                for c in range(len(spec.class_ids))
+            ]
+            for name in names
+        }
+
+    def list_partition(self, root: Path | None, spec: DatasetSpec, partition: str) -> Listing:
+        """List one partition (or ``all``) per class."""
+        return self.list_partitions(root, spec, (partition,))[partition]
+
+    def list_items(self, root: Path | None, spec: DatasetSpec) -> Listing:
+        """List every partition pooled."""
+        return self.list_partition(root, spec, "all")
 
 
 @dataclass(frozen=True)
@@ -138,9 +233,7 @@ class VggFlowerReader(FileReader):
         from scipy.io import loadmat
 
         base = require_root(root, spec)
-        mat = base / "imagelabels.mat"
-        if not mat.is_file():
-            raise FewtransError(f"dataset {spec.name!r}: missing {mat}")
+        mat = _require_file(spec, base / "imagelabels.mat")
         labels = loadmat(str(mat))["labels"].ravel()
         listing: list[list[str]] = [[] for _ in spec.class_ids]
         for position, label in enumerate(labels, start=1):
@@ -186,9 +279,7 @@ class CocoJsonReader(FileReader):
         index = {category_number(cid): i for i, cid in enumerate(spec.class_ids)}
         listing: list[list[str]] = [[] for _ in spec.class_ids]
         for name in self.annotation_files:
-            path = base / name
-            if not path.is_file():
-                raise FewtransError(f"dataset {spec.name!r}: missing annotation file {path}")
+            path = _require_file(spec, base / name, "annotation file")
             data = json.loads(path.read_text(encoding="utf-8"))
             files = {im["id"]: im["file_name"] for im in data["images"]}
             for ann in data["annotations"]:
@@ -241,9 +332,7 @@ class OneHotCsvReader(FileReader):
     def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
         """Assign each CSV row to the argmax of its one-hot columns (CSV order)."""
         base = require_root(root, spec)
-        path = base / self.csv_path
-        if not path.is_file():
-            raise FewtransError(f"dataset {spec.name!r}: missing label file {path}")
+        path = _require_file(spec, base / self.csv_path, "label file")
         listing: list[list[str]] = [[] for _ in spec.class_ids]
         with path.open(newline="", encoding="utf-8") as handle:
             for row in csv.DictReader(handle):
@@ -287,9 +376,7 @@ class ChestXReader(FileReader):
     def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
         """Read single-label rows of the CSV."""
         base = require_root(root, spec)
-        path = base / self.csv_path
-        if not path.is_file():
-            raise FewtransError(f"dataset {spec.name!r}: missing label file {path}")
+        path = _require_file(spec, base / self.csv_path, "label file")
         index = {cid: i for i, cid in enumerate(spec.class_ids)}
         listing: list[list[str]] = [[] for _ in spec.class_ids]
         with path.open(newline="", encoding="utf-8") as handle:
@@ -323,7 +410,7 @@ class ChestXReader(FileReader):
 
 
 @dataclass(frozen=True)
-class SplitJsonReader(FileReader):
+class SplitJsonReader(PartitionedReader):
     """CoOp-style split file: ``{"train"|"val"|"test": [[impath, label, classname], ...]}``.
 
     Attributes:
@@ -337,27 +424,19 @@ class SplitJsonReader(FileReader):
 
     partitions = ("train", "val", "test")
 
-    def list_partition(
-        self, root: Path | None, spec: DatasetSpec, partition: str
-    ) -> list[list[str]]:
-        """List one partition (``train``, ``val`` or ``test``) per class, in json order."""
-        base = require_root(root, spec)
-        path = base / self.split_file
-        if not path.is_file():
-            raise FewtransError(f"dataset {spec.name!r}: missing split file {path}")
+    def _scan(self, base: Path, spec: DatasetSpec, parts: Sequence[str]) -> dict[str, Listing]:
+        """List ``parts`` per class in json order, reading the split file once."""
+        path = _require_file(spec, base / self.split_file, "split file")
         data = json.loads(path.read_text(encoding="utf-8"))
-        listing: list[list[str]] = [[] for _ in spec.class_ids]
-        wanted = self.partitions if partition == "all" else (partition,)
-        for part in wanted:
+        scanned = {}
+        for part in parts:
+            listing: Listing = [[] for _ in spec.class_ids]
             for impath, label, _ in data[part]:
                 item = f"{self.image_dir}/{impath}" if self.image_dir else impath
                 if (base / item).is_file():
                     listing[int(label)].append(item)
-        return listing
-
-    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
-        """List every partition pooled (train, val, test order)."""
-        return self.list_partition(root, spec, "all")
+            scanned[part] = listing
+        return scanned
 
     def write_synthetic(
         self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter
@@ -376,7 +455,7 @@ class SplitJsonReader(FileReader):
 
 
 @dataclass(frozen=True)
-class AircraftVariantReader(FileReader):
+class AircraftVariantReader(PartitionedReader):
     """FGVC-Aircraft as CoOp reads it: ``images/<id>.jpg`` plus ``images_variant_<part>.txt``.
 
     Each line of a partition file is ``<image id> <variant name>``; class ids are the
@@ -385,28 +464,20 @@ class AircraftVariantReader(FileReader):
 
     partitions = ("train", "val", "test")
 
-    def list_partition(
-        self, root: Path | None, spec: DatasetSpec, partition: str
-    ) -> list[list[str]]:
-        """List one partition per class, in file order."""
-        base = require_root(root, spec)
+    def _scan(self, base: Path, spec: DatasetSpec, parts: Sequence[str]) -> dict[str, Listing]:
+        """List ``parts`` per class, each in its file's order."""
         index = {name: i for i, name in enumerate(spec.class_names)}
-        listing: list[list[str]] = [[] for _ in spec.class_ids]
-        wanted = self.partitions if partition == "all" else (partition,)
-        for part in wanted:
-            path = base / f"images_variant_{part}.txt"
-            if not path.is_file():
-                raise FewtransError(f"dataset {spec.name!r}: missing split file {path}")
+        scanned = {}
+        for part in parts:
+            path = _require_file(spec, base / f"images_variant_{part}.txt", "split file")
+            listing: Listing = [[] for _ in spec.class_ids]
             for line in path.read_text(encoding="utf-8").splitlines():
                 image_id, _, variant = line.strip().partition(" ")
                 item = f"images/{image_id}.jpg"
                 if variant in index and (base / item).is_file():
                     listing[index[variant]].append(item)
-        return listing
-
-    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
-        """List every partition pooled."""
-        return self.list_partition(root, spec, "all")
+            scanned[part] = listing
+        return scanned
 
     def write_synthetic(
         self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter
@@ -429,7 +500,7 @@ class AircraftVariantReader(FileReader):
 
 
 @dataclass(frozen=True)
-class CubOfficialReader(FileReader):
+class CubOfficialReader(PartitionedReader):
     """CUB-200-2011 read through its official index files.
 
     Layout: ``images.txt``, ``image_class_labels.txt``, ``train_test_split.txt`` and
@@ -439,33 +510,35 @@ class CubOfficialReader(FileReader):
 
     partitions = ("train", "test")
 
-    def list_partition(
-        self, root: Path | None, spec: DatasetSpec, partition: str
-    ) -> list[list[str]]:
-        """List one partition (or ``all``) per class in ``images.txt`` order."""
+    def list_partitions(
+        self, root: Path | None, spec: DatasetSpec, names: Sequence[str]
+    ) -> dict[str, Listing]:
+        """List several partitions (or ``all``) per class in ``images.txt`` order, in one pass.
+
+        ``all`` keeps ``images.txt`` order rather than pooling train then test.
+        """
         base = require_root(root, spec)
         tables = {}
         for name in ("images.txt", "image_class_labels.txt", "train_test_split.txt"):
-            path = base / name
-            if not path.is_file():
-                raise FewtransError(f"dataset {spec.name!r}: missing {path}")
+            path = _require_file(spec, base / name)
             tables[name] = dict(
                 line.split(maxsplit=1)
                 for line in path.read_text(encoding="utf-8").splitlines()
                 if line.strip()
             )
-        wanted = {"train": {"1"}, "test": {"0"}, "all": {"0", "1"}}[partition]
-        listing: list[list[str]] = [[] for _ in spec.class_ids]
+        splits = {"train": {"1"}, "test": {"0"}, "all": {"0", "1"}}
+        wanted = {name: splits[name] for name in names}
+        listings: dict[str, Listing] = {name: [[] for _ in spec.class_ids] for name in names}
         for image_id, rel in tables["images.txt"].items():
-            if tables["train_test_split.txt"][image_id].strip() in wanted:
+            split = tables["train_test_split.txt"][image_id].strip()
+            targets = [name for name, values in wanted.items() if split in values]
+            if targets:
                 item = f"images/{rel.strip()}"
                 if (base / item).is_file():
-                    listing[int(tables["image_class_labels.txt"][image_id]) - 1].append(item)
-        return listing
-
-    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
-        """List all images per class."""
-        return self.list_partition(root, spec, "all")
+                    label = int(tables["image_class_labels.txt"][image_id]) - 1
+                    for name in targets:
+                        listings[name][label].append(item)
+        return listings
 
     def write_synthetic(
         self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter
@@ -490,7 +563,7 @@ class CubOfficialReader(FileReader):
 
 
 @dataclass(frozen=True)
-class MatListReader(FileReader):
+class MatListReader(PartitionedReader):
     """Stanford Dogs: ``train_list.mat`` / ``test_list.mat`` and ``Images/<folder>/<file>``.
 
     Each mat file has ``file_list`` (relative paths) and 1-based ``labels``.
@@ -498,29 +571,21 @@ class MatListReader(FileReader):
 
     partitions = ("train", "test")
 
-    def list_partition(
-        self, root: Path | None, spec: DatasetSpec, partition: str
-    ) -> list[list[str]]:
-        """List one partition (or ``all``) per class in mat-file order."""
+    def _scan(self, base: Path, spec: DatasetSpec, parts: Sequence[str]) -> dict[str, Listing]:
+        """List ``parts`` per class in mat-file order."""
         import numpy as np
         from scipy.io import loadmat
 
-        base = require_root(root, spec)
-        listing: list[list[str]] = [[] for _ in spec.class_ids]
-        for part in self.partitions if partition == "all" else (partition,):
-            path = base / f"{part}_list.mat"
-            if not path.is_file():
-                raise FewtransError(f"dataset {spec.name!r}: missing {path}")
-            mat = loadmat(str(path))
+        scanned = {}
+        for part in parts:
+            mat = loadmat(str(_require_file(spec, base / f"{part}_list.mat")))
+            listing: Listing = [[] for _ in spec.class_ids]
             for entry, label in zip(mat["file_list"].ravel(), mat["labels"].ravel(), strict=True):
                 item = f"Images/{np.ravel(entry)[0]}"
                 if (base / item).is_file():
                     listing[int(label) - 1].append(item)
-        return listing
-
-    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
-        """List all images per class."""
-        return self.list_partition(root, spec, "all")
+            scanned[part] = listing
+        return scanned
 
     def write_synthetic(
         self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter
@@ -548,27 +613,20 @@ class MatListReader(FileReader):
 
 
 @dataclass(frozen=True)
-class TrainTestFolderReader(FileReader):
+class TrainTestFolderReader(PartitionedReader):
     """PlantDoc-style ``<root>/train/<class>/<img>`` and ``<root>/test/<class>/<img>``."""
 
     partitions = ("train", "test")
 
-    def list_partition(
-        self, root: Path | None, spec: DatasetSpec, partition: str
-    ) -> list[list[str]]:
-        """List one partition (or ``all``) per class, sorted file names."""
-        base = require_root(root, spec)
-        listing: list[list[str]] = [[] for _ in spec.class_ids]
-        for part in self.partitions if partition == "all" else (partition,):
-            for c, cid in enumerate(spec.class_ids):
-                listing[c].extend(
-                    f"{part}/{cid}/{name}" for name in _listdir_images(base / part / cid)
-                )
-        return listing
-
-    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
-        """List all images per class (train then test)."""
-        return self.list_partition(root, spec, "all")
+    def _scan(self, base: Path, spec: DatasetSpec, parts: Sequence[str]) -> dict[str, Listing]:
+        """List ``parts`` per class, sorted file names."""
+        return {
+            part: [
+                [f"{part}/{cid}/{name}" for name in _listdir_images(base / part / cid)]
+                for cid in spec.class_ids
+            ]
+            for part in parts
+        }
 
     def write_synthetic(
         self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter

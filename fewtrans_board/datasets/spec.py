@@ -153,12 +153,37 @@ class DatasetSpec:
         """
         if partition == "all":
             return self.reader.list_items(root, self)
+        self._check_partition(partition)
+        return self.reader.list_partition(root, self, partition)  # type: ignore[attr-defined,no-any-return]
+
+    def list_partitions(
+        self, root: Path | None, partitions: Sequence[str]
+    ) -> dict[str, list[list[str]]]:
+        """List several partitions, reading the copy once where the reader can.
+
+        Each listing equals what :meth:`list_items` returns for that partition.
+
+        Args:
+            root: the local copy (``None`` for embedded datasets).
+            partitions: ``"all"`` and/or names from :attr:`partitions`.
+
+        Raises:
+            FewtransError: an unknown partition, or the root is missing or lacks files.
+        """
+        for name in partitions:
+            if name != "all":
+                self._check_partition(name)
+        many = getattr(self.reader, "list_partitions", None)
+        if many is None:
+            return {name: self.list_items(root, name) for name in dict.fromkeys(partitions)}
+        return many(root, self, partitions)  # type: ignore[no-any-return]
+
+    def _check_partition(self, partition: str) -> None:
         if partition not in self.partitions:
             raise FewtransError(
                 f"dataset {self.name!r} has no partition {partition!r}; "
                 f"it has {', '.join(self.partitions)}"
             )
-        return self.reader.list_partition(root, self, partition)  # type: ignore[attr-defined,no-any-return]
 
     def summary(self) -> dict[str, object]:
         """Return a JSON-friendly summary for listings."""

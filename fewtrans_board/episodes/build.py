@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import itertools
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from fewtrans_board.canonical import canonical_json, sha256_text
 from fewtrans_board.datasets.spec import DatasetSpec
+from fewtrans_board.episodes.frozen import manifest_command
 from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
 from fewtrans_board.episodes.protocols import SamplingProtocol
 from fewtrans_board.episodes.samplers import ClassPool, CoopKShotSampler, EpisodeDraw
@@ -16,18 +18,19 @@ from fewtrans_board.errors import FewtransError
 
 
 def manifest_recipe(
-    protocol: str, dataset: str, out_name: str, *, with_root: bool, overrides: dict[str, int | None]
+    protocol: str,
+    dataset: str,
+    out_name: str,
+    *,
+    with_root: bool,
+    overrides: Mapping[str, int | None],
 ) -> list[str]:
     """The ``manifest build`` command recorded in a manifest, without machine-specific paths.
 
     Identical inputs then give byte-identical files wherever they are built.
     """
-    recipe = ["fewtrans-board", "manifest", "build", "--protocol", protocol, "--dataset", dataset]
-    recipe += ["--root", "<root>"] if with_root else []
-    for flag, value in overrides.items():
-        if value is not None:
-            recipe += [f"--{flag}", str(value)]
-    return [*recipe, "--out", out_name]
+    root = "<root>" if with_root else None
+    return manifest_command(protocol, dataset, out_name, root=root, overrides=overrides)
 
 
 def listing_fingerprint(spec: DatasetSpec, listing: list[list[str]]) -> str:
@@ -99,7 +102,15 @@ def build_manifest(
     Raises:
         FewtransError: missing files, classes too small for the protocol, empty pools.
     """
-    listing = spec.list_items(root, "all")
+    sampler = protocol.sampler
+    parts: tuple[str, ...] = ()
+    if isinstance(sampler, CoopKShotSampler):
+        parts = (protocol.support_partition, protocol.query_partition)
+    # A partition the dataset lacks is left to list_items below, so that its error still
+    # comes after the empty-class check.
+    known = [part for part in parts if part in spec.partitions]
+    listings = spec.list_partitions(root, ["all", *known])
+    listing = listings["all"]
     empty = [spec.class_ids[c] for c in spec.classes_of(protocol.class_pool) if not listing[c]]
     if empty:
         raise FewtransError(
@@ -116,13 +127,14 @@ def build_manifest(
         },
         "seed": protocol.seed,
     }
-    sampler = protocol.sampler
     if isinstance(sampler, CoopKShotSampler):
-        train = class_pool(
-            spec, spec.list_items(root, protocol.support_partition), protocol.class_pool
-        )
-        test = class_pool(
-            spec, spec.list_items(root, protocol.query_partition), protocol.class_pool
+        train, test = (
+            class_pool(
+                spec,
+                listings[part] if part in listings else spec.list_items(root, part),
+                protocol.class_pool,
+            )
+            for part in parts
         )
         pairs = list(sampler.episodes(train, test))
         meta["episode_info"] = [info for info, _ in pairs]

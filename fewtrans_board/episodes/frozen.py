@@ -7,6 +7,7 @@ printed command and committed with their ``.sha256`` sidecar.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 FEWTRANS_TEST = (
@@ -39,6 +40,35 @@ CLIP = (
 EMBEDDED = ("digits",)
 
 
+def manifest_command(
+    protocol: str,
+    dataset: str,
+    out: str,
+    *,
+    root: str | None,
+    overrides: Mapping[str, int | None],
+) -> list[str]:
+    """The ``fewtrans-board manifest build`` command line.
+
+    Args:
+        protocol: sampling protocol name.
+        dataset: registered dataset name.
+        out: the ``--out`` value.
+        root: the ``--root`` value, or ``None`` to leave ``--root`` out.
+        overrides: ``--<flag> <value>`` pairs in order; ``None`` values are left out.
+
+    Returns:
+        The command as a list of arguments.
+    """
+    cmd = ["fewtrans-board", "manifest", "build", "--protocol", protocol, "--dataset", dataset]
+    if root is not None:
+        cmd += ["--root", root]
+    for flag, value in overrides.items():
+        if value is not None:
+            cmd += [f"--{flag}", str(value)]
+    return [*cmd, "--out", out]
+
+
 @dataclass(frozen=True)
 class FrozenManifest:
     """One frozen manifest: its file name and the command that builds it."""
@@ -57,20 +87,13 @@ class FrozenManifest:
 
     def command(self, out_dir: str = "leaderboard/manifests") -> list[str]:
         """The ``fewtrans-board manifest build`` command line."""
-        cmd = [
-            "fewtrans-board",
-            "manifest",
-            "build",
-            "--protocol",
+        return manifest_command(
             self.protocol,
-            "--dataset",
             self.dataset,
-        ]
-        if self.dataset not in EMBEDDED:
-            cmd += ["--root", f"$DATA/{self.dataset}"]
-        for key, value in self.overrides.items():
-            cmd += [f"--{key}", str(value)]
-        return [*cmd, "--out", f"{out_dir}/{self.filename}"]
+            f"{out_dir}/{self.filename}",
+            root=None if self.embedded else f"$DATA/{self.dataset}",
+            overrides=self.overrides,
+        )
 
     @property
     def embedded(self) -> bool:

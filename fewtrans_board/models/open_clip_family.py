@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.errors import FewtransError
 from fewtrans_board.models.backbone import Backbone
-from fewtrans_board.models.weights import file_sha256, read_state_dict
+from fewtrans_board.models.weights import fit_checkpoint
 
 if TYPE_CHECKING:
     import torch
@@ -123,19 +123,7 @@ def load_open_clip_backbone(
             "Pass --weights FILE with a local checkpoint (safetensors preferred)."
         ) from exc
     if weights is not None:
-        try:
-            result = model.load_state_dict(read_state_dict(weights), strict=False)
-        except RuntimeError as exc:  # shape mismatches raise even when strict=False
-            raise FewtransError(
-                f"weights file {weights} does not fit open_clip {arch!r}: missing or "
-                f"mismatched tensors ({str(exc).splitlines()[0]} ...)"
-            ) from exc
-        if result.missing_keys or result.unexpected_keys:
-            raise FewtransError(
-                f"weights file {weights} does not fit open_clip {arch!r}: missing "
-                f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}"
-            )
-        weights_id = "sha256:" + file_sha256(weights)
+        weights_id = fit_checkpoint(model, weights, f"open_clip {arch!r}")
     else:
         weights_id = f"open_clip:{argument}"
     return backbone_from_open_clip(

@@ -7,7 +7,7 @@ from typing import Any
 
 from fewtrans_board.errors import FewtransError
 from fewtrans_board.models.backbone import Backbone
-from fewtrans_board.models.weights import file_sha256, read_state_dict
+from fewtrans_board.models.weights import fit_checkpoint
 
 
 def load_timm_backbone(
@@ -47,29 +47,15 @@ def load_timm_backbone(
         ) from exc
 
     if weights is not None:
-        state = read_state_dict(weights)
         head = model.pretrained_cfg.get("classifier") or ""
         heads = head if isinstance(head, (list, tuple)) else [head]
-        try:
-            result = model.load_state_dict(state, strict=False)
-        except RuntimeError as exc:  # shape mismatches raise even when strict=False
-            raise FewtransError(
-                f"weights file {weights} does not fit timm {architecture!r}: missing or "
-                f"mismatched tensors ({str(exc).splitlines()[0]} ...)"
-            ) from exc
 
         def is_head(key: str) -> bool:
             return any(h and (key == h or key.startswith(h + ".")) for h in heads)
 
-        missing = [k for k in result.missing_keys if not is_head(k)]
-        unexpected = [k for k in result.unexpected_keys if not is_head(k)]
-        if missing or unexpected:
-            raise FewtransError(
-                f"weights file {weights} does not fit timm {architecture!r}: "
-                f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
-                f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
-            )
-        weights_id = "sha256:" + file_sha256(weights)
+        weights_id = fit_checkpoint(
+            model, weights, f"timm {architecture!r}", ignore=is_head, mark_truncation=True
+        )
         source = str(weights)
     else:
         weights_id = f"timm:{architecture}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,7 @@ from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
     import torch
+    from torch import nn
 
 SAFE_SUFFIXES = (".safetensors",)
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
@@ -63,3 +65,50 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     if not isinstance(loaded, dict):
         raise FewtransError(f"weights file {path} does not contain a state dict")
     return loaded
+
+
+def fit_checkpoint(
+    model: nn.Module,
+    weights: Path,
+    label: str,
+    *,
+    ignore: Callable[[str], bool] | None = None,
+    mark_truncation: bool = False,
+) -> str:
+    """Load a local checkpoint into ``model``, refusing one that does not fit it.
+
+    Args:
+        model: the freshly created model.
+        weights: the checkpoint file (see :func:`read_state_dict`).
+        label: how errors name the model, e.g. ``"timm 'resnet10t'"``.
+        ignore: keys that may be missing or unexpected (e.g. a classifier head).
+        mark_truncation: end a key list shortened to five entries with ``...``.
+
+    Returns:
+        The weights id ``sha256:<hex digest of the file>``.
+
+    Raises:
+        FewtransError: unreadable file, mismatched tensor shapes, or missing or unexpected
+            keys.
+    """
+    state = read_state_dict(weights)
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # shape mismatches raise even when strict=False
+        raise FewtransError(
+            f"weights file {weights} does not fit {label}: missing or "
+            f"mismatched tensors ({str(exc).splitlines()[0]} ...)"
+        ) from exc
+    missing = [k for k in result.missing_keys if ignore is None or not ignore(k)]
+    unexpected = [k for k in result.unexpected_keys if ignore is None or not ignore(k)]
+    if missing or unexpected:
+        raise FewtransError(
+            f"weights file {weights} does not fit {label}: "
+            f"missing {_shown(missing, mark_truncation)}, "
+            f"unexpected {_shown(unexpected, mark_truncation)}"
+        )
+    return "sha256:" + file_sha256(weights)
+
+
+def _shown(keys: list[str], mark_truncation: bool) -> str:
+    return f"{keys[:5]}{'...' if mark_truncation and len(keys) > 5 else ''}"
