@@ -102,7 +102,8 @@ class PluginManager(pluggy.PluginManager):
         return self.sources[plugin_name]
 
 
-def _hook_names() -> list[str]:
+def hook_names() -> list[str]:
+    """Return the names of all hooks defined in :mod:`fewtrans_board.hookspecs`."""
     return sorted(
         name
         for name in dir(hookspecs)
@@ -112,7 +113,7 @@ def _hook_names() -> list[str]:
 
 def _check_unknown_hooks(pm: PluginManager) -> None:
     """Fail on implementations that match no hookspec (``register_model`` vs ``..._models``)."""
-    known = _hook_names()
+    known = hook_names()
     for hook_name in sorted(vars(pm.hook)):
         caller = getattr(pm.hook, hook_name)
         if not isinstance(caller, pluggy.HookCaller) or caller.spec is not None:
@@ -218,8 +219,3 @@ def get_plugin_manager(
 
     _check_unknown_hooks(pm)
     return pm
-
-
-def hook_names() -> list[str]:
-    """Return the names of all hooks defined in :mod:`fewtrans_board.hookspecs`."""
-    return _hook_names()

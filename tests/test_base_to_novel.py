@@ -159,3 +159,60 @@ def test_vision_only_adapters_cannot_score_novel_classes(tmp_path: Path, invoke)
     assert (
         result.exit_code == 1 and "predict_names" in result.output and "episode 0" in result.output
     )
+
+
+def test_verify_compares_base_rows_of_base_to_novel_runs(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
+    from fewtrans_board.leaderboard.bundle import BundleContents
+    from fewtrans_board.leaderboard.store import LeaderboardStore
+    from fewtrans_board.leaderboard.verify import verify_contents
+    from fewtrans_board.registry import Registry
+
+    store = LeaderboardStore(tmp_path / "leaderboard")
+    manifest = store.manifests_dir / "b2n.parquet"
+    args = ["--protocol", "fewtrans-base2novel", "--dataset", "digits", "--episodes", "2"]
+    result = invoke(["manifest", "build", *args, "--out", str(manifest)], pm=pm())
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "zs"
+    result = invoke(
+        [
+            "evaluate",
+            "--model",
+            "tiny-clip.test",
+            "--adapter",
+            "zero-shot-clip",
+            "--manifest",
+            str(manifest),
+            "--out",
+            str(out),
+            "--quiet",
+            "--device",
+            "cpu",
+        ],
+        pm=pm(),
+    )
+    assert result.exit_code == 0, result.output
+    run = load_run(out)
+    assert run.has_novel
+    meta = f"""\
+[submission]
+id = "zs--tiny"
+method = "Zero-shot CLIP"
+model = "tiny-clip.test"
+adapter = "zero-shot-clip"
+benchmark = "demo"
+hpe_protocol = "{run.meta["hpe"]["name"]}"
+authors = ["Test Author"]
+hardware = "2-core CPU"
+plugins = ["fewtrans-board==0.1.0"]
+"""
+    report = verify_contents(
+        BundleContents(meta, None, [out]),
+        store,
+        Registry.from_plugin_manager(pm()),
+        sample=2,
+    )
+    # Novel rows share the episode and configuration index of the base rows; only the
+    # base ones describe the re-run queries.
+    assert report["passed"] and len(report["episodes"]) == 2
+    assert all(e["config_agreement"] == 1.0 for e in report["episodes"])
+    assert all(e["hpe_agreement"] == 1.0 for e in report["episodes"])

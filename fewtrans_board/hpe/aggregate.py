@@ -25,3 +25,29 @@ def vote(predictions: np.ndarray, n_way: int) -> np.ndarray:
         counts[np.arange(len(member)), member] += 1
     winners: np.ndarray = counts.argmax(axis=1)  # argmax picks the first (lowest) of ties
     return winners
+
+
+def fuse(
+    aggregation: str, *, logits: np.ndarray, predictions: np.ndarray, n_way: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Fuse the members of one episode with an ensemble aggregation.
+
+    Args:
+        aggregation: ``"logit-mean"`` or ``"vote"``.
+        logits: the members' ``[M, Q, C]`` logits (as stored, float16 after the row shift).
+        predictions: the members' ``[M, Q]`` predicted labels.
+        n_way: number of classes ``C``.
+
+    Returns:
+        ``(predictions [Q], fused logits [Q, C] or None)``; only ``logit-mean`` has logits.
+
+    Raises:
+        ValueError: an unknown aggregation.
+    """
+    if aggregation == "logit-mean":
+        mean = logit_mean(logits)
+        fused: np.ndarray = mean.argmax(axis=1)
+        return fused, mean
+    if aggregation == "vote":
+        return vote(predictions, n_way), None
+    raise ValueError(f"unknown ensemble aggregation {aggregation!r}; known: logit-mean, vote")

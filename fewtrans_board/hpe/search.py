@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fewtrans_board.adapters.base import Adapter, AdapterConfig
 from fewtrans_board.errors import FewtransError
+from fewtrans_board.hpe.protocols import hpe_roles
 
 EPOCH_LADDER = (1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100)
 LR_FLOOR = 1e-7
@@ -94,8 +95,7 @@ def centre_search(adapter: type[Adapter], start: AdapterConfig, score: Scorer) -
     Raises:
         FewtransError: the adapter declares no HPE axis.
     """
-    fields = adapter.Config.fields_info()
-    axes = {f.name: f.hpe for f in fields if f.hpe in ("lr", "epochs")}
+    axes = hpe_roles(adapter)
     if not axes:
         raise FewtransError(
             f"adapter {adapter.name!r} declares no HPE axis (hpe='lr'/'epochs'); nothing to search"
@@ -173,9 +173,3 @@ def centre_search(adapter: type[Adapter], start: AdapterConfig, score: Scorer) -
     result.centre = current
     result.evaluations = len(scores)
     return result
-
-
-def mean_accuracies(per_episode: Sequence[Sequence[float]]) -> list[float]:
-    """Average ``[episodes][configs]`` accuracies over episodes."""
-    n = len(per_episode)
-    return [sum(row[i] for row in per_episode) / n for i in range(len(per_episode[0]))]

@@ -35,6 +35,7 @@ def run_centre_search(
     started = time.time()
     ctx = RunContext(RunSpec(**{**spec.to_dict(), "hpe": "single"}), registry)
     adapter = ctx.adapter_cls()
+    ctx.prefetch_features(ctx.episodes, progress)
     bar = tqdm(desc="centre search", unit="config", disable=not progress)
 
     def score(configs: list[AdapterConfig]) -> list[float]:

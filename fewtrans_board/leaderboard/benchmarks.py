@@ -93,12 +93,3 @@ BENCHMARKS: dict[str, Benchmark] = {
         ),
     )
 }
-
-
-def get_benchmark(name: str) -> Benchmark:
-    """Look up a sub-benchmark by name."""
-    from fewtrans_board.errors import FewtransError
-
-    if name not in BENCHMARKS:
-        raise FewtransError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
-    return BENCHMARKS[name]

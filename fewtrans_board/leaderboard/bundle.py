@@ -129,8 +129,16 @@ def extract_bundle(bundle: Path, target: Path) -> BundleContents:
     return read_contents(target)
 
 
-def read_contents(folder: Path) -> BundleContents:
-    """Read the parts of an extracted bundle or a store entry folder.
+def read_contents(folder: Path, results: Path | None = None) -> BundleContents:
+    """Read the parts of an extracted bundle or a store entry.
+
+    Args:
+        folder: holds ``submission.toml`` (and ``centre-search.json`` when present).
+        results: the folder of per-dataset runs; ``folder / "results"`` (the bundle
+            layout) when ``None``. A store entry keeps its results apart from its metadata.
+
+    Returns:
+        The entry's metadata text, centre-search record and run folders.
 
     Raises:
         SubmissionError: missing metadata, bad json, fake Parquet files, no results.
@@ -138,13 +146,18 @@ def read_contents(folder: Path) -> BundleContents:
     meta = folder / "submission.toml"
     if not meta.is_file():
         raise SubmissionError("missing-meta", "the bundle has no submission.toml")
-    for path in folder.rglob("*"):
-        if path.is_symlink():
-            raise SubmissionError("symlink", f"{path.relative_to(folder)} is a symbolic link")
-        if path.suffix == ".parquet" and not _is_parquet(path):
-            raise SubmissionError(
-                "forbidden-file", f"{path.relative_to(folder)} is not a Parquet file"
-            )
+    results = folder / "results" if results is None else results
+    # Paths are reported as the bundle layout names them, wherever the results live.
+    tops = [(folder, Path())]
+    if not results.is_relative_to(folder) and results.is_dir():
+        tops.append((results, Path("results")))
+    for top, prefix in tops:
+        for path in top.rglob("*"):
+            name = prefix / path.relative_to(top)
+            if path.is_symlink():
+                raise SubmissionError("symlink", f"{name} is a symbolic link")
+            if path.suffix == ".parquet" and not _is_parquet(path):
+                raise SubmissionError("forbidden-file", f"{name} is not a Parquet file")
     centre = None
     centre_path = folder / "centre-search.json"
     if centre_path.is_file():
@@ -154,7 +167,6 @@ def read_contents(folder: Path) -> BundleContents:
             raise SubmissionError(
                 "bad-centre-search", f"centre-search.json is not valid JSON: {exc}"
             ) from exc
-    results = folder / "results"
     try:
         runs = find_runs([results]) if results.is_dir() else []
     except Exception as exc:

@@ -24,6 +24,7 @@ from typing import Any
 
 from fewtrans_board.atomic import write_bytes_atomic
 from fewtrans_board.episodes.manifest import Manifest
+from fewtrans_board.leaderboard.bundle import BundleContents, read_contents
 from fewtrans_board.leaderboard.errors import SubmissionError
 
 
@@ -59,20 +60,18 @@ class LeaderboardStore:
             p.name for p in self.submissions_dir.iterdir() if (p / "submission.toml").is_file()
         )
 
-    def entry_folder(self, ident: str) -> Path:
-        """Assemble a stored entry into a bundle-shaped temporary folder (for re-validation)."""
+    def entry_contents(self, ident: str) -> BundleContents:
+        """Read a stored entry as bundle contents (for re-validation), in place.
+
+        Raises:
+            SubmissionError: no such entry, or its files are not a valid bundle's.
+        """
         source = self.submissions_dir / ident
         if not (source / "submission.toml").is_file():
             raise SubmissionError(
                 "unknown-submission", f"no submission {ident!r} in {self.submissions_dir}"
             )
-        folder = Path(tempfile.mkdtemp(prefix=f"fewtrans-{ident}-"))
-        for name in ("submission.toml", "centre-search.json"):
-            if (source / name).is_file():
-                shutil.copy2(source / name, folder / name)
-        if (self.results_dir / ident).is_dir():
-            shutil.copytree(self.results_dir / ident, folder / "results")
-        return folder
+        return read_contents(source, self.results_dir / ident)
 
     def status(self, ident: str) -> dict[str, Any]:
         """The stored status record of a submission."""
@@ -117,7 +116,10 @@ class LeaderboardStore:
             shutil.rmtree(staging, ignore_errors=True)
 
     def write_index(self, index: dict[str, Any]) -> None:
-        """Write ``index.json`` atomically (sorted keys, no timestamps: rebuilds are stable)."""
-        write_bytes_atomic(
-            self.index_path, (json.dumps(index, indent=2, sort_keys=True) + "\n").encode()
-        )
+        """Write ``index.json`` atomically (see :func:`index_text`)."""
+        write_bytes_atomic(self.index_path, index_text(index).encode())
+
+
+def index_text(index: dict[str, Any]) -> str:
+    """The text of ``index.json``: sorted keys, no timestamps, so rebuilds are stable."""
+    return json.dumps(index, indent=2, sort_keys=True) + "\n"

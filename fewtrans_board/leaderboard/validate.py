@@ -15,7 +15,7 @@ import numpy as np
 
 from fewtrans_board.canonical import canonical_json
 from fewtrans_board.episodes.manifest import Manifest
-from fewtrans_board.hpe.aggregate import vote
+from fewtrans_board.hpe.aggregate import fuse
 from fewtrans_board.hpe.protocols import get_hpe_protocol
 from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark
 from fewtrans_board.leaderboard.bundle import BundleContents
@@ -23,17 +23,31 @@ from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.meta import SubmissionMeta, parse_meta
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.results.load import RunResults, load_run
-from fewtrans_board.results.schema import CONFIG_KIND, ENSEMBLE_KIND
+from fewtrans_board.results.schema import (
+    CONFIG_KIND,
+    ENSEMBLE_KIND,
+    ENSEMBLES,
+    accuracy_percent,
+)
 from fewtrans_board.stats.intervals import mean_ci
 
 
 @dataclass
 class ValidationReport:
-    """What a valid submission contains."""
+    """What a valid submission contains.
+
+    Attributes:
+        meta: the parsed ``submission.toml``.
+        runs: per-dataset summaries of the validated runs.
+        checks: what was checked, for the report.
+        loaded: the validated runs, in ``contents.runs`` order (kept so verification does
+            not read the Parquet files again; not part of :meth:`to_dict`).
+    """
 
     meta: SubmissionMeta
     runs: list[dict[str, Any]] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
+    loaded: list[RunResults] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -100,7 +114,7 @@ class _Columns:
     logit_valid: np.ndarray
 
     @classmethod
-    def of(cls, table: Any) -> _Columns:
+    def of(cls, run: RunResults) -> _Columns:
         names = (
             "episode",
             "split",
@@ -112,10 +126,10 @@ class _Columns:
             "n_query",
             "accuracy",
         )
-        logit_column = table.column("logits").combine_chunks()
-        predictions, pred_offsets = _list_column(table, "predictions")
+        logit_column = run.table.column("logits").combine_chunks()
+        predictions, pred_offsets = _list_column(run.table, "predictions")
         return cls(
-            rows={name: np.asarray(table.column(name).to_pylist()) for name in names},
+            rows={name: run.column(name) for name in names},
             predictions=predictions,
             pred_offsets=pred_offsets,
             logits=logit_column.flatten().to_numpy(zero_copy_only=False),
@@ -131,7 +145,7 @@ class _Columns:
 
 
 def _check_rows(run: RunResults, manifest: Manifest, grid: list[dict[str, Any]]) -> None:
-    columns = _Columns.of(run.table)
+    columns = _Columns.of(run)
     rows = columns.rows
     episodes = manifest.episodes()
     groups: dict[tuple[int, str], list[int]] = {}
@@ -181,14 +195,12 @@ def _check_group(
     indices = sorted(int(rows["config_index"][i]) for i in config_rows)
     if len(indices) != len(set(indices)) or len(ensemble_ids) != len(ensemble_rows):
         raise SubmissionError("duplicate-episode", f"{dataset}: {name} appears more than once")
-    if indices != list(range(len(expected_configs))) or set(ensemble_rows) != {
-        "logit-mean",
-        "vote",
-    }:
+    if indices != list(range(len(expected_configs))) or set(ensemble_rows) != set(ENSEMBLES):
         raise SubmissionError(
             "incomplete",
             f"{dataset}: {name} has configurations {indices[:5]}..., ensembles "
-            f"{sorted(ensemble_rows)}; expected all {len(expected_configs)} and logit-mean, vote",
+            f"{sorted(ensemble_rows)}; expected all {len(expected_configs)} and "
+            f"{', '.join(ENSEMBLES)}",
         )
     q, w = len(labels), ways
     member_logits: list[np.ndarray] = [np.zeros(0)] * len(expected_configs)
@@ -208,7 +220,7 @@ def _check_group(
                 f"{where}: {len(pred)} predictions with values {sorted(set(pred.tolist()))[:8]}, "
                 f"expected {q} labels in [0, {w})",
             )
-        accuracy = float((pred == labels).mean() * 100.0)
+        accuracy = accuracy_percent(pred, labels)
         if abs(accuracy - float(rows["accuracy"][i])) > 1e-9:
             raise SubmissionError(
                 "accuracy-mismatch",
@@ -230,11 +242,11 @@ def _check_group(
             )
         member_logits[c] = values.reshape(q, w)
         member_predictions[c] = pred
-    expected = {
-        "logit-mean": np.stack(member_logits).astype(np.float32).mean(axis=0).argmax(axis=1),
-        "vote": vote(np.stack(member_predictions), w),
-    }
-    for aggregation, recomputed in expected.items():
+    stacked_logits, stacked_predictions = np.stack(member_logits), np.stack(member_predictions)
+    for aggregation in ENSEMBLES:
+        recomputed, _ = fuse(
+            aggregation, logits=stacked_logits, predictions=stacked_predictions, n_way=w
+        )
         if not np.array_equal(columns.prediction(ensemble_rows[aggregation]), recomputed):
             raise SubmissionError(
                 "ensemble-mismatch",
@@ -350,6 +362,7 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
         _check_rows(run, manifest, grid)
         _check_centre_search(meta, benchmark, contents.centre_search, run)
         covered.add(filename)
+        report.loaded.append(run)
         hpe = run.aggregations()["hpe"]
         report.runs.append(
             {

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import importlib.metadata
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fewtrans_board.hpe.aggregate import logit_mean
+from fewtrans_board.hpe.aggregate import fuse
 from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.meta import parse_meta
 from fewtrans_board.leaderboard.store import LeaderboardStore
+from fewtrans_board.leaderboard.validate import ValidationReport, validate_contents
 from fewtrans_board.registry import Registry
-from fewtrans_board.results.load import load_run
-from fewtrans_board.results.schema import storable_logits
+from fewtrans_board.results.load import RunResults, load_run
+from fewtrans_board.results.schema import CONFIG_KIND, storable_logits
 from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.evaluate import evaluate_episode
 from fewtrans_board.runner.spec import RunSpec
@@ -37,6 +39,45 @@ def check_pins_installed(pins: dict[str, str]) -> None:
             )
 
 
+@dataclass
+class _StoredEpisode:
+    """The stored base-split predictions of one episode."""
+
+    configs: dict[int, list[int]] = field(default_factory=dict)
+    ensembles: dict[str, list[int]] = field(default_factory=dict)
+
+
+def _stored_base_predictions(table: Any) -> dict[int, _StoredEpisode]:
+    """Stored predictions of the base split, grouped by episode.
+
+    Only the columns needed are read (no logits). Re-running reproduces base queries only,
+    so novel rows (base-to-novel runs) are left out; a table without a ``split`` column
+    predates base-to-novel and is all base.
+    """
+    names = ["episode", "kind", "aggregation", "config_index", "predictions"]
+    has_split = "split" in table.column_names
+    columns = table.select([*names, "split"] if has_split else names).to_pydict()
+    splits = columns["split"] if has_split else ["base"] * table.num_rows
+    grouped: dict[int, _StoredEpisode] = {}
+    for episode, kind, aggregation, index, predictions, split in zip(
+        columns["episode"],
+        columns["kind"],
+        columns["aggregation"],
+        columns["config_index"],
+        columns["predictions"],
+        splits,
+        strict=True,
+    ):
+        if split != "base":
+            continue
+        stored = grouped.setdefault(episode, _StoredEpisode())
+        if kind == CONFIG_KIND:
+            stored.configs[index] = predictions
+        else:
+            stored.ensembles.setdefault(aggregation, predictions)
+    return grouped
+
+
 def verify_contents(
     contents: BundleContents,
     store: LeaderboardStore,
@@ -48,12 +89,28 @@ def verify_contents(
     roots: dict[str, Path] | None = None,
     weights: str | None = None,
     device: str = "cpu",
+    runs: list[RunResults] | None = None,
 ) -> dict[str, Any]:
     """Re-run ``sample`` seeded episodes per dataset and compare predictions with the stored ones.
 
     Per re-run episode, the agreement of every configuration's predictions and of the HPE
     prediction with the stored ones is measured; an episode passes when both the mean
     configuration agreement and the HPE agreement reach ``threshold``.
+
+    Args:
+        contents: the extracted bundle or store entry.
+        store: the leaderboard store (for the frozen manifests).
+        registry: resolves the pinned model and adapter.
+        sample: episodes re-run per dataset.
+        seed: seed choosing the episodes.
+        threshold: minimum agreement.
+        roots: local dataset copies by dataset name.
+        weights: local checkpoint for the model.
+        device: torch device.
+        runs: ``contents.runs`` already loaded (e.g. by validation); read when ``None``.
+
+    Returns:
+        The verification report.
 
     Raises:
         SubmissionError: a pin is not installed, or some episode falls below the threshold
@@ -63,8 +120,7 @@ def verify_contents(
     check_pins_installed(meta.plugins)
     rng = np.random.RandomState(seed)
     episodes_report = []
-    for path in contents.runs:
-        run = load_run(path)
+    for run in runs if runs is not None else (load_run(path) for path in contents.runs):
         sha = run.meta["manifest"]["sha256"]
         filename, _ = store.frozen[sha]
         root = (roots or {}).get(run.dataset)
@@ -80,7 +136,8 @@ def verify_contents(
         )
         ctx = RunContext(spec, registry)
         adapter = ctx.adapter_cls()
-        stored = run.table.to_pylist()
+        stored = _stored_base_predictions(run.table)
+        hpe_name = run.meta["hpe"]["aggregation"]
         chosen = sorted(
             rng.choice(len(ctx.episodes), size=min(sample, len(ctx.episodes)), replace=False)
         )
@@ -90,25 +147,19 @@ def verify_contents(
             outcomes = evaluate_episode(
                 adapter, ctx.backbone, inputs, ctx.grid, ctx.manifest.sha256
             )
-            rows = [r for r in stored if r["episode"] == episode.index]
-            configs = {r["config_index"]: r for r in rows if r["kind"] == "config"}
+            stored_episode = stored[episode.index]
+            predictions = [o.logits.argmax(axis=1) for o in outcomes]
             agreements = [
-                float(
-                    np.mean(np.asarray(configs[o.index]["predictions"]) == o.logits.argmax(axis=1))
-                )
-                for o in outcomes
+                float(np.mean(np.asarray(stored_episode.configs[o.index]) == p))
+                for o, p in zip(outcomes, predictions, strict=True)
             ]
-            hpe_name = run.meta["hpe"]["aggregation"]
-            members = np.stack([storable_logits(o.logits) for o in outcomes])
-            if hpe_name == "vote":
-                from fewtrans_board.hpe.aggregate import vote
-
-                rerun_hpe = vote(
-                    np.stack([o.logits.argmax(axis=1) for o in outcomes]), episode.ways
-                )
-            else:
-                rerun_hpe = logit_mean(members).argmax(axis=1)
-            stored_hpe = next(r for r in rows if r["aggregation"] == hpe_name)["predictions"]
+            rerun_hpe, _ = fuse(
+                hpe_name,
+                logits=np.stack([storable_logits(o.logits) for o in outcomes]),
+                predictions=np.stack(predictions),
+                n_way=episode.ways,
+            )
+            stored_hpe = stored_episode.ensembles[hpe_name]
             hpe_agreement = float(np.mean(np.asarray(stored_hpe) == rerun_hpe))
             mean_agreement = float(np.mean(agreements))
             episodes_report.append(
@@ -142,3 +193,39 @@ def verify_contents(
         error.report = report  # type: ignore[attr-defined]
         raise error
     return report
+
+
+def validate_and_verify(
+    contents: BundleContents,
+    store: LeaderboardStore,
+    registry: Registry,
+    *,
+    sample: int = 0,
+    seed: int = 0,
+    roots: dict[str, Path] | None = None,
+) -> tuple[ValidationReport, dict[str, Any] | None]:
+    """Validate contents and, when ``sample`` is positive, verify them as well.
+
+    Verification reuses the runs validation loaded, so each Parquet file is read once.
+
+    Args:
+        contents: the extracted bundle or store entry.
+        store: the leaderboard store.
+        registry: resolves the pinned model and adapter (for verification).
+        sample: episodes re-run per dataset; ``0`` skips verification.
+        seed: seed choosing the verified episodes.
+        roots: local dataset copies by dataset name.
+
+    Returns:
+        ``(validation report, verification report or None)``.
+
+    Raises:
+        SubmissionError: validation or verification failed.
+    """
+    report = validate_contents(contents, store)
+    if not sample:
+        return report, None
+    verification = verify_contents(
+        contents, store, registry, sample=sample, seed=seed, roots=roots, runs=report.loaded
+    )
+    return report, verification

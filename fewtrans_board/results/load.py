@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fewtrans_board.results.schema import CONFIG_KIND, ENSEMBLE_KIND
+from fewtrans_board.results.schema import CONFIG_KIND, ENSEMBLE_KIND, ENSEMBLES
 from fewtrans_board.results.shards import ResultsError, read_shard
 
 
 @dataclass
 class RunResults:
     """All shards of one run.
+
+    Treated as immutable once loaded: converted columns and configuration matrices are
+    cached on first use.
 
     Attributes:
         path: the run folder.
@@ -30,6 +33,12 @@ class RunResults:
     table: Any
     shards_present: list[int]
     shards_total: int
+    _columns: dict[str, np.ndarray] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _matrices: dict[str, tuple[np.ndarray, np.ndarray, list[str]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @property
     def complete(self) -> bool:
@@ -46,13 +55,19 @@ class RunResults:
         """``model / adapter`` for listings."""
         return f"{self.meta['model']['name']} / {self.meta['adapter']['name']}"
 
-    def _column(self, name: str) -> np.ndarray:
-        return np.asarray(self.table.column(name).to_pylist())
+    def column(self, name: str) -> np.ndarray:
+        """A column as a numpy array, converted once and cached: treat it as read-only."""
+        column = self._columns.get(name)
+        if column is None:
+            column = np.asarray(self.table.column(name).to_pylist())
+            column.flags.writeable = False
+            self._columns[name] = column
+        return column
 
     @property
     def has_novel(self) -> bool:
         """Whether the run has base-to-novel rows."""
-        return bool((self._column("split") == "novel").any())
+        return bool((self.column("split") == "novel").any())
 
     def config_matrix(self, split: str = "base") -> tuple[np.ndarray, np.ndarray, list[str]]:
         """Per-episode accuracies of every configuration.
@@ -63,12 +78,19 @@ class RunResults:
         Returns:
             ``(episodes [E], accuracy [E, M], configs [M])`` sorted by episode and index.
         """
-        kind = self._column("kind")
-        mask = (kind == CONFIG_KIND) & (self._column("split") == split)
-        episodes = self._column("episode")[mask]
-        index = self._column("config_index")[mask]
-        accuracy = self._column("accuracy")[mask]
-        configs = self._column("config")[mask]
+        if split not in self._matrices:
+            self._matrices[split] = self._build_config_matrix(split)
+        episodes, matrix, names = self._matrices[split]
+        # Copies: the cached arrays must not change under a caller that edits its result.
+        return episodes.copy(), matrix.copy(), list(names)
+
+    def _build_config_matrix(self, split: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        kind = self.column("kind")
+        mask = (kind == CONFIG_KIND) & (self.column("split") == split)
+        episodes = self.column("episode")[mask]
+        index = self.column("config_index")[mask]
+        accuracy = self.column("accuracy")[mask]
+        configs = self.column("config")[mask]
         unique_episodes = np.unique(episodes)
         n_configs = int(index.max()) + 1 if len(index) else 0
         matrix = np.full((len(unique_episodes), n_configs), np.nan)
@@ -81,12 +103,12 @@ class RunResults:
 
     def ensemble(self, aggregation: str, split: str = "base") -> tuple[np.ndarray, np.ndarray]:
         """``(episodes, accuracy)`` of an ensemble aggregation, sorted by episode."""
-        kind = self._column("kind")
-        agg = self._column("aggregation")
-        mask = (kind == ENSEMBLE_KIND) & (agg == aggregation) & (self._column("split") == split)
-        episodes = self._column("episode")[mask]
+        kind = self.column("kind")
+        agg = self.column("aggregation")
+        mask = (kind == ENSEMBLE_KIND) & (agg == aggregation) & (self.column("split") == split)
+        episodes = self.column("episode")[mask]
         order = np.argsort(episodes)
-        return episodes[order], self._column("accuracy")[mask][order]
+        return episodes[order], self.column("accuracy")[mask][order]
 
     def aggregations(self, split: str = "base") -> dict[str, np.ndarray]:
         """Per-episode accuracy of every aggregation, aligned on sorted episodes.
@@ -97,7 +119,7 @@ class RunResults:
         """
         _, matrix, _ = self.config_matrix(split)
         out: dict[str, np.ndarray] = {}
-        for name in ("logit-mean", "vote"):
+        for name in ENSEMBLES:
             _, accuracy = self.ensemble(name, split)
             out[name] = accuracy
         out["hpe"] = out[self.meta["hpe"]["aggregation"]]

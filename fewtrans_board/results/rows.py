@@ -7,10 +7,11 @@ from typing import Any
 import numpy as np
 
 from fewtrans_board.canonical import canonical_json
-from fewtrans_board.hpe.aggregate import logit_mean, vote
+from fewtrans_board.hpe.aggregate import fuse
 from fewtrans_board.results.schema import (
     CONFIG_KIND,
     ENSEMBLE_KIND,
+    ENSEMBLES,
     accuracy_percent,
     storable_logits,
 )
@@ -58,10 +59,12 @@ def _split_rows(
     common = {**base, "split": split, "n_way": n_way, "n_query": len(labels)}
     rows = []
     stored = []
+    member_predictions = []
     for outcome, logits in members:
         logits16 = storable_logits(logits)
         stored.append(logits16)
         predictions = logits.argmax(axis=1)
+        member_predictions.append(predictions)
         rows.append(
             {
                 **common,
@@ -76,12 +79,11 @@ def _split_rows(
                 "seed": outcome.seed,
             }
         )
-    mean_logits = logit_mean(np.stack(stored))
-    ensembles: dict[str, tuple[np.ndarray, list[float] | None]] = {
-        "logit-mean": (mean_logits.argmax(axis=1), storable_logits(mean_logits).ravel().tolist()),
-        "vote": (vote(np.stack([r["predictions"] for r in rows]), n_way), None),
-    }
-    for name, (predictions, fused_logits) in ensembles.items():
+    stacked_logits, stacked_predictions = np.stack(stored), np.stack(member_predictions)
+    for name in ENSEMBLES:
+        predictions, fused_logits = fuse(
+            name, logits=stacked_logits, predictions=stacked_predictions, n_way=n_way
+        )
         rows.append(
             {
                 **common,
@@ -90,8 +92,10 @@ def _split_rows(
                 "config_index": -1,
                 "config": "",
                 "accuracy": accuracy_percent(predictions, labels),
-                "predictions": np.asarray(predictions).astype(np.int16).tolist(),
-                "logits": fused_logits,
+                "predictions": predictions.astype(np.int16).tolist(),
+                "logits": None
+                if fused_logits is None
+                else storable_logits(fused_logits).ravel().tolist(),
                 "seconds": 0.0,
                 "seed": 0,
             }

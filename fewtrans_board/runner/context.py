@@ -6,6 +6,7 @@ import math
 import platform
 import sys
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,41 @@ from fewtrans_board.runner.images import ImageStore
 from fewtrans_board.runner.spec import RunSpec, load_centre_file, run_id_of, run_identity
 
 EPISODES_PER_SHARD = 50
+
+
+def resolve_centre(
+    adapter: str,
+    adapter_cls: type[Adapter],
+    overrides: Mapping[str, Any],
+    centre_record: Mapping[str, Any] | None = None,
+    centre_file: str | Path | None = None,
+) -> AdapterConfig:
+    """The HPE centre of an adapter: its defaults, then a searched centre, then overrides.
+
+    Args:
+        adapter: the adapter's registry name.
+        adapter_cls: the adapter class.
+        overrides: ``key -> value`` centre overrides (``--config``), applied last.
+        centre_record: a centre-search result (``hpe search`` output), if any.
+        centre_file: where ``centre_record`` was read from (named in errors).
+
+    Raises:
+        FewtransError: the centre record was searched for another adapter, or the values
+            do not make a valid configuration.
+    """
+    base: dict[str, Any] = {}
+    if centre_record is not None:
+        if centre_record["adapter"] != adapter:
+            raise FewtransError(
+                f"centre file {centre_file} was searched for adapter "
+                f"{centre_record['adapter']!r}, not {adapter!r}"
+            )
+        base.update(centre_record["centre"])
+    base.update(overrides)
+    try:
+        return adapter_cls.Config.from_dict({**adapter_cls.Config().to_dict(), **base})
+    except ConfigError as exc:
+        raise FewtransError(f"adapter {adapter!r}: {exc}") from exc
 
 
 class RunContext:
@@ -50,7 +86,9 @@ class RunContext:
             )
         self.hpe = get_hpe_protocol(spec.hpe)
         self.centre_record = load_centre_file(spec.centre_file) if spec.centre_file else None
-        self.centre = self._centre()
+        self.centre = resolve_centre(
+            spec.adapter, self.adapter_cls, spec.config, self.centre_record, spec.centre_file
+        )
         self.grid = self.hpe.grid(self.adapter_cls, self.centre)
         self.root = Path(spec.root) if spec.root else None
         episodes = self.manifest.episodes()
@@ -66,23 +104,6 @@ class RunContext:
         self._features: FeatureCache | None = None
         self._run_id: str | None = None
         self.feature_folder: Path | None = None
-
-    def _centre(self) -> AdapterConfig:
-        base: dict[str, Any] = {}
-        if self.centre_record is not None:
-            if self.centre_record["adapter"] != self.spec.adapter:
-                raise FewtransError(
-                    f"centre file {self.spec.centre_file} was searched for adapter "
-                    f"{self.centre_record['adapter']!r}, not {self.spec.adapter!r}"
-                )
-            base.update(self.centre_record["centre"])
-        base.update(self.spec.config)
-        try:
-            return self.adapter_cls.Config.from_dict(
-                {**self.adapter_cls.Config().to_dict(), **base}
-            )
-        except ConfigError as exc:
-            raise FewtransError(f"adapter {self.spec.adapter!r}: {exc}") from exc
 
     def _check_items(self) -> None:
         check = verify_manifest(self.manifest, self.dataset.obj, self.root)
@@ -124,15 +145,37 @@ class RunContext:
         if not (self.spec.feature_cache and self.adapter_cls.frozen_backbone):
             return None
         if self._features is None:
-            universe = {
-                item
-                for ep in self.episodes
-                for item, _ in (*ep.support, *ep.query, *ep.novel_query)
-            }
+            universe = sorted(set(self.episode_items(self.episodes)))
             self._features = FeatureCache(
-                self.backbone, self.images, self.feature_folder, universe=sorted(universe)
+                self.backbone, self.images, self.feature_folder, universe=universe
             )
         return self._features
+
+    @staticmethod
+    def episode_items(episodes: Iterable[ManifestEpisode]) -> list[str]:
+        """Item ids shown in ``episodes`` (support, query, novel query), repeats included.
+
+        Args:
+            episodes: the episodes.
+
+        Returns:
+            The ids in episode order.
+        """
+        return [item for ep in episodes for item, _ in (*ep.support, *ep.query, *ep.novel_query)]
+
+    def prefetch_features(self, episodes: Iterable[ManifestEpisode], progress: bool) -> None:
+        """Embed, in one pass, every frozen feature ``episodes`` need (no-op without a cache).
+
+        Fetching features episode by episode instead grows the cache matrix once per new
+        chunk, copying it each time. Features are identical either way: chunks are fixed
+        slices of the run's item universe.
+
+        Args:
+            episodes: the episodes about to be evaluated.
+            progress: show an embedding progress bar on stderr.
+        """
+        if self.features is not None:
+            self.features.ensure(self.episode_items(episodes), progress=progress)
 
     # --- identity and provenance --------------------------------------------------------
 

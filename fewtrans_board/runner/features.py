@@ -59,7 +59,6 @@ class FeatureCache:
         self._matrix = np.zeros((0, backbone.feature_dim), dtype=np.float32)
         self._universe = sorted(set(universe))
         self._chunk_of = {item: i // batch_size for i, item in enumerate(self._universe)}
-        self.embedded = 0
         if self.path is not None and self.path.is_file():
             self._load()
 
@@ -94,7 +93,6 @@ class FeatureCache:
         offset = len(self._rows)
         self._matrix = np.concatenate([self._matrix, *chunks]).astype(np.float32)
         self._rows.update({item: offset + i for i, item in enumerate(missing)})
-        self.embedded += len(missing)
         self._save()
 
     def _save(self) -> None:

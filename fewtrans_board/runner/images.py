@@ -38,7 +38,6 @@ class ImageStore:
         self.max_bytes = max_bytes
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._bytes = 0
-        self.decoded = 0
 
     def uint8(self, item: str) -> torch.Tensor:
         """The resized ``uint8 [3, S, S]`` image of ``item``."""
@@ -51,7 +50,6 @@ class ImageStore:
         except FewtransError as exc:
             raise FewtransError(f"dataset {self.spec.name!r}, item {item!r}: {exc}") from exc
         tensor = self.preprocessing.resize_uint8(image)
-        self.decoded += 1
         self._cache[item] = tensor
         self._bytes += tensor.numel()
         while self._bytes > self.max_bytes and len(self._cache) > 1:

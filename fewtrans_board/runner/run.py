@@ -177,14 +177,8 @@ def _run(
         raise FewtransError(f"--shard {shard} is outside 0..{ctx.shard_count - 1}")
     done = [i for i in indices if shard_path(out, i, ctx.shard_count).exists()]
     todo = [i for i in indices if i not in done]
-    if todo and ctx.features is not None:
-        needed = [
-            item
-            for i in todo
-            for ep in ctx.shard_episodes(i)
-            for item, _ in (*ep.support, *ep.query, *ep.novel_query)
-        ]
-        ctx.features.ensure(needed, progress=progress)
+    if todo:
+        ctx.prefetch_features([ep for i in todo for ep in ctx.shard_episodes(i)], progress)
     total = sum(len(ctx.shard_episodes(i)) for i in todo)
     bar = tqdm(
         total=total,

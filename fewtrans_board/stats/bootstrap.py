@@ -7,7 +7,7 @@ episodes, so their averages are compared pairwise.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,10 +36,20 @@ class BootstrapCI:
         }
 
 
+def cross_dataset_mean(per_dataset: Mapping[str, np.ndarray]) -> float:
+    """Average over datasets of the per-dataset mean accuracies (datasets weigh equally)."""
+    return float(np.mean([np.mean(v) for v in per_dataset.values()]))
+
+
 def _replicates(
     methods: Mapping[str, Mapping[str, np.ndarray]], resamples: int, seed: int
-) -> tuple[list[str], np.ndarray]:
-    """Bootstrap replicates of each method's cross-dataset average: ``[methods, resamples]``."""
+) -> tuple[list[str], list[str], np.ndarray]:
+    """Bootstrap replicates of each method's cross-dataset average.
+
+    Returns:
+        ``(sorted method names, the datasets resampled, replicates [methods, resamples])``;
+        the datasets are the first method's, sorted.
+    """
     names = sorted(methods)
     datasets = sorted(next(iter(methods.values())))
     rng = np.random.default_rng(seed)
@@ -52,17 +62,36 @@ def _replicates(
             if len(values) != n:
                 raise ValueError(f"{name} has {len(values)} episodes on {dataset}, others {n}")
             totals[i] += values[index].mean(axis=1)
-    return names, totals / len(datasets)
+    return names, datasets, totals / len(datasets)
+
+
+def _percentile_ci(
+    estimate: float, replicates: np.ndarray, resamples: int, seed: int
+) -> BootstrapCI:
+    low, high = np.percentile(replicates, [2.5, 97.5])
+    return BootstrapCI(estimate, float(low), float(high), resamples, seed)
+
+
+def _ranks(
+    methods: Mapping[str, Mapping[str, np.ndarray]], names: list[str], replicates: np.ndarray
+) -> dict[str, tuple[int, int, int]]:
+    point = np.array([cross_dataset_mean(methods[n]) for n in names])
+    point_rank = (-point).argsort(kind="mergesort").argsort() + 1
+    # Rank of every method within each replicate (higher average = better rank).
+    ranks = (-replicates).argsort(axis=0, kind="mergesort").argsort(axis=0) + 1
+    out = {}
+    for i, name in enumerate(names):
+        low, high = np.percentile(ranks[i], [2.5, 97.5])
+        out[name] = (int(point_rank[i]), int(np.floor(low)), int(np.ceil(high)))
+    return out
 
 
 def average_ci(
     per_dataset: Mapping[str, np.ndarray], resamples: int = 10_000, seed: int = 0
 ) -> BootstrapCI:
     """Cross-dataset average of per-dataset means with a 95% percentile bootstrap CI."""
-    _, replicates = _replicates({"m": per_dataset}, resamples, seed)
-    estimate = float(np.mean([np.mean(v) for v in per_dataset.values()]))
-    low, high = np.percentile(replicates[0], [2.5, 97.5])
-    return BootstrapCI(estimate, float(low), float(high), resamples, seed)
+    _, _, replicates = _replicates({"m": per_dataset}, resamples, seed)
+    return _percentile_ci(cross_dataset_mean(per_dataset), replicates[0], resamples, seed)
 
 
 def rank_intervals(
@@ -73,16 +102,55 @@ def rank_intervals(
     Returns:
         ``{method: (rank, low, high)}``.
     """
-    names, replicates = _replicates(methods, resamples, seed)
-    point = np.array([np.mean([np.mean(v) for v in methods[n].values()]) for n in names])
-    point_rank = (-point).argsort(kind="mergesort").argsort() + 1
-    # Rank of every method within each replicate (higher average = better rank).
-    ranks = (-replicates).argsort(axis=0, kind="mergesort").argsort(axis=0) + 1
+    names, _, replicates = _replicates(methods, resamples, seed)
+    return _ranks(methods, names, replicates)
+
+
+def averages_and_ranks(
+    methods: Mapping[str, Mapping[str, np.ndarray]], resamples: int = 2_000, seed: int = 0
+) -> dict[str, tuple[BootstrapCI, tuple[int, int, int]]]:
+    """:func:`average_ci` and :func:`rank_intervals` of every method from one bootstrap draw.
+
+    The results equal those of the two functions called with the same ``resamples`` and
+    ``seed``: a method's replicates do not depend on which other methods are drawn with it.
+
+    Returns:
+        ``{method: (average with CI, (rank, low, high))}``.
+    """
+    names, datasets, replicates = _replicates(methods, resamples, seed)
+    ranks = _ranks(methods, names, replicates)
     out = {}
     for i, name in enumerate(names):
-        low, high = np.percentile(ranks[i], [2.5, 97.5])
-        out[name] = (int(point_rank[i]), int(np.floor(low)), int(np.ceil(high)))
+        if sorted(methods[name]) == datasets:
+            average = _percentile_ci(
+                cross_dataset_mean(methods[name]), replicates[i], resamples, seed
+            )
+        else:
+            # Ranks use the first method's datasets; this method's average uses all of its own.
+            average = average_ci(methods[name], resamples, seed)
+        out[name] = (average, ranks[name])
     return out
+
+
+def holm_paired(pooled: Mapping[str, np.ndarray], reference: np.ndarray) -> dict[str, float]:
+    """Holm-adjusted p-values of paired t-tests of each sample against ``reference``.
+
+    Args:
+        pooled: per-episode values of each method, paired with ``reference`` episode by
+            episode (e.g. from :func:`pool`).
+        reference: the reference method's per-episode values.
+
+    Returns:
+        ``{method: adjusted p}``, Holm-adjusted over all methods of ``pooled``.
+    """
+    names = list(pooled)
+    adjusted = holm([paired_ttest(pooled[n], reference).pvalue for n in names])
+    return dict(zip(names, adjusted, strict=True))
+
+
+def pool(per_dataset: Mapping[str, np.ndarray], datasets: Sequence[str]) -> np.ndarray:
+    """One method's per-episode values of ``datasets``, concatenated in that order."""
+    return np.concatenate([np.asarray(per_dataset[d]) for d in datasets])
 
 
 def tied_with_best(
@@ -96,12 +164,12 @@ def tied_with_best(
     its adjusted p is at least ``alpha``.
     """
     names = sorted(methods)
-    averages = {n: float(np.mean([np.mean(v) for v in methods[n].values()])) for n in names}
+    averages = {n: cross_dataset_mean(methods[n]) for n in names}
     best = max(names, key=lambda n: (averages[n], n))
     datasets = sorted(methods[best])
-    pooled = {n: np.concatenate([np.asarray(methods[n][d]) for d in datasets]) for n in names}
-    others = [n for n in names if n != best]
-    adjusted = holm([paired_ttest(pooled[best], pooled[n]).pvalue for n in others])
+    adjusted = holm_paired(
+        {n: pool(methods[n], datasets) for n in names if n != best}, pool(methods[best], datasets)
+    )
     tied = {best: True}
-    tied.update({n: bool(p >= alpha) for n, p in zip(others, adjusted, strict=True)})
+    tied.update({n: bool(p >= alpha) for n, p in adjusted.items()})
     return tied

@@ -10,12 +10,19 @@ from typing import Any
 import numpy as np
 
 from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark
-from fewtrans_board.leaderboard.index import build_index
+from fewtrans_board.leaderboard.index import index_entries
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.results.load import RunResults, find_runs, load_run
-from fewtrans_board.stats.bootstrap import BootstrapCI, average_ci, rank_intervals, tied_with_best
+from fewtrans_board.results.summary import summarize
+from fewtrans_board.stats.bootstrap import (
+    BootstrapCI,
+    averages_and_ranks,
+    holm_paired,
+    pool,
+    tied_with_best,
+)
 from fewtrans_board.stats.intervals import MeanCI, mean_ci
-from fewtrans_board.stats.tests import cohens_d_paired, holm, paired_ttest
+from fewtrans_board.stats.tests import cohens_d_paired
 
 COLUMN_SETS = ("hpe", "vote", "oracle")
 BOOTSTRAP_SEED = 0
@@ -128,30 +135,24 @@ class SiteData:
 
 
 def _load_methods(store: LeaderboardStore) -> list[MethodView]:
-    index = build_index(store)
+    frozen = {sha: name for sha, (name, _) in store.frozen.items()}
     methods = []
-    for entry in index["submissions"]:
-        ident = entry["id"]
-        centre_path = store.submissions_dir / ident / "centre-search.json"
+    for entry in index_entries(store):
+        centre_path = store.submissions_dir / entry.id / "centre-search.json"
         view = MethodView(
-            id=ident,
-            meta=entry["meta"],
-            status=entry["status"],
-            superseded_by=entry["superseded_by"],
+            id=entry.id,
+            meta=entry.meta.to_dict(),
+            status=entry.status,
+            superseded_by=entry.superseded_by,
             centre_search=json.loads(centre_path.read_text()) if centre_path.is_file() else None,
         )
-        ddof = BENCHMARKS[view.meta["benchmark"]].statistic_ddof
-        frozen = {sha: name for sha, (name, _) in store.frozen.items()}
-        for path in find_runs([store.results_dir / ident]):
-            from fewtrans_board.results.summary import summarize
-
-            run = load_run(path)
+        for run, summary in zip(entry.runs, entry.summaries, strict=True):
             view.runs[run.dataset] = MethodRun(
                 dataset=run.dataset,
                 manifest=frozen.get(run.meta["manifest"]["sha256"], run.meta["manifest"]["file"]),
                 run=run,
                 aggregations=run.aggregations(),
-                summary=summarize(run, ddof=ddof),
+                summary=summary,
             )
         methods.append(view)
     return methods
@@ -163,8 +164,6 @@ def local_methods(run_dirs: list[Path]) -> list[MethodView]:
     Each run joins the benchmark whose manifests include its manifest; runs on other
     manifests are skipped.
     """
-    from fewtrans_board.results.summary import summarize
-
     by_manifest = {m: b.name for b in BENCHMARKS.values() for m in b.manifests}
     views: dict[str, MethodView] = {}
     for path in find_runs(run_dirs):
@@ -205,30 +204,28 @@ def _table(
     reference: MethodView | None,
 ) -> list[TableRow]:
     values = {m.id: m.values(aggregation) for m in methods}
-    ranks = (
-        rank_intervals(values, resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
+    bootstrap = (
+        averages_and_ranks(values, resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
         if methods
         else {}
     )
     tied = tied_with_best(values) if len(methods) > 1 else {m.id: True for m in methods}
     comparisons: dict[str, Comparison] = {}
     if reference is not None:
-        others = [m for m in methods if m.id != reference.id]
-        ref = np.concatenate([values[reference.id][d] for d in datasets])
-        pooled = {m.id: np.concatenate([values[m.id][d] for d in datasets]) for m in others}
-        adjusted = holm([paired_ttest(pooled[m.id], ref).pvalue for m in others])
-        for m, p in zip(others, adjusted, strict=True):
-            comparisons[m.id] = Comparison(
-                difference=float(pooled[m.id].mean() - ref.mean()),
+        ref = pool(values[reference.id], datasets)
+        pooled = {m.id: pool(values[m.id], datasets) for m in methods if m.id != reference.id}
+        for ident, p in holm_paired(pooled, ref).items():
+            comparisons[ident] = Comparison(
+                difference=float(pooled[ident].mean() - ref.mean()),
                 p_holm=p,
-                cohens_d=cohens_d_paired(pooled[m.id], ref),
+                cohens_d=cohens_d_paired(pooled[ident], ref),
             )
     rows = [
         TableRow(
             method=m,
             cells={d: mean_ci(values[m.id][d], ddof=ddof) for d in datasets},
-            average=average_ci(values[m.id], resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED),
-            rank=ranks[m.id],
+            average=bootstrap[m.id][0],
+            rank=bootstrap[m.id][1],
             tied_with_best=tied[m.id],
             versus_reference=comparisons.get(m.id),
         )
