@@ -52,6 +52,25 @@ def test_reference_grid_is_3x3_at_fixed_epochs_with_vote() -> None:
     assert REFERENCE.aggregation == "vote" and PAPER.aggregation == "logit-mean"
 
 
+@pytest.mark.parametrize("protocol", [PAPER, REFERENCE], ids=lambda p: p.name)
+@pytest.mark.parametrize("adapter", [LinearProbeAdapter, FinetuneAdapter], ids=lambda a: a.name)
+def test_grid_does_not_depend_on_the_order_roles_are_listed(protocol, adapter) -> None:  # type: ignore[no-untyped-def]
+    from fewtrans_board.hpe.protocols import hpe_roles
+
+    centre = adapter.Config().to_dict()
+    roles = hpe_roles(adapter)
+    # Roles read back from stored JSON come out alphabetically ("epochs" first).
+    alphabetical = dict(sorted(roles.items()))
+    reverse = dict(reversed(list(roles.items())))
+    grid = protocol.grid_for(centre, roles)
+    assert [c.to_dict() for c in protocol.grid(adapter, adapter.Config())] == grid
+    assert protocol.grid_for(centre, alphabetical) == grid
+    assert protocol.grid_for(centre, reverse) == grid
+    assert protocol.digest_for(centre, alphabetical) == protocol.digest_for(centre, roles)
+    # Learning rates vary slowest, the epoch count fastest.
+    assert list(protocol.axes_for(centre, alphabetical))[-1] == "epochs" or protocol is REFERENCE
+
+
 def test_adapters_without_axes_get_the_centre_only() -> None:
     assert PAPER.grid(MeanCentroidAdapter, MeanCentroidAdapter.Config()) == [
         MeanCentroidAdapter.Config()

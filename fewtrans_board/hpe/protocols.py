@@ -62,9 +62,10 @@ class HpeProtocol:
         axes: dict[str, list[Any]] = {}
         if self.epoch_rule == "centre-only":
             return axes
-        lr_fields = [name for name, role in roles.items() if role == "lr"]
+        ordered = canonical_roles(roles)
+        lr_fields = [name for name, role in ordered.items() if role == "lr"]
         multipliers = self.single_lr_multipliers if len(lr_fields) == 1 else self.lr_multipliers
-        for name, role in roles.items():
+        for name, role in ordered.items():
             if role == "lr":
                 axes[name] = [_scale(centre[name], m) for m in multipliers]
             elif role == "epochs" and self.epoch_rule == "paper":
@@ -75,7 +76,11 @@ class HpeProtocol:
         return axes
 
     def grid_for(self, centre: dict[str, Any], roles: dict[str, str]) -> list[dict[str, Any]]:
-        """All configurations as dicts, in the Cartesian-product order of the axes."""
+        """All configurations as dicts, in the Cartesian-product order of the axes.
+
+        The axes come in :func:`canonical_roles` order, so the grid (and its configuration
+        indices) does not depend on the order in which ``roles`` lists them.
+        """
         axes = self.axes_for(centre, roles)
         names = list(axes)
         return [
@@ -115,9 +120,24 @@ class HpeProtocol:
         return sha256_text(canonical_json({"protocol": self.describe(), "grid": grid}))
 
 
+ROLE_ORDER = ("lr", "epochs")
+"""Axis order of every grid: learning rates first, then the epoch count."""
+
+
+def canonical_roles(roles: dict[str, str]) -> dict[str, str]:
+    """``roles`` ordered learning rates first, then epochs, each by field name.
+
+    Roles read back from stored JSON come out alphabetically while an adapter declares them
+    in field order; both must build the same grid.
+    """
+    return dict(sorted(roles.items(), key=lambda item: (ROLE_ORDER.index(item[1]), item[0])))
+
+
 def hpe_roles(adapter: type[Adapter]) -> dict[str, str]:
-    """``{field: "lr" | "epochs"}`` of an adapter's Config, in declaration order."""
-    return {f.name: f.hpe for f in adapter.Config.fields_info() if f.hpe is not None}
+    """``{field: "lr" | "epochs"}`` of an adapter's Config, in :func:`canonical_roles` order."""
+    return canonical_roles(
+        {f.name: f.hpe for f in adapter.Config.fields_info() if f.hpe is not None}
+    )
 
 
 def _scale(value: float, multiplier: Fraction) -> float:

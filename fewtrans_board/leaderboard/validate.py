@@ -255,6 +255,25 @@ def _check_group(
             )
 
 
+def _check_grid(
+    run: RunResults, protocol: str, expected: list[dict[str, Any]], evaluated: list[dict[str, Any]]
+) -> None:
+    """Refuse an evaluated grid that differs from the protocol's, naming the first difference."""
+    for index, (want, got) in enumerate(zip(expected, evaluated, strict=False)):
+        if canonical_json(want) != canonical_json(got):
+            raise SubmissionError(
+                "grid-mismatch",
+                f"{run.dataset}: configuration {index} of the evaluated grid is {canonical_json(got)}; "
+                f"the {protocol} grid around the stored centre has {canonical_json(want)} there",
+            )
+    if len(expected) != len(evaluated):
+        raise SubmissionError(
+            "grid-mismatch",
+            f"{run.dataset}: the evaluated grid has {len(evaluated)} configurations; the "
+            f"{protocol} grid around the stored centre has {len(expected)}",
+        )
+
+
 def _check_centre_search(
     meta: SubmissionMeta,
     benchmark: Benchmark,
@@ -350,14 +369,12 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
             )
         roles = run.meta["hpe"]["roles"]
         grid = protocol.grid_for(run.meta["adapter"]["centre"], roles)
-        if canonical_json(grid) != canonical_json(run.meta["identity"]["grid"]) or run.meta["hpe"][
-            "hash"
-        ] != protocol.digest_for(run.meta["adapter"]["centre"], roles):
+        _check_grid(run, protocol.name, grid, run.meta["identity"]["grid"])
+        if run.meta["hpe"]["hash"] != protocol.digest_for(run.meta["adapter"]["centre"], roles):
             raise SubmissionError(
                 "grid-mismatch",
-                f"{run.dataset}: the evaluated grid ({len(run.meta['identity']['grid'])} "
-                f"configurations) is not the {protocol.name} grid around the stored centre "
-                f"({len(grid)})",
+                f"{run.dataset}: the recorded HPE hash is not the {protocol.name} hash of the "
+                "grid around the stored centre",
             )
         _check_rows(run, manifest, grid)
         _check_centre_search(meta, benchmark, contents.centre_search, run)
