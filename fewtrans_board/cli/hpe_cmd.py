@@ -120,7 +120,7 @@ def hpe_search(
     """
     from fewtrans_board.episodes.build import build_manifest, manifest_recipe
     from fewtrans_board.episodes.protocols import get_protocol
-    from fewtrans_board.hpe.search_run import run_centre_search
+    from fewtrans_board.runner.centre_search import run_centre_search
     from fewtrans_board.runner.spec import RunSpec
 
     if manifest is None:

@@ -1,4 +1,4 @@
-"""Run the centre search on a manifest of held-out search episodes and write its record."""
+"""Run the HPE centre search (``hpe.search``) on held-out search episodes; write its record."""
 
 from __future__ import annotations
 
