@@ -11,9 +11,9 @@ import numpy as np
 
 from fewtrans_board.errors import ContractError, FewtransError
 from fewtrans_board.registry import Registry
-from fewtrans_board.runner.rows import episode_rows
 from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.evaluate import evaluate_episode
+from fewtrans_board.runner.rows import episode_rows
 from fewtrans_board.runner.spec import RunSpec
 from fewtrans_board.testing.contract import check_adapter, check_backbone
 

@@ -18,11 +18,11 @@ from fewtrans_board.errors import ConfigError, FewtransError
 from fewtrans_board.hpe.protocols import get_hpe_protocol, hpe_roles
 from fewtrans_board.models.backbone import Backbone, Preprocessing
 from fewtrans_board.registry import Registry
-from fewtrans_board.runner.rows import episode_rows
 from fewtrans_board.runner.episodes import EpisodeInputs, episode_inputs
 from fewtrans_board.runner.evaluate import evaluate_episode
 from fewtrans_board.runner.features import FeatureCache
 from fewtrans_board.runner.images import ImageStore
+from fewtrans_board.runner.rows import episode_rows
 from fewtrans_board.runner.spec import RunSpec, load_centre_file, run_id_of, run_identity
 
 EPISODES_PER_SHARD = 50
