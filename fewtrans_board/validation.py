@@ -13,6 +13,12 @@ from fewtrans_board.errors import ContractError, FewtransError
 from fewtrans_board.registry import Registry
 from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.evaluate import evaluate_episode
+from fewtrans_board.runner.inductive import (
+    INDUCTIVE_TOLERANCE,
+    inductive_gap,
+    inductive_probes,
+    relative_gap,
+)
 from fewtrans_board.runner.rows import episode_rows
 from fewtrans_board.runner.spec import RunSpec
 from fewtrans_board.testing.contract import check_adapter, check_backbone
@@ -50,7 +56,7 @@ def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
         except ContractError as exc:
             raise ValidationError(str(exc)) from exc
         adapter = ctx.adapter_cls()
-        first, second, permuted_predictions, hpe = [], [], [], []
+        first, second, reordered, hpe = [], [], [], []
         for episode in ctx.episodes:
             inputs = ctx.inputs(episode)
             outcomes = evaluate_episode(
@@ -65,35 +71,46 @@ def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
                 adapter, ctx.backbone, ctx.inputs(episode), ctx.grid, ctx.manifest.sha256
             )
             second.append([o.logits for o in again])
-            shuffled = ctx.inputs(episode)
+            # Another presentation order, shuffled hidden labels, each configuration fitted
+            # alone: an adapter that reads neither positions nor labels predicts the same.
+            shuffled = ctx.inputs(episode, salt="validate")
             shuffled.query_labels = np.random.RandomState(episode.index).permutation(
                 shuffled.query_labels
             )
             permuted = evaluate_episode(
-                adapter, ctx.backbone, shuffled, ctx.grid, ctx.manifest.sha256
+                adapter, ctx.backbone, shuffled, ctx.grid, ctx.manifest.sha256, loop=True
             )
-            permuted_predictions.append([o.logits.argmax(axis=1) for o in permuted])
+            reordered.append([o.logits for o in permuted])
         checks.append(f"logits finite and shaped (queries x ways), {len(ctx.grid)} configurations")
         rerun = _first_mismatch(first, second)
         if rerun is not None:
             e, i, gap = rerun
             raise ValidationError(
                 f"episode {ctx.episodes[e].index}, configuration {i} {ctx.grid[i].to_dict()}: two "
-                f"runs with the same seeds gave different logits (max difference {gap:.3g}). A "
-                "submission that cannot be re-run cannot be verified: seed every random choice "
-                "from torch's global generator and avoid non-deterministic kernels."
+                "runs with the same seeds gave different logits (max difference "
+                f"{gap:.3g}). A submission that cannot be re-run cannot be verified: seed every "
+                "random choice from torch's global generator and avoid non-deterministic kernels."
             )
         checks.append("identical results when re-run with the same seeds")
-        leak = _first_mismatch([[x.argmax(axis=1) for x in a] for a in first], permuted_predictions)
+        leak = _first_disagreement(first, reordered)
         if leak is not None:
-            e, i, _ = leak
+            e, i = leak
             raise ValidationError(
                 f"episode {ctx.episodes[e].index}, configuration {i}: predictions changed when "
-                "only "
-                "the hidden query labels were permuted, so the adapter reads query labels. "
-                "Adapters may use the support set and class names only."
+                "the order of the queries and their hidden labels were shuffled and each "
+                "configuration was fitted alone with fit(), so the adapter reads query "
+                "positions or labels, or its fit_many() differs from fit(). Adapters may use "
+                "the support set and class names only, and fit_many() must equal fit() per "
+                "configuration."
             )
-        checks.append("predictions independent of the hidden query labels")
+        checks.append(
+            "predictions independent of query order and hidden labels; fit_many equals fit"
+        )
+        if ctx.adapter_cls.transductive:
+            checks.append("inductiveness not required: the adapter declares transductive = True")
+        else:
+            _check_inductive(ctx, adapter, first)
+            checks.append("inductive: each query's logits independent of the other queries")
     return {
         "model": ctx.model.name,
         "adapter": ctx.adapter_entry.name,
@@ -104,6 +121,49 @@ def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
         "hpe_accuracy": float(np.mean(hpe)),
         "checks": checks,
     }
+
+
+def _check_inductive(ctx: RunContext, adapter: Any, first: list[list[np.ndarray]]) -> None:
+    """Refit one configuration per episode and predict query subsets on their own.
+
+    Raises:
+        ValidationError: a query's logits change with the other queries predicted with it.
+    """
+    for e, episode in enumerate(ctx.episodes):
+        index = episode.index % len(ctx.grid)
+        probes = inductive_probes(len(episode.query), episode.index)
+        (outcome,) = evaluate_episode(
+            adapter,
+            ctx.backbone,
+            ctx.inputs(episode),
+            [ctx.grid[index]],
+            ctx.manifest.sha256,
+            probes=probes,
+        )
+        gap = inductive_gap(first[e][index], probes, outcome.probe_logits)
+        if gap > INDUCTIVE_TOLERANCE:
+            raise ValidationError(
+                f"episode {episode.index}, configuration {index}: a query's logits change (by "
+                f"{gap:.3g}, relative) with the other queries predicted alongside it, so the "
+                "adapter is transductive. Declare transductive = True on the adapter class "
+                "(transductive methods are ranked apart), or predict each query on its own."
+            )
+
+
+def _first_disagreement(
+    first: list[list[np.ndarray]], second: list[list[np.ndarray]]
+) -> tuple[int, int] | None:
+    """``(episode position, configuration)`` whose predictions differ beyond float noise.
+
+    A different batch order may change the last bits of logits, so predictions may only
+    flip where the two runs' top logits are within :data:`INDUCTIVE_TOLERANCE`.
+    """
+    for e, (a, b) in enumerate(zip(first, second, strict=True)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            flipped = x.argmax(axis=1) != y.argmax(axis=1)
+            if flipped.any() and relative_gap(x[flipped], y[flipped]) > INDUCTIVE_TOLERANCE:
+                return e, i
+    return None
 
 
 def _first_mismatch(

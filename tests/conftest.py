@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import importlib
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,13 +19,17 @@ from fewtrans_board.cli import make_cli
 from fewtrans_board.plugins import PluginManager, get_plugin_manager
 from fewtrans_board.registry import Registry
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 class CentroidAdapter(Adapter):
     """A minimal nearest-centroid adapter used to build test plugins."""
 
     name = "test-centroid"
     description = "Nearest centroid on frozen features (test helper)."
+    trains = "nothing (class means)"
     frozen_backbone = True
+    training_free = True
 
     @dataclass(frozen=True)
     class Config(AdapterConfig):
@@ -113,3 +122,32 @@ def datasets_registry() -> dict[str, Any]:
     """Built-in dataset specs by name."""
     registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
     return {e.name: e.obj for e in registry.datasets}
+
+
+@contextlib.contextmanager
+def installed_distribution(root: Path, name: str, version: str, module: str) -> Iterator[Path]:
+    """Make ``module`` the ``fewtrans_board`` entry point of an installed distribution.
+
+    Writes ``<name>-<version>.dist-info`` under ``root`` and puts ``root`` (and the repository,
+    so ``tests.*`` modules import) on ``sys.path`` and ``PYTHONPATH``, so this process and the
+    worker processes it starts find the plugin as if it were pip-installed.
+    """
+    info = root / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[fewtrans_board]\n{name} = {module}\n")
+    old_path, old_env = list(sys.path), os.environ.get("PYTHONPATH")
+    sys.path.insert(0, str(root))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(root), str(REPO), *([old_env] if old_env else [])]
+    )
+    importlib.invalidate_caches()
+    try:
+        yield root
+    finally:
+        sys.path[:] = old_path
+        if old_env is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_env
+        importlib.invalidate_caches()

@@ -38,7 +38,11 @@ def test_validate_passes_an_honest_adapter(invoke) -> None:  # type: ignore[no-u
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["configurations"] == 15 and report["episodes"] == 2
-    assert "predictions independent of the hidden query labels" in report["checks"]
+    assert (
+        "predictions independent of query order and hidden labels; fit_many equals fit"
+        in (report["checks"])
+    )
+    assert "inductive: each query's logits independent of the other queries" in report["checks"]
     assert "identical results when re-run with the same seeds" in report["checks"]
 
 
@@ -46,7 +50,7 @@ def test_validate_passes_an_honest_adapter(invoke) -> None:  # type: ignore[no-u
     ("adapter", "message"),
     [
         ("unseeded", "same seed gave different logits"),
-        ("peeks-labels", "reads query labels"),
+        ("peeks-labels", "reads query positions or labels"),
         ("wrong-shape", "logits have shape"),
     ],
 )

@@ -133,8 +133,30 @@ class AdapterConfig:
 
     def digest(self) -> str:
         """Short sha256 of the canonical JSON of the values (stable across runs)."""
-        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        return config_digest(self.to_dict())
+
+
+def config_digest(values: Mapping[str, Any]) -> str:
+    """:meth:`AdapterConfig.digest` of plain values (floats as floats, ints as ints)."""
+    text = json.dumps(dict(values), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def typed_values(values: Mapping[str, Any], fields: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``values`` with each float field as a float, as ``AdapterConfig.from_dict`` stores it.
+
+    Args:
+        values: configuration values (e.g. read back from JSON, where ``1.0`` may be ``1``).
+        fields: the field descriptions of a recorded adapter schema (``Adapter.options()``).
+
+    Returns:
+        The values keyed as given, float fields converted.
+    """
+    types = {f["name"]: f["type"] for f in fields}
+    return {
+        k: float(v) if types.get(k) == "float" and not isinstance(v, bool) else v
+        for k, v in values.items()
+    }
 
 
 @runtime_checkable
@@ -158,7 +180,14 @@ class Adapter(ABC):
         Config: the nested hyperparameter dataclass (subclass of ``AdapterConfig``).
         needs_text: ``True`` if the adapter needs a CLIP-style text tower.
         frozen_backbone: ``True`` if only frozen features are used, so the runner may
-            serve ``ImageSet.features`` from its cache.
+            serve ``ImageSet.features`` from its cache (and hands out no pixels).
+        training_free: ``True`` if nothing is trained (no gradient steps, no fitted
+            parameters tuned by a learning rate); such an adapter declares no HPE axis.
+            Every other adapter must declare its learning-rate and epoch axes
+            (``hparam(..., hpe="lr" | "epochs")``) to run under a leaderboard protocol.
+        transductive: ``True`` if a query's logits may depend on the other queries
+            (e.g. query-batch statistics). Leaderboards rank transductive methods apart;
+            an undeclared dependence fails ``validate`` and verification.
     """
 
     name: ClassVar[str]
@@ -169,6 +198,8 @@ class Adapter(ABC):
     Config: ClassVar[type[AdapterConfig]] = AdapterConfig
     needs_text: ClassVar[bool] = False
     frozen_backbone: ClassVar[bool] = False
+    training_free: ClassVar[bool] = False
+    transductive: ClassVar[bool] = False
 
     @abstractmethod
     def fit(
@@ -236,6 +267,14 @@ class Adapter(ABC):
             raise RegistrationError(f"{where} has no string class attribute 'name'")
         if not cls.description:
             raise RegistrationError(f"{where} has an empty 'description'")
+        if not isinstance(cls.trains, str) or not cls.trains.strip():
+            raise RegistrationError(
+                f"{where} has an empty 'trains': say in a few words what receives gradients "
+                "(e.g. 'linear head (backbone frozen)', or 'nothing (class means)')"
+            )
+        for flag in ("needs_text", "frozen_backbone", "training_free", "transductive"):
+            if not isinstance(getattr(cls, flag), bool):
+                raise RegistrationError(f"{where}: '{flag}' must be True or False")
         config = cls.Config
         if not (isinstance(config, type) and issubclass(config, AdapterConfig)):
             raise RegistrationError(f"{where}: Config must subclass AdapterConfig")
@@ -261,6 +300,12 @@ class Adapter(ABC):
                     f"{where}: Config field {info.name!r} has hpe={info.hpe!r}; "
                     "use 'lr', 'epochs' or None"
                 )
+        axes = [info.name for info in config.fields_info() if info.hpe is not None]
+        if cls.training_free and axes:
+            raise RegistrationError(
+                f"{where} declares training_free = True but has HPE axes {', '.join(axes)}; "
+                "a training-free adapter has no learning rate or epoch count"
+            )
 
     @classmethod
     def summary(cls) -> dict[str, Any]:
@@ -273,6 +318,25 @@ class Adapter(ABC):
             "trains": cls.trains,
             "needs_text": cls.needs_text,
             "frozen_backbone": cls.frozen_backbone,
+            "training_free": cls.training_free,
+            "transductive": cls.transductive,
+        }
+
+    @classmethod
+    def schema(cls) -> dict[str, Any]:
+        """The declarations the protocol reads: hyperparameters with HPE roles, and flags.
+
+        Recorded in every result's provenance at evaluate time; submission validation
+        derives the grid from it (never from free metadata) and verification checks that
+        the installed plugin still declares the same.
+        """
+        return {
+            "name": cls.name,
+            "fields": cls.options(),
+            "training_free": cls.training_free,
+            "transductive": cls.transductive,
+            "frozen_backbone": cls.frozen_backbone,
+            "needs_text": cls.needs_text,
         }
 
     @classmethod

@@ -1,65 +1,74 @@
-"""What an adapter is given: a support set with labels, and unlabeled query images."""
+"""What an adapter is given: a support set with labels, and unlabeled query images.
+
+Adapters receive tensors only: preprocessed pixels and/or frozen features, the support
+labels, and (separately) the class names. Nothing here refers to item ids, file paths or
+manifest rows, and the runner presents support and query images in a seeded random order,
+so neither the position of a query nor anything reachable from these objects tells its
+label.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
     import torch
 
     from fewtrans_board.models.backbone import Backbone
 
-FeatureLoader = Callable[["Backbone"], "torch.Tensor"]
-
 
 class ImageSet:
-    """Preprocessed images of one side of an episode.
-
-    Pixels are loaded lazily and at most once; frozen features come from the runner's
-    feature cache when one is attached, so frozen-backbone adapters never pay for decoding
-    images whose features are cached.
+    """Images of one side of an episode, as pixels, frozen features, or both.
 
     Args:
-        pixels: a tensor ``[N, 3, H, W]`` or a zero-argument callable producing it.
-        size: number of images (required when ``pixels`` is a callable).
-        features: optional ``features(backbone) -> [N, D]`` supplied by the runner.
-        memoize: keep computed features for later calls (``False`` recomputes them on
-            every call; benchmarks use it as the uncached baseline).
+        pixels: preprocessed images ``[N, 3, H, W]``, or ``None`` when the runner hands a
+            frozen-backbone adapter cached features only.
+        features: frozen backbone features ``[N, D]`` from the runner's feature cache, if
+            any; otherwise :meth:`features` embeds ``pixels`` with the backbone.
+        memoize: keep features computed from pixels for later calls (``False`` recomputes
+            them on every call; benchmarks use it as the uncached baseline).
+
+    Raises:
+        ValueError: neither pixels nor features, or their lengths differ.
     """
 
     def __init__(
         self,
-        pixels: torch.Tensor | Callable[[], torch.Tensor],
+        pixels: torch.Tensor | None = None,
         *,
-        size: int | None = None,
-        features: FeatureLoader | None = None,
+        features: torch.Tensor | None = None,
         memoize: bool = True,
     ) -> None:
-        if callable(pixels):
-            if size is None:
-                raise ValueError("size is required when pixels are loaded lazily")
-            self._pixels: torch.Tensor | None = None
-            self._load: Callable[[], torch.Tensor] | None = pixels
-            self._size = size
-        else:
-            self._pixels = pixels
-            self._load = None
-            self._size = int(pixels.shape[0])
+        if pixels is None and features is None:
+            raise ValueError("an ImageSet needs pixels, features or both")
+        if pixels is not None and features is not None and len(pixels) != len(features):
+            raise ValueError(f"{len(pixels)} images but {len(features)} feature rows")
+        self._pixels = pixels
         self._features = features
         self._memoize = memoize
         self._feature_memo: dict[int, torch.Tensor] = {}
+        self._size = int((pixels if pixels is not None else features).shape[0])  # type: ignore[union-attr]
 
     def __len__(self) -> int:
         return self._size
 
     @property
     def pixels(self) -> torch.Tensor:
-        """Preprocessed images ``[N, 3, H, W]`` (loaded on first access)."""
+        """Preprocessed images ``[N, 3, H, W]``.
+
+        Raises:
+            FewtransError: the runner served cached features only (a ``frozen_backbone``
+                adapter reads :meth:`features`, never pixels).
+        """
         if self._pixels is None:
-            assert self._load is not None
-            self._pixels = self._load()
-            self._load = None
+            raise FewtransError(
+                "these images were served as cached frozen features: an adapter that declares "
+                "frozen_backbone = True reads query.features(backbone) (or "
+                "support.images.features(backbone)), never pixels; set frozen_backbone = False "
+                "to receive pixels"
+            )
         return self._pixels
 
     def features(self, backbone: Backbone) -> torch.Tensor:
@@ -71,14 +80,23 @@ class ImageSet:
         Returns:
             Float32 features on the backbone's device.
         """
+        if self._features is not None:
+            return self._features
         key = id(backbone)
         if key in self._feature_memo:
             return self._feature_memo[key]
-        loader = self._features
-        features = loader(backbone) if loader is not None else backbone.embed(self.pixels)
+        features = backbone.embed(self.pixels)
         if self._memoize:
             self._feature_memo[key] = features
         return features
+
+    def subset(self, index: torch.Tensor) -> ImageSet:
+        """The images at ``index`` (a LongTensor of positions), in that order."""
+        return ImageSet(
+            None if self._pixels is None else self._pixels[index],
+            features=None if self._features is None else self._features[index],
+            memoize=self._memoize,
+        )
 
 
 class SupportSet:

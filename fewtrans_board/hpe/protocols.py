@@ -42,6 +42,8 @@ class HpeProtocol:
         epoch_rule: ``"paper"`` ({E/3, 2E/3, E}, E = centre + 10), ``"fixed"`` (centre)
             or ``"centre-only"`` (no grid at all).
         aggregation: ``"logit-mean"`` or ``"vote"`` (the headline aggregation).
+        leaderboard: whether leaderboards accept it; such a protocol requires every
+            adapter that trains to declare its learning-rate and epoch axes.
     """
 
     name: str
@@ -51,6 +53,7 @@ class HpeProtocol:
     single_lr_multipliers: tuple[Fraction, ...]
     epoch_rule: Literal["paper", "fixed", "centre-only"]
     aggregation: Aggregation
+    leaderboard: bool = True
 
     def axes_for(self, centre: dict[str, Any], roles: dict[str, str]) -> dict[str, list[Any]]:
         """Values of every varied axis, from plain data (no plugin code needed).
@@ -133,6 +136,48 @@ def canonical_roles(roles: dict[str, str]) -> dict[str, str]:
     return dict(sorted(roles.items(), key=lambda item: (ROLE_ORDER.index(item[1]), item[0])))
 
 
+def schema_roles(schema: dict[str, Any]) -> dict[str, str]:
+    """``{field: "lr" | "epochs"}`` from a recorded adapter schema (see ``Adapter.schema``)."""
+    return canonical_roles(
+        {f["name"]: f["hpe"] for f in schema["fields"] if f.get("hpe") is not None}
+    )
+
+
+def check_schema_fits(protocol: HpeProtocol, schema: dict[str, Any]) -> None:
+    """Refuse an adapter whose declarations let it escape a leaderboard protocol's grid.
+
+    Under a leaderboard protocol an adapter that trains anything declares at least one
+    learning-rate axis and exactly one epoch axis, so the protocol (not the method author)
+    decides the grid it is ensembled over. Only a ``training_free`` adapter has no axis.
+
+    Args:
+        protocol: the HPE protocol of the run.
+        schema: the adapter's declarations (``Adapter.schema()`` or a recorded copy).
+
+    Raises:
+        FewtransError: naming the adapter and what it must declare.
+    """
+    if not protocol.leaderboard:
+        return
+    roles = list(schema_roles(schema).values())
+    name = schema.get("name", "?")
+    if schema.get("training_free"):
+        if roles:
+            raise FewtransError(
+                f"adapter {name!r} declares training_free but has HPE axes; drop one or the other"
+            )
+        return
+    if roles.count("lr") < 1 or roles.count("epochs") != 1:
+        raise FewtransError(
+            f"adapter {name!r} trains (it does not declare training_free = True) but declares "
+            f"{roles.count('lr')} learning-rate and {roles.count('epochs')} epoch axes; under "
+            f"the {protocol.name} protocol an adapter that trains must declare every learning "
+            "rate with hparam(..., hpe='lr') and its epoch count with hparam(..., hpe='epochs'), "
+            "so that the protocol builds the grid. A method that trains nothing declares "
+            "training_free = True."
+        )
+
+
 def hpe_roles(adapter: type[Adapter]) -> dict[str, str]:
     """``{field: "lr" | "epochs"}`` of an adapter's Config, in :func:`canonical_roles` order."""
     return canonical_roles(
@@ -183,6 +228,7 @@ HPE_PROTOCOLS: dict[str, HpeProtocol] = {
             single_lr_multipliers=(Fraction(1),),
             epoch_rule="centre-only",
             aggregation="logit-mean",
+            leaderboard=False,
         ),
     )
 }

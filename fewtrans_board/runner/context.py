@@ -15,10 +15,10 @@ from fewtrans_board.adapters.base import Adapter, AdapterConfig
 from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
 from fewtrans_board.episodes.verify import verify_manifest
 from fewtrans_board.errors import ConfigError, FewtransError
-from fewtrans_board.hpe.protocols import get_hpe_protocol, hpe_roles
+from fewtrans_board.hpe.protocols import check_schema_fits, get_hpe_protocol, hpe_roles
 from fewtrans_board.models.backbone import Backbone, Preprocessing
 from fewtrans_board.registry import Registry
-from fewtrans_board.runner.episodes import EpisodeInputs, episode_inputs
+from fewtrans_board.runner.episodes import EpisodeInputs, Serve, episode_inputs
 from fewtrans_board.runner.evaluate import evaluate_episode
 from fewtrans_board.runner.features import FeatureCache
 from fewtrans_board.runner.images import ImageStore
@@ -85,6 +85,7 @@ class RunContext:
                 f"{spec.model!r} is image-only"
             )
         self.hpe = get_hpe_protocol(spec.hpe)
+        check_schema_fits(self.hpe, self.adapter_cls.schema())
         self.centre_record = load_centre_file(spec.centre_file) if spec.centre_file else None
         self.centre = resolve_centre(
             spec.adapter, self.adapter_cls, spec.config, self.centre_record, spec.centre_file
@@ -216,6 +217,7 @@ class RunContext:
                 **self.adapter_entry.provenance(),
                 "centre": self.centre.to_dict(),
                 "paper": self.adapter_cls.paper,
+                "schema": self.adapter_cls.schema(),
             },
             "hpe": {
                 **self.hpe.describe(),
@@ -257,14 +259,25 @@ class RunContext:
         size = math.ceil(len(self.episodes) / self.shard_count)
         return self.episodes[index * size : (index + 1) * size]
 
-    def inputs(self, episode: ManifestEpisode) -> EpisodeInputs:
-        """Adapter inputs of an episode."""
+    def inputs(
+        self, episode: ManifestEpisode, *, salt: str = "", serve: Serve = "features"
+    ) -> EpisodeInputs:
+        """Adapter inputs of an episode, in the seeded presentation order.
+
+        Args:
+            episode: the manifest episode.
+            salt: secret mixed into the query order (verification).
+            serve: ``pixels`` to hand pixels even where cached features exist.
+        """
         return episode_inputs(
             episode,
             self.dataset.obj,
             self.images,
-            self.features,
+            self.features if serve == "features" else None,
+            self.manifest.sha256,
+            serve=serve,
             memoize_features=self.spec.feature_cache,
+            salt=salt,
         )
 
     def episode_rows(self, episode: ManifestEpisode, adapter: Adapter) -> list[dict[str, Any]]:

@@ -1,9 +1,18 @@
-"""Turn a manifest episode into what an adapter receives (and the labels it never sees)."""
+"""Turn a manifest episode into what an adapter receives (and the labels it never sees).
+
+Manifests list support and query items grouped by class in label order, so the position of
+an item would tell its label. The runner therefore presents both sides in a seeded random
+order derived from the manifest hash and the episode index, hands adapters tensors only
+(pixels or cached features, support labels, class names), and puts logits back into
+manifest order before they are scored and stored. Verification presents the queries in an
+order only it knows (a secret ``salt``), so an adapter cannot precompute it either.
+"""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Literal
 
 import numpy as np
 
@@ -13,22 +22,51 @@ from fewtrans_board.episodes.manifest import ManifestEpisode
 from fewtrans_board.runner.features import FeatureCache
 from fewtrans_board.runner.images import ImageStore
 
-if TYPE_CHECKING:
-    from fewtrans_board.models.backbone import Backbone
+Side = Literal["support", "query", "novel"]
+Serve = Literal["pixels", "features"]
+
+
+def presentation_order(
+    manifest_sha256: str, episode: int, side: Side, size: int, salt: str = ""
+) -> np.ndarray:
+    """The seeded order in which one side of an episode is shown to adapters.
+
+    Args:
+        manifest_sha256: the manifest's content hash.
+        episode: the episode index.
+        side: ``support``, ``query`` or ``novel``.
+        size: number of items on that side.
+        salt: extra secret mixed into the seed (verification uses a fresh one).
+
+    Returns:
+        ``order`` with ``order[i]`` = the manifest position shown at position ``i``.
+    """
+    text = f"{manifest_sha256}:{episode}:{side}:{salt}"
+    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+    return np.random.default_rng(seed).permutation(size)
+
+
+def in_manifest_order(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Rows of ``values`` (in presented order) put back into manifest order."""
+    restored = np.empty_like(values)
+    restored[order] = values
+    return restored
 
 
 @dataclass
 class EpisodeInputs:
-    """One episode ready for adapters.
+    """One episode ready for adapters, and what only the core keeps.
 
     Attributes:
         episode: the manifest episode.
         class_names: natural-language names in label order.
-        support: labeled support images.
-        query: query images (labels are kept apart in ``query_labels``).
-        query_labels: true query labels, used by the core to score predictions.
-        novel_query: base-to-novel only: query images of unseen (novel) classes.
-        novel_labels: their hidden labels (novel label space).
+        support: labeled support images, in presented order.
+        query: query images, in presented order.
+        query_labels: true query labels in manifest order (never given to adapters).
+        query_order: ``query`` row ``i`` is manifest query ``query_order[i]``.
+        novel_query: base-to-novel only: query images of unseen classes, presented order.
+        novel_labels: their hidden labels (novel label space), manifest order.
+        novel_order: presented-to-manifest order of the novel queries.
         novel_class_names: names of the novel classes, in novel-label order.
     """
 
@@ -37,27 +75,29 @@ class EpisodeInputs:
     support: SupportSet
     query: ImageSet
     query_labels: np.ndarray
+    query_order: np.ndarray
     novel_query: ImageSet | None = None
     novel_labels: np.ndarray | None = None
+    novel_order: np.ndarray | None = None
     novel_class_names: list[str] | None = None
 
 
-def _image_set(
-    items: list[str], images: ImageStore, cache: FeatureCache | None, memoize: bool
-) -> ImageSet:
-    def pixels() -> object:
-        return images.pixels(items)
+class _Loader:
+    """Loads the tensors of a list of items, as pixels or cached features."""
 
-    def features(backbone: Backbone) -> object:
-        assert cache is not None
-        return cache.features(items)
+    def __init__(
+        self, images: ImageStore, cache: FeatureCache | None, serve: Serve, memoize: bool
+    ) -> None:
+        self.images = images
+        self.cache = cache
+        self.serve: Serve = serve if cache is not None else "pixels"
+        self.memoize = memoize
 
-    return ImageSet(
-        pixels,  # type: ignore[arg-type]
-        size=len(items),
-        features=features if cache is not None else None,  # type: ignore[arg-type]
-        memoize=memoize,
-    )
+    def __call__(self, items: list[str]) -> ImageSet:
+        if self.serve == "features":
+            assert self.cache is not None
+            return ImageSet(features=self.cache.features(items), memoize=self.memoize)
+        return ImageSet(self.images.pixels(items), memoize=self.memoize)
 
 
 def episode_inputs(
@@ -65,30 +105,56 @@ def episode_inputs(
     spec: DatasetSpec,
     images: ImageStore,
     cache: FeatureCache | None,
+    manifest_sha256: str,
     *,
+    serve: Serve = "features",
     memoize_features: bool = True,
+    salt: str = "",
 ) -> EpisodeInputs:
-    """Build the support set, query images and hidden query labels of an episode."""
+    """Build the presented support set and query images, and the hidden query labels.
+
+    Args:
+        episode: the manifest episode.
+        spec: its dataset.
+        images: the image store.
+        cache: the frozen-feature cache (frozen-backbone adapters), if any.
+        manifest_sha256: the manifest hash (seeds the presentation order).
+        serve: ``features`` hands cached features when a cache is given (and no pixels);
+            ``pixels`` always hands pixels (e.g. to a verification worker).
+        memoize_features: let image sets keep features computed from pixels.
+        salt: secret mixed into the query order (see :func:`presentation_order`).
+    """
     import torch
 
-    support_items = [item for item, _ in episode.support]
-    query_items = [item for item, _ in episode.query]
-    labels = torch.tensor([label for _, label in episode.support], dtype=torch.long)
-    novel: dict[str, Any] = {}
+    load = _Loader(images, cache, serve, memoize_features)
+
+    def order(side: Side, size: int) -> np.ndarray:
+        return presentation_order(
+            manifest_sha256, episode.index, side, size, "" if side == "support" else salt
+        )
+
+    support_order = order("support", len(episode.support))
+    query_order = order("query", len(episode.query))
+    support = [episode.support[i] for i in support_order]
+    novel: dict[str, object] = {}
     if episode.novel_query:
-        novel_items = [item for item, _ in episode.novel_query]
+        novel_order = order("novel", len(episode.novel_query))
         novel = {
-            "novel_query": _image_set(novel_items, images, cache, memoize_features),
+            "novel_query": load([episode.novel_query[i][0] for i in novel_order]),
             "novel_labels": np.array([label for _, label in episode.novel_query], dtype=np.int64),
+            "novel_order": novel_order,
             "novel_class_names": [spec.class_names[c] for c in episode.novel_classes],
         }
     return EpisodeInputs(
         episode=episode,
         class_names=[spec.class_names[c] for c in episode.classes],
         support=SupportSet(
-            _image_set(support_items, images, cache, memoize_features), labels, episode.ways
+            load([item for item, _ in support]),
+            torch.tensor([label for _, label in support], dtype=torch.long),
+            episode.ways,
         ),
-        query=_image_set(query_items, images, cache, memoize_features),
+        query=load([episode.query[i][0] for i in query_order]),
         query_labels=np.array([label for _, label in episode.query], dtype=np.int64),
-        **novel,
+        query_order=query_order,
+        **novel,  # type: ignore[arg-type]
     )

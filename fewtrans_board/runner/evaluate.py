@@ -1,18 +1,28 @@
-"""Run every configuration of the grid on one episode and check what adapters return."""
+"""Run every configuration of the grid on one episode and check what adapters return.
+
+Two layers: :func:`fit_predictors` and :func:`predict_logits` are all that touches adapter
+code (they see presented tensors only, and run in a verification worker too);
+:func:`evaluate_episode` is the core side that seeds each configuration and puts the logits
+back into manifest order for scoring.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fewtrans_board.adapters.base import Adapter, AdapterConfig
 from fewtrans_board.errors import FewtransError
 from fewtrans_board.models.backbone import Backbone
-from fewtrans_board.runner.episodes import EpisodeInputs
+from fewtrans_board.runner.episodes import EpisodeInputs, in_manifest_order
+
+if TYPE_CHECKING:
+    from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
 
 
 class EvaluationError(FewtransError):
@@ -21,7 +31,12 @@ class EvaluationError(FewtransError):
 
 @dataclass
 class ConfigOutcome:
-    """Logits of one configuration on one episode."""
+    """Logits of one configuration on one episode, in manifest order.
+
+    Attributes:
+        probe_logits: logits of the query subsets of an inductiveness probe (manifest
+            query indices given to :func:`evaluate_episode`), each in the subset's order.
+    """
 
     index: int
     config: AdapterConfig
@@ -29,11 +44,18 @@ class ConfigOutcome:
     logits: np.ndarray
     seconds: float
     novel_logits: np.ndarray | None = None
+    probe_logits: list[np.ndarray] = field(default_factory=list)
 
 
-def config_seed(manifest_sha256: str, episode: int, config: AdapterConfig) -> int:
-    """Deterministic torch seed of an (episode, configuration) pair."""
-    text = f"{manifest_sha256}:{episode}:{config.digest()}"
+def config_seed(manifest_sha256: str, episode: int, config_digest: str) -> int:
+    """Deterministic torch seed of an (episode, configuration) pair.
+
+    Args:
+        manifest_sha256: the manifest hash.
+        episode: the episode index.
+        config_digest: ``AdapterConfig.digest()`` of the configuration.
+    """
+    text = f"{manifest_sha256}:{episode}:{config_digest}"
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
 
 
@@ -42,7 +64,8 @@ def _checked(logits: Any, expected: tuple[int, int], where: str) -> np.ndarray:
 
     if not isinstance(logits, torch.Tensor):
         raise EvaluationError(
-            f"{where}: predict returned {type(logits).__name__}, expected a torch.Tensor"
+            f"{where}: predict returned {type(logits).__name__}, expected a torch.Tensor "
+            f"of shape {expected} (queries x ways)"
         )
     if tuple(logits.shape) != expected:
         raise EvaluationError(
@@ -58,26 +81,104 @@ def _checked(logits: Any, expected: tuple[int, int], where: str) -> np.ndarray:
     return array
 
 
-def _predict(
-    predictor: Any, inputs: EpisodeInputs, where: str
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """Base logits, and novel-class logits for base-to-novel episodes."""
+def predict_logits(
+    predictor: Any,
+    query: ImageSet,
+    n_way: int,
+    where: str,
+    class_names: Sequence[str] | None = None,
+) -> np.ndarray:
+    """Checked ``[len(query), n_way]`` logits of a predictor, in the order of ``query``.
+
+    Args:
+        predictor: what ``fit`` returned.
+        query: the query images.
+        n_way: number of classes.
+        where: names episode and configuration in errors.
+        class_names: score these (unseen) classes by name with ``predict_names``
+            (base-to-novel); ``None`` calls ``predict``.
+
+    Raises:
+        EvaluationError: wrong type, shape or non-finite logits, or no ``predict_names``.
+    """
     import torch
 
     with torch.no_grad():
-        logits = _checked(
-            predictor.predict(inputs.query), (len(inputs.query), inputs.episode.ways), where
-        )
-        if inputs.novel_query is None or inputs.novel_class_names is None:
-            return logits, None
+        if class_names is None:
+            return _checked(predictor.predict(query), (len(query), n_way), where)
         if not hasattr(predictor, "predict_names"):
             raise EvaluationError(
                 f"{where}: base-to-novel episodes need a predictor with predict_names(query, "
                 "class_names) that scores unseen classes by name (CLIP-style adapters)"
             )
-        novel = predictor.predict_names(inputs.novel_query, inputs.novel_class_names)
-        expected = (len(inputs.novel_query), len(inputs.novel_class_names))
-        return logits, _checked(novel, expected, f"{where} (novel classes)")
+        return _checked(
+            predictor.predict_names(query, list(class_names)),
+            (len(query), len(class_names)),
+            f"{where} (novel classes)",
+        )
+
+
+def fit_predictors(
+    adapter: Adapter,
+    backbone: Backbone,
+    support: SupportSet,
+    class_names: Sequence[str],
+    configs: Sequence[AdapterConfig],
+    seeds: Sequence[int],
+    where: Any,
+    *,
+    loop: bool = False,
+) -> Iterator[tuple[int, Any, float]]:
+    """Fit every configuration; yield ``(index, predictor, fit seconds)`` in grid order.
+
+    Adapters that batch configurations (``fit_many``) fit all at once; otherwise (or with
+    ``loop``) each configuration is seeded and fitted in turn, and its predictor is dropped
+    before the next one is fitted.
+
+    Args:
+        adapter: the adapter instance.
+        backbone: the loaded backbone.
+        support: the presented support set.
+        class_names: class names in label order.
+        configs: the configurations.
+        seeds: one torch seed per configuration.
+        where: ``where(i)`` names configuration ``i`` in errors.
+        loop: call ``fit`` per configuration even if the adapter batches with
+            ``fit_many`` (whose results must equal the loop's).
+
+    Raises:
+        EvaluationError: the adapter raised a :class:`FewtransError`.
+    """
+    import torch
+
+    if adapter.overrides_fit_many() and not loop:
+        start = time.perf_counter()
+        try:
+            predictors = adapter.fit_many(backbone, support, class_names, configs, seeds)
+        except EvaluationError:
+            raise
+        except FewtransError as exc:
+            raise EvaluationError(f"{where(0)} (fit_many): {exc}") from exc
+        if len(predictors) != len(configs):
+            raise EvaluationError(
+                f"{where(0)}: fit_many returned {len(predictors)} predictors for "
+                f"{len(configs)} configurations"
+            )
+        seconds = (time.perf_counter() - start) / max(len(configs), 1)
+        for i, predictor in enumerate(predictors):
+            yield i, predictor, seconds
+        return
+    for i, (config, seed) in enumerate(zip(configs, seeds, strict=True)):
+        start = time.perf_counter()
+        torch.manual_seed(seed)
+        try:
+            predictor = adapter.fit(backbone, support, class_names, config)
+        except EvaluationError:
+            raise
+        except FewtransError as exc:
+            raise EvaluationError(f"{where(i)}: {exc}") from exc
+        yield i, predictor, time.perf_counter() - start
+        del predictor
 
 
 def evaluate_episode(
@@ -86,11 +187,24 @@ def evaluate_episode(
     inputs: EpisodeInputs,
     configs: list[AdapterConfig],
     manifest_sha256: str,
+    *,
+    probes: Sequence[np.ndarray] = (),
+    loop: bool = False,
 ) -> list[ConfigOutcome]:
     """Fit and predict every configuration on one episode.
 
     Each configuration is seeded from (manifest, episode, configuration), so results do
     not depend on order, sharding or resumption.
+
+    Args:
+        adapter: the adapter instance.
+        backbone: the loaded backbone.
+        inputs: the presented episode.
+        configs: the grid.
+        manifest_sha256: the manifest hash (seeds).
+        probes: manifest query indices of subsets to predict on as well, each on its own
+            (the inductiveness check of ``validate``).
+        loop: fit with ``fit`` per configuration, never ``fit_many``.
 
     Raises:
         EvaluationError: wrong shape, wrong type or non-finite logits, naming the episode
@@ -99,7 +213,7 @@ def evaluate_episode(
     import torch
 
     episode = inputs.episode
-    seeds = [config_seed(manifest_sha256, episode.index, c) for c in configs]
+    seeds = [config_seed(manifest_sha256, episode.index, c.digest()) for c in configs]
 
     def where(i: int) -> str:
         return (
@@ -107,27 +221,45 @@ def evaluate_episode(
             f"{configs[i].to_dict()}"
         )
 
+    position = np.argsort(inputs.query_order)  # manifest query -> presented position
     outcomes = []
-    if adapter.overrides_fit_many():
+    fitted = fit_predictors(
+        adapter, backbone, inputs.support, inputs.class_names, configs, seeds, where, loop=loop
+    )
+    for i, predictor, fit_seconds in fitted:
         start = time.perf_counter()
-        predictors = adapter.fit_many(backbone, inputs.support, inputs.class_names, configs, seeds)
-        fit_seconds = (time.perf_counter() - start) / max(len(configs), 1)
-        for i, predictor in enumerate(predictors):
-            start = time.perf_counter()
-            logits, novel = _predict(predictor, inputs, where(i))
-            seconds = fit_seconds + time.perf_counter() - start
-            outcomes.append(ConfigOutcome(i, configs[i], seeds[i], logits, seconds, novel))
-        return outcomes
-    for i, (config, seed) in enumerate(zip(configs, seeds, strict=True)):
-        start = time.perf_counter()
-        torch.manual_seed(seed)
-        try:
-            predictor = adapter.fit(backbone, inputs.support, inputs.class_names, config)
-            logits, novel = _predict(predictor, inputs, where(i))
-        except EvaluationError:
-            raise
-        except FewtransError as exc:
-            raise EvaluationError(f"{where(i)}: {exc}") from exc
-        del predictor
-        outcomes.append(ConfigOutcome(i, config, seed, logits, time.perf_counter() - start, novel))
+        logits = predict_logits(predictor, inputs.query, episode.ways, where(i))
+        novel = None
+        if inputs.novel_query is not None and inputs.novel_class_names is not None:
+            assert inputs.novel_order is not None
+            novel = in_manifest_order(
+                predict_logits(
+                    predictor,
+                    inputs.novel_query,
+                    len(inputs.novel_class_names),
+                    where(i),
+                    inputs.novel_class_names,
+                ),
+                inputs.novel_order,
+            )
+        probe_logits = [
+            predict_logits(
+                predictor,
+                inputs.query.subset(torch.as_tensor(position[probe], dtype=torch.long)),
+                episode.ways,
+                f"{where(i)} (query subset)",
+            )
+            for probe in probes
+        ]
+        outcomes.append(
+            ConfigOutcome(
+                i,
+                configs[i],
+                seeds[i],
+                in_manifest_order(logits, inputs.query_order),
+                fit_seconds + time.perf_counter() - start,
+                novel,
+                probe_logits,
+            )
+        )
     return outcomes

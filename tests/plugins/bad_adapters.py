@@ -18,11 +18,13 @@ class _Logits:
 
 class _Base(Adapter):
     description = "test adapter"
+    trains = "nothing (axes declared but unused)"
     frozen_backbone = True
 
     @dataclass(frozen=True)
     class Config(AdapterConfig):
         lr: float = hparam(0.1, "unused learning rate", hpe="lr")
+        epochs: int = hparam(1, "unused epoch count", hpe="epochs")
 
 
 class NaNOnThirdEpisode(_Base):

@@ -44,6 +44,7 @@ class MeanCentroidAdapter(Adapter):
     code = "https://github.com/IBM/cdfsl-benchmark/blob/master/methods/protonet.py"
     trains = "nothing (class means of frozen features)"
     frozen_backbone = True
+    training_free = True
 
     @dataclass(frozen=True)
     class Config(AdapterConfig):

@@ -58,6 +58,7 @@ class ZeroShotClipAdapter(Adapter):
     trains = "nothing (class-name prompts through the frozen text tower)"
     needs_text = True
     frozen_backbone = True
+    training_free = True
 
     @dataclass(frozen=True)
     class Config(AdapterConfig):

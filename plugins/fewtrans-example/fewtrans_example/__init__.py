@@ -83,6 +83,7 @@ class SimpleShotAdapter(Adapter):
     paper = "Wang et al., SimpleShot, arXiv:1911.04623"
     code = "https://github.com/mileyan/simple_shot"
     frozen_backbone = True
+    training_free = True
 
     @dataclass(frozen=True)
     class Config(AdapterConfig):
