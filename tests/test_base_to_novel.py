@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fewtrans_board import ModelSpec, hookimpl
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.episodes.protocols import get_protocol
 from fewtrans_board.episodes.samplers import ClassPool, VariedWayShotSampler
@@ -19,25 +18,10 @@ from fewtrans_board.results.load import load_run
 from fewtrans_board.results.summary import harmonic_mean
 
 
-class TinyClipPlugin:
-    @hookimpl
-    def register_models(self, register):  # type: ignore[no-untyped-def]
-        from fewtrans_board.testing import tiny_clip_backbone
-
-        register(
-            ModelSpec(
-                name="tiny-clip.test",
-                loader=lambda w, d: tiny_clip_backbone(),
-                family="open_clip",
-                architecture="tiny",
-                source="random-init",
-                modalities=("image", "text"),
-            )
-        )
-
-
 def pm():  # type: ignore[no-untyped-def]
-    return get_plugin_manager(entry_points=False, extra_plugins={"tiny-clip": TinyClipPlugin()})
+    from tests.plugins import tiny_models
+
+    return get_plugin_manager(entry_points=False, extra_plugins={"tiny-clip": tiny_models})
 
 
 def test_novel_draws_follow_the_base_draws_in_one_stream() -> None:
@@ -165,7 +149,7 @@ def test_verify_compares_base_rows_of_base_to_novel_runs(tmp_path: Path, invoke)
     from fewtrans_board.leaderboard.bundle import BundleContents
     from fewtrans_board.leaderboard.store import LeaderboardStore
     from fewtrans_board.leaderboard.verify import verify_contents
-    from fewtrans_board.registry import Registry
+    from tests.conftest import installed_distribution
 
     store = LeaderboardStore(tmp_path / "leaderboard")
     manifest = store.manifests_dir / "b2n.parquet"
@@ -203,14 +187,12 @@ benchmark = "demo"
 hpe_protocol = "{run.meta["hpe"]["name"]}"
 authors = ["Test Author"]
 hardware = "2-core CPU"
-plugins = ["fewtrans-board==0.1.0"]
+plugins = ["fewtrans-board==0.1.0", "fewtrans-tinymodels==0.1"]
 """
-    report = verify_contents(
-        BundleContents(meta, None, [out]),
-        store,
-        Registry.from_plugin_manager(pm()),
-        sample=2,
-    )
+    # The verification worker loads the model from an installed distribution.
+    dist = tmp_path / "dist"
+    with installed_distribution(dist, "fewtrans-tinymodels", "0.1", "tests.plugins.tiny_models"):
+        report = verify_contents(BundleContents(meta, None, [out]), store, sample=2)
     # Novel rows share the episode and configuration index of the base rows; only the
     # base ones describe the re-run queries.
     assert report["passed"] and len(report["episodes"]) == 2

@@ -1,42 +1,66 @@
-"""Re-run a seeded sample of a submission's episodes with the pinned plugin and compare."""
+"""Re-run a seeded sample of a submission's episodes with the pinned plugin and compare.
+
+The scoring process never imports the plugin: the model and adapter run in a worker
+process (:mod:`fewtrans_board.runner.isolated`) that receives episode tensors in an order
+only this process knows and returns logits. Here the logits are put back into manifest
+order and compared with the stored predictions; the installed adapter's schema is compared
+with the one recorded at evaluate time; and, unless the adapter is recorded as
+transductive, a configuration is re-fitted and asked for subsets of the queries first,
+whose logits must match the full set's (a query's logits may not depend on the others).
+"""
 
 from __future__ import annotations
 
-import importlib.metadata
+import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fewtrans_board.adapters.base import config_digest, typed_values
+from fewtrans_board.canonical import canonical_json
 from fewtrans_board.hpe.aggregate import fuse
+from fewtrans_board.hpe.protocols import get_hpe_protocol, schema_roles
 from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.meta import parse_meta
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.validate import ValidationReport, validate_contents
-from fewtrans_board.registry import Registry
+from fewtrans_board.models.backbone import Preprocessing
 from fewtrans_board.results.load import RunResults, load_run
 from fewtrans_board.results.schema import CONFIG_KIND, storable_logits
-from fewtrans_board.runner.context import RunContext
-from fewtrans_board.runner.evaluate import evaluate_episode
-from fewtrans_board.runner.spec import RunSpec
+from fewtrans_board.runner.episodes import EpisodeInputs, episode_inputs, in_manifest_order
+from fewtrans_board.runner.evaluate import config_seed
+from fewtrans_board.runner.images import ImageStore
+from fewtrans_board.runner.inductive import (
+    INDUCTIVE_TOLERANCE,
+    inductive_gap,
+    verification_probes,
+)
+from fewtrans_board.runner.isolated import FitRequest, IsolatedAdapter, WorkerError, WorkerInfo
 
 
-def check_pins_installed(pins: dict[str, str]) -> None:
-    """Refuse to verify unless every pinned distribution is installed at its pinned version."""
-    for distribution, version in pins.items():
-        try:
-            installed = importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            raise SubmissionError(
-                "pin-not-installed", f"install {distribution}=={version} to verify this submission"
-            ) from None
-        if installed != version:
-            raise SubmissionError(
-                "pin-not-installed",
-                f"{distribution} {installed} is installed; the submission pins {version}",
-            )
+def check_pins_installed(pins: dict[str, str], installed: dict[str, str | None]) -> None:
+    """Refuse to verify unless every pinned distribution is installed at its pinned version.
+
+    Args:
+        pins: ``{distribution: version}`` from ``submission.toml``.
+        installed: what the plugin worker's environment has (``None``: missing).
+    """
+    wrong = [
+        f"{d}=={v}" + ("" if installed.get(d) is None else f" (found {installed[d]})")
+        for d, v in pins.items()
+        if installed.get(d) != v
+    ]
+    if wrong:
+        raise SubmissionError(
+            "pin-not-installed",
+            f"the plugin environment lacks the pinned {', '.join(wrong)}; install them there "
+            f"(pip install {' '.join(f'{d}=={v}' for d, v in pins.items())}) to verify this "
+            "submission",
+        )
 
 
 @dataclass
@@ -48,25 +72,12 @@ class _StoredEpisode:
 
 
 def _stored_base_predictions(table: Any) -> dict[int, _StoredEpisode]:
-    """Stored predictions of the base split, grouped by episode.
-
-    Only the columns needed are read (no logits). Re-running reproduces base queries only,
-    so novel rows (base-to-novel runs) are left out; a table without a ``split`` column
-    predates base-to-novel and is all base.
-    """
-    names = ["episode", "kind", "aggregation", "config_index", "predictions"]
-    has_split = "split" in table.column_names
-    columns = table.select([*names, "split"] if has_split else names).to_pydict()
-    splits = columns["split"] if has_split else ["base"] * table.num_rows
+    """Stored predictions of the base split, grouped by episode (no logits read)."""
+    names = ["episode", "kind", "aggregation", "config_index", "predictions", "split"]
+    columns = table.select(names).to_pydict()
     grouped: dict[int, _StoredEpisode] = {}
     for episode, kind, aggregation, index, predictions, split in zip(
-        columns["episode"],
-        columns["kind"],
-        columns["aggregation"],
-        columns["config_index"],
-        columns["predictions"],
-        splits,
-        strict=True,
+        *(columns[n] for n in names), strict=True
     ):
         if split != "base":
             continue
@@ -78,10 +89,131 @@ def _stored_base_predictions(table: Any) -> dict[int, _StoredEpisode]:
     return grouped
 
 
+def _check_schema(run: RunResults, info: WorkerInfo, meta_adapter: str) -> dict[str, Any]:
+    """The recorded adapter schema, refused unless the installed plugin declares the same."""
+    if info.load_error is not None:
+        raise SubmissionError(
+            "plugin-load-failed",
+            f"the plugin worker could not load model/adapter of this submission: {info.load_error}",
+        )
+    recorded = run.meta["adapter"].get("schema")
+    if not isinstance(recorded, dict):
+        raise SubmissionError(
+            "bad-results-schema",
+            f"{run.dataset}: the results record no adapter schema; re-run with this fewtrans-board",
+        )
+    if canonical_json(recorded) != canonical_json(info.schema):
+        raise SubmissionError(
+            "schema-mismatch",
+            f"{run.dataset}: the installed adapter {meta_adapter!r} declares "
+            f"{canonical_json(info.schema)}, but the results were produced with "
+            f"{canonical_json(recorded)}",
+        )
+    return recorded
+
+
+@dataclass
+class _RunPlan:
+    """What verifying one run needs, derived from data only."""
+
+    configs: list[dict[str, Any]]
+    digests: list[str]
+    aggregation: str
+    transductive: bool
+
+
+def _plan(run: RunResults, schema: dict[str, Any], hpe_protocol: str) -> _RunPlan:
+    protocol = get_hpe_protocol(hpe_protocol)
+    centre = typed_values(run.meta["adapter"]["centre"], schema["fields"])
+    configs = [
+        typed_values(c, schema["fields"]) for c in protocol.grid_for(centre, schema_roles(schema))
+    ]
+    return _RunPlan(
+        configs=configs,
+        digests=[config_digest(c) for c in configs],
+        aggregation=protocol.aggregation,
+        transductive=bool(schema.get("transductive")),
+    )
+
+
+def _probe_logits(
+    worker: IsolatedAdapter,
+    inputs: EpisodeInputs,
+    plan: _RunPlan,
+    seeds: list[int],
+    config: int,
+    probes: list[np.ndarray],
+) -> list[np.ndarray]:
+    """Refit one configuration alone with ``fit`` and predict query subsets on their own.
+
+    Asked before the worker ever sees the whole query set of the episode.
+    """
+    position = np.argsort(inputs.query_order)
+    pixels = inputs.query.pixels.numpy()
+    reply = worker.fit(
+        FitRequest(
+            support=inputs.support.images.pixels.numpy(),
+            labels=inputs.support.labels.numpy(),
+            class_names=inputs.class_names,
+            configs=[plan.configs[config]],
+            seeds=[seeds[config]],
+            query_sets=[pixels[position[p]] for p in probes],
+            loop=True,
+        )
+    )
+    return reply.query[0]
+
+
+def _verify_episode(
+    worker: IsolatedAdapter,
+    inputs: EpisodeInputs,
+    plan: _RunPlan,
+    seeds: list[int],
+    stored: _StoredEpisode,
+    probe_config: int,
+) -> dict[str, Any]:
+    episode = inputs.episode
+    n_query = len(inputs.query_labels)
+    # A transductive adapter is only refitted on the whole query set (fit_many == fit).
+    probes = (
+        [np.arange(n_query)] if plan.transductive else verification_probes(n_query, episode.index)
+    )
+    probe_logits = _probe_logits(worker, inputs, plan, seeds, probe_config, probes)
+    reply = worker.fit(
+        FitRequest(
+            support=inputs.support.images.pixels.numpy(),
+            labels=inputs.support.labels.numpy(),
+            class_names=inputs.class_names,
+            configs=plan.configs,
+            seeds=seeds,
+            query_sets=[inputs.query.pixels.numpy()],
+        )
+    )
+    logits = [in_manifest_order(per_config[0], inputs.query_order) for per_config in reply.query]
+    predictions = [x.argmax(axis=1) for x in logits]
+    agreements = [
+        float(np.mean(np.asarray(stored.configs[i]) == p)) for i, p in enumerate(predictions)
+    ]
+    fused, _ = fuse(
+        plan.aggregation,
+        logits=np.stack([storable_logits(x) for x in logits]),
+        predictions=np.stack(predictions),
+        n_way=episode.ways,
+    )
+    hpe_agreement = float(np.mean(np.asarray(stored.ensembles[plan.aggregation]) == fused))
+    return {
+        "episode": episode.index,
+        "config_agreement": float(np.mean(agreements)),
+        "min_config_agreement": float(np.min(agreements)),
+        "hpe_agreement": hpe_agreement,
+        "probe_config": probe_config,
+        "probe_gap": inductive_gap(logits[probe_config], probes, probe_logits),
+    }
+
+
 def verify_contents(
     contents: BundleContents,
     store: LeaderboardStore,
-    registry: Registry,
     *,
     sample: int = 5,
     seed: int = 0,
@@ -89,132 +221,177 @@ def verify_contents(
     roots: dict[str, Path] | None = None,
     weights: str | None = None,
     device: str = "cpu",
-    runs: list[RunResults] | None = None,
+    runs: Sequence[RunResults] | None = None,
+    python: str | None = None,
+    salt: str | None = None,
+    inductive_tolerance: float = INDUCTIVE_TOLERANCE,
 ) -> dict[str, Any]:
-    """Re-run ``sample`` seeded episodes per dataset and compare predictions with the stored ones.
+    """Re-run ``sample`` seeded episodes per dataset in a plugin worker and compare.
 
-    Per re-run episode, the agreement of every configuration's predictions and of the HPE
-    prediction with the stored ones is measured; an episode passes when both the mean
-    configuration agreement and the HPE agreement reach ``threshold``.
+    An episode passes when the mean configuration agreement and the HPE agreement with the
+    stored predictions reach ``threshold``, and one configuration refitted alone with
+    ``fit`` predicts like the full run within ``inductive_tolerance``: on parts of the
+    query set asked for first (inductive adapters), or on the whole set (transductive).
 
     Args:
         contents: the extracted bundle or store entry.
         store: the leaderboard store (for the frozen manifests).
-        registry: resolves the pinned model and adapter.
         sample: episodes re-run per dataset.
         seed: seed choosing the episodes.
         threshold: minimum agreement.
         roots: local dataset copies by dataset name.
         weights: local checkpoint for the model.
-        device: torch device.
+        device: torch device of the worker.
         runs: ``contents.runs`` already loaded (e.g. by validation); read when ``None``.
+        python: interpreter of the plugin worker (an environment with the pinned plugins);
+            this one when ``None``.
+        salt: secret of the query presentation order; a fresh random one when ``None``.
+        inductive_tolerance: largest relative logit change allowed between a query
+            predicted with all queries and with a subset of them.
 
     Returns:
         The verification report.
 
     Raises:
-        SubmissionError: a pin is not installed, or some episode falls below the threshold
-            (``verification-failed``; the report lists every episode).
+        SubmissionError: a pin is not installed, the plugin cannot be loaded, its schema
+            differs from the recorded one, or some episode fails (``verification-failed``;
+            the report lists every episode).
     """
+    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.registry import Registry
+
     meta = parse_meta(contents.meta_text)
-    check_pins_installed(meta.plugins)
+    datasets = Registry.from_plugin_manager(get_plugin_manager(entry_points=False)).datasets
     rng = np.random.RandomState(seed)
+    secret = salt if salt is not None else secrets.token_hex(16)
     episodes_report = []
-    for run in runs if runs is not None else (load_run(path) for path in contents.runs):
-        sha = run.meta["manifest"]["sha256"]
-        filename, _ = store.frozen[sha]
-        root = (roots or {}).get(run.dataset)
-        spec = RunSpec(
-            model=meta.model,
-            adapter=meta.adapter,
-            manifest=str(store.manifests_dir / filename),
-            hpe=meta.hpe_protocol,
-            weights=weights,
-            root=str(root) if root else None,
-            config=run.meta["adapter"]["centre"],
-            device=device,
-        )
-        ctx = RunContext(spec, registry)
-        adapter = ctx.adapter_cls()
-        stored = _stored_base_predictions(run.table)
-        hpe_name = run.meta["hpe"]["aggregation"]
-        chosen = sorted(
-            rng.choice(len(ctx.episodes), size=min(sample, len(ctx.episodes)), replace=False)
-        )
-        for index in chosen:
-            episode = ctx.episodes[int(index)]
-            inputs = ctx.inputs(episode)
-            outcomes = evaluate_episode(
-                adapter, ctx.backbone, inputs, ctx.grid, ctx.manifest.sha256
+    transductive: dict[str, bool] = {}
+    for run in runs if runs is not None else [load_run(path) for path in contents.runs]:
+        filename, manifest = store.frozen[run.meta["manifest"]["sha256"]]
+        recorded = run.meta["adapter"].get("schema") or {}
+        environment = run.meta.get("environment", {})
+        try:
+            worker = IsolatedAdapter(
+                meta.model,
+                meta.adapter,
+                weights=weights,
+                device=device,
+                threads=environment.get("torch_threads"),
+                allow=sorted(meta.plugins),
+                training_free=bool(recorded.get("training_free")),
+                python=python,
+                pins=sorted(meta.plugins),
             )
-            stored_episode = stored[episode.index]
-            predictions = [o.logits.argmax(axis=1) for o in outcomes]
-            agreements = [
-                float(np.mean(np.asarray(stored_episode.configs[o.index]) == p))
-                for o, p in zip(outcomes, predictions, strict=True)
-            ]
-            rerun_hpe, _ = fuse(
-                hpe_name,
-                logits=np.stack([storable_logits(o.logits) for o in outcomes]),
-                predictions=np.stack(predictions),
-                n_way=episode.ways,
-            )
-            stored_hpe = stored_episode.ensembles[hpe_name]
-            hpe_agreement = float(np.mean(np.asarray(stored_hpe) == rerun_hpe))
-            mean_agreement = float(np.mean(agreements))
-            episodes_report.append(
-                {
-                    "dataset": run.dataset,
-                    "episode": episode.index,
-                    "config_agreement": mean_agreement,
-                    "min_config_agreement": float(np.min(agreements)),
-                    "hpe_agreement": hpe_agreement,
-                    "passed": mean_agreement >= threshold and hpe_agreement >= threshold,
-                }
-            )
+            with worker:
+                assert worker.info is not None
+                check_pins_installed(meta.plugins, worker.info.installed)
+                schema = _check_schema(run, worker.info, meta.adapter)
+                plan = _plan(run, schema, meta.hpe_protocol)
+                transductive[run.dataset] = plan.transductive
+                spec = datasets.get(manifest.dataset).obj
+                name = manifest.meta["protocol"].get("preprocessing", "fewtrans")
+                root = (roots or {}).get(run.dataset)
+                images = ImageStore(spec, root, Preprocessing.named(name, worker.info.image_size))
+                stored = _stored_base_predictions(run.table)
+                episodes = manifest.episodes()
+                chosen = sorted(
+                    rng.choice(len(episodes), size=min(sample, len(episodes)), replace=False)
+                )
+                for index in chosen:
+                    episode = episodes[int(index)]
+                    inputs = episode_inputs(
+                        episode, spec, images, None, manifest.sha256, serve="pixels", salt=secret
+                    )
+                    seeds = [config_seed(manifest.sha256, episode.index, d) for d in plan.digests]
+                    result = _verify_episode(
+                        worker,
+                        inputs,
+                        plan,
+                        seeds,
+                        stored[episode.index],
+                        int(rng.randint(len(plan.configs))),
+                    )
+                    result["passed"] = (
+                        result["config_agreement"] >= threshold
+                        and result["hpe_agreement"] >= threshold
+                        and result["probe_gap"] <= inductive_tolerance
+                    )
+                    episodes_report.append({"dataset": run.dataset, **result})
+        except WorkerError as exc:
+            raise SubmissionError("worker-failed", f"{run.dataset} ({filename}): {exc}") from exc
     report = {
         "submission": meta.id,
         "sample": sample,
         "seed": seed,
         "threshold": threshold,
+        "inductive_tolerance": inductive_tolerance,
         "episodes": episodes_report,
         "passed": all(e["passed"] for e in episodes_report),
     }
     if not report["passed"]:
         failing = [
-            f"{e['dataset']} episode {e['episode']} (configs {e['config_agreement']:.2f}, HPE {e['hpe_agreement']:.2f})"
+            _describe_failure(e, threshold, inductive_tolerance, transductive[e["dataset"]])
             for e in episodes_report
-            if not e["passed"]
         ]
         error = SubmissionError(
             "verification-failed",
-            f"re-running disagrees with the stored predictions on {', '.join(failing)} (threshold {threshold})",
+            f"re-running in a plugin worker disagrees with the stored results on "
+            f"{'; '.join(f for f in failing if f)}",
         )
         error.report = report  # type: ignore[attr-defined]
         raise error
     return report
 
 
+def _describe_failure(
+    episode: dict[str, Any], threshold: float, tolerance: float, transductive: bool
+) -> str:
+    if episode["passed"]:
+        return ""
+    parts = []
+    if episode["config_agreement"] < threshold or episode["hpe_agreement"] < threshold:
+        parts.append(
+            f"predictions agree {episode['config_agreement']:.2f} (configs) and "
+            f"{episode['hpe_agreement']:.2f} (HPE), threshold {threshold}"
+        )
+    gap = episode["probe_gap"]
+    if gap > tolerance:
+        config = episode["probe_config"]
+        if transductive:
+            parts.append(
+                f"configuration {config} refitted alone with fit() differs by {gap:.3g} "
+                "(relative logits) from the batched run: fit_many() must equal fit()"
+            )
+        else:
+            parts.append(
+                f"configuration {config} refitted alone with fit() and asked for part of the "
+                f"queries gives logits that differ by {gap:.3g} (relative) from the full run: "
+                "a query's logits depend on the other queries (declare transductive = True) "
+                "or fit_many() differs from fit()"
+            )
+    return f"{episode['dataset']} episode {episode['episode']}: {' and '.join(parts)}"
+
+
 def validate_and_verify(
     contents: BundleContents,
     store: LeaderboardStore,
-    registry: Registry,
     *,
     sample: int = 0,
     seed: int = 0,
     roots: dict[str, Path] | None = None,
+    python: str | None = None,
 ) -> tuple[ValidationReport, dict[str, Any] | None]:
-    """Validate contents and, when ``sample`` is positive, verify them as well.
+    """Validate contents and, when ``sample`` is positive, verify them in a plugin worker.
 
     Verification reuses the runs validation loaded, so each Parquet file is read once.
 
     Args:
         contents: the extracted bundle or store entry.
         store: the leaderboard store.
-        registry: resolves the pinned model and adapter (for verification).
         sample: episodes re-run per dataset; ``0`` skips verification.
         seed: seed choosing the verified episodes.
         roots: local dataset copies by dataset name.
+        python: interpreter of the plugin worker.
 
     Returns:
         ``(validation report, verification report or None)``.
@@ -226,6 +403,6 @@ def validate_and_verify(
     if not sample:
         return report, None
     verification = verify_contents(
-        contents, store, registry, sample=sample, seed=seed, roots=roots, runs=report.loaded
+        contents, store, sample=sample, seed=seed, roots=roots, runs=report.loaded, python=python
     )
     return report, verification
