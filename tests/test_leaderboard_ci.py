@@ -22,7 +22,7 @@ def workflow_commands() -> list[list[str]]:
 
 def test_workflow_commands_exist(invoke) -> None:  # type: ignore[no-untyped-def]
     commands = workflow_commands()
-    assert ["leaderboard", "check"] in [c[:2] for c in commands]
+    assert ["leaderboard", "check-pr"] in [c[:2] for c in commands]
     assert ["leaderboard", "rebuild"] in [c[:2] for c in commands]
     assert ["site", "build"] in [c[:2] for c in commands]
     for words in commands:

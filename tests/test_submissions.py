@@ -240,7 +240,9 @@ MALFORMED: list[tuple[str, str, Callable[[Path, Path], Path]]] = [
         "fake-parquet",
         "forbidden-file",
         lambda s, o: rezip(
-            s, o, {"results/digits/shards/shard-99999-of-00012.parquet": b"\x80\x04N."}
+            s,
+            o,
+            {"results/fewtrans-varied--digits/shards/shard-99999-of-00012.parquet": b"\x80\x04N."},
         ),
     ),
     (
@@ -447,7 +449,11 @@ def stored_hpe_accuracy(bundle: Path, episode: int) -> float:
 
     with zipfile.ZipFile(bundle) as z:
         table = pq.read_table(
-            io.BytesIO(z.read(f"results/digits/shards/shard-{episode // 50:05d}-of-00012.parquet"))
+            io.BytesIO(
+                z.read(
+                    f"results/fewtrans-varied--digits/shards/shard-{episode // 50:05d}-of-00012.parquet"
+                )
+            )
         )
     return next(
         row["accuracy"]
@@ -493,7 +499,7 @@ def test_verify_passes_honest_and_catches_forged_predictions(
     target = min(sampled_episodes(4, 3), key=lambda e: stored_hpe_accuracy(valid_bundle, e))
     assert agreement[target]["passed"]
     assert stored_hpe_accuracy(valid_bundle, target) < 80.0
-    shard = f"results/digits/shards/shard-{target // 50:05d}-of-00012.parquet"
+    shard = f"results/fewtrans-varied--digits/shards/shard-{target // 50:05d}-of-00012.parquet"
     forged = edit_rows(valid_bundle, tmp_path / "forged.zip", forge_episode(target), name=shard)
     assert (
         invoke(
@@ -511,11 +517,29 @@ def test_verify_passes_honest_and_catches_forged_predictions(
 def test_verify_requires_the_pinned_version() -> None:
     from fewtrans_board.leaderboard.verify import check_pins_installed
 
-    check_pins_installed({"fewtrans-board": "0.1.0"})
-    with pytest.raises(SubmissionError, match="pin-not-installed"):
-        check_pins_installed({"fewtrans-board": "0.0.1"})
-    with pytest.raises(SubmissionError, match=r"install no-such-dist==1\.0"):
-        check_pins_installed({"no-such-dist": "1.0"})
+    check_pins_installed({"fewtrans-board": "0.1.0"}, {"fewtrans-board": "0.1.0"})
+    with pytest.raises(SubmissionError, match=r"pin-not-installed.*found 0\.1\.0"):
+        check_pins_installed({"fewtrans-board": "0.0.1"}, {"fewtrans-board": "0.1.0"})
+    with pytest.raises(SubmissionError, match=r"pip install no-such-dist==1\.0"):
+        check_pins_installed({"no-such-dist": "1.0"}, {"no-such-dist": None})
+
+
+def test_verify_names_the_pinned_distribution_the_worker_lacks(
+    valid_bundle: Path, store: Path, tmp_path: Path, invoke
+) -> None:  # type: ignore[no-untyped-def]
+    pinned = edit_meta(
+        valid_bundle,
+        tmp_path / "pinned.zip",
+        'plugins = ["fewtrans-board==0.1.0"]',
+        'plugins = ["fewtrans-board==0.1.0", "no-such-dist==1.0"]',
+    )
+    pm = get_plugin_manager(entry_points=False)
+    result = invoke(
+        ["submission", "verify", str(pinned), "--leaderboard", str(store), "--json"], pm=pm
+    )
+    report = json.loads(result.output)
+    assert result.exit_code == 1 and report["code"] == "pin-not-installed"
+    assert "pip install fewtrans-board==0.1.0 no-such-dist==1.0" in report["error"]
 
 
 def test_leaderboard_check_on_a_stored_entry(valid_bundle: Path, store: Path, invoke) -> None:  # type: ignore[no-untyped-def]

@@ -1,21 +1,36 @@
 """The ``fewtrans-board`` command line.
 
 ``make_cli(pm)`` builds a fresh click group from a plugin manager: every command,
-built-in or third-party, arrives through the ``register_commands`` hook. ``main()`` is the
-console-script entry point.
+built-in or third-party, arrives through the ``register_commands`` hook. Third-party
+plugins add commands to a staging group of their own, so they can add new commands but
+never reach, replace, wrap or remove a built-in one. ``main()`` is the console-script
+entry point; the commands that score or publish results (:data:`CORE_ONLY_COMMANDS`) run
+without loading third-party plugins at all.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import click
 
 from fewtrans_board import __version__
 from fewtrans_board.cli.app import App
-from fewtrans_board.errors import DuplicateNameError, FewtransError
+from fewtrans_board.errors import DuplicateNameError, FewtransError, PluginError
 from fewtrans_board.plugins import PluginManager, get_plugin_manager
+
+CORE_ONLY_COMMANDS = frozenset({"submission", "leaderboard", "site", "compare", "results"})
+"""Command groups that run with built-in plugins only.
+
+They validate, verify, store, summarise or publish results: the process that scores a
+submission must never import the code it scores (verification runs plugins in a separate
+worker process), so an import-time monkeypatch of a plugin cannot change a verdict.
+"""
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 class RootGroup(click.Group):
@@ -29,6 +44,34 @@ class RootGroup(click.Group):
             raise click.ClickException(str(exc)) from exc
 
 
+def _walk(command: click.Command, path: str = "") -> Iterator[tuple[str, click.Command]]:
+    name = f"{path} {command.name}".strip()
+    yield name, command
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            yield from _walk(sub, name)
+
+
+def _check_builtin_callbacks(commands: dict[str, click.Command]) -> None:
+    """Refuse built-in commands whose callbacks were replaced (e.g. monkeypatched on import)."""
+    for command in commands.values():
+        for path, sub in _walk(command):
+            callback = sub.callback
+            if callback is None:
+                continue
+            target = inspect.unwrap(callback)
+            try:
+                source = Path(inspect.getfile(target)).resolve()
+            except TypeError:
+                source = None
+            if source is None or not source.is_relative_to(PACKAGE_DIR):
+                raise PluginError(
+                    f"the built-in command '{path}' runs {getattr(target, '__qualname__', target)} "
+                    f"from {source}, not fewtrans-board's own code: a plugin replaced or wrapped "
+                    f"it. Uninstall the plugin, or exclude it with FEWTRANS_BOARD_LOAD_PLUGINS."
+                )
+
+
 def make_cli(pm: PluginManager) -> click.Group:
     """Build the command line for a plugin manager.
 
@@ -39,7 +82,9 @@ def make_cli(pm: PluginManager) -> click.Group:
         The root click group with built-in and plugin commands attached.
 
     Raises:
-        DuplicateNameError: two plugins added a command with the same name.
+        DuplicateNameError: two plugins added a command with the same name, or a plugin
+            tried to take a built-in command's name.
+        PluginError: a built-in command's code was replaced by a plugin.
     """
 
     @click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -54,27 +99,52 @@ def make_cli(pm: PluginManager) -> click.Group:
         ctx.obj = App(pm)
 
     owners: dict[str, str] = {}
-    for impl in pm.hook.register_commands.get_hookimpls():
+    builtin_commands: dict[str, click.Command] = {}
+    impls = pm.hook.register_commands.get_hookimpls()
+    builtin = [i for i in impls if pm.source_of(i.plugin_name).builtin]
+    for impl in [*builtin, *(i for i in impls if i not in builtin)]:
         source = pm.source_of(impl.plugin_name)
+        # Each plugin fills a staging group of its own; only new names are copied over.
+        staging = cli if source.builtin else click.Group(name="staging")
         before = dict(cli.commands)
         others = [p for p in pm.get_plugins() if p is not impl.plugin]
-        pm.subset_hook_caller("register_commands", remove_plugins=others)(cli=cli)
-        for name, command in cli.commands.items():
-            if name in before and before[name] is not command:
+        try:
+            pm.subset_hook_caller("register_commands", remove_plugins=others)(cli=staging)
+        except FewtransError:
+            raise
+        except Exception as exc:
+            raise PluginError(
+                f"plugin {source.describe()} failed to register its commands: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        added = {n: c for n, c in staging.commands.items() if before.get(n) is not c}
+        for name, command in added.items():
+            if name in before:
                 raise DuplicateNameError(
                     f"command {name!r} is registered twice: by plugin {owners[name]} and by "
                     f"plugin {source.describe()}. Rename one of them or uninstall one "
                     "distribution."
                 )
-            owners.setdefault(name, source.describe())
+            cli.add_command(command, name)
+            owners[name] = source.describe()
+        if source.builtin:
+            builtin_commands = dict(cli.commands)
+    _check_builtin_callbacks({n: c for n, c in cli.commands.items() if n in builtin_commands})
     return cli
+
+
+def needs_plugins(argv: Sequence[str]) -> bool:
+    """Whether the command line names a command that may load third-party plugins."""
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    return command not in CORE_ONLY_COMMANDS
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point: build the plugin manager and run the CLI."""
+    args = list(argv) if argv is not None else sys.argv[1:]
     try:
-        cli = make_cli(get_plugin_manager())
+        cli = make_cli(get_plugin_manager(entry_points=needs_plugins(args)))
     except FewtransError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)
-    cli.main(args=list(argv) if argv is not None else None, prog_name="fewtrans-board")
+    cli.main(args=args, prog_name="fewtrans-board")

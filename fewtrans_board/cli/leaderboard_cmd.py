@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import echo_json, echo_table
 
 if TYPE_CHECKING:
@@ -28,6 +26,15 @@ leaderboard_option = click.option(
     default=lambda: os.environ.get(LEADERBOARD_ENV, "leaderboard"),
     show_default="leaderboard (or $FEWTRANS_BOARD_LEADERBOARD)",
     help="The leaderboard store folder.",
+)
+
+
+worker_python_option = click.option(
+    "--worker-python",
+    default=None,
+    metavar="PYTHON",
+    help="Interpreter of the plugin worker, e.g. a virtualenv holding the submission's pinned "
+    "plugins (default: this one).",
 )
 
 
@@ -57,7 +64,7 @@ def _fail(error: SubmissionError, as_json: bool) -> NoReturn:
 
 
 def verification_options(verify_help: str, root_help: str) -> Callable[[F], F]:
-    """``--verify``, ``--seed``, ``--root`` and ``--json`` of the commands that may verify.
+    """``--verify``, ``--seed``, ``--root``, ``--worker-python`` and ``--json`` options.
 
     Args:
         verify_help: help text of ``--verify``.
@@ -83,6 +90,7 @@ def verification_options(verify_help: str, root_help: str) -> Callable[[F], F]:
             help="Seed choosing the verified episodes.",
         ),
         click.option("--root", "roots", multiple=True, metavar="DATASET=PATH", help=root_help),
+        worker_python_option,
         click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
     ]
 
@@ -132,13 +140,35 @@ def submission_template() -> None:
     required=True,
     help="Bundle zip to write.",
 )
-def submission_pack(results: tuple[Path, ...], meta: Path, centre: Path | None, out: Path) -> None:
-    """Pack result folders (one run per dataset) and metadata into a bundle zip."""
-    from fewtrans_board.leaderboard.bundle import pack_bundle
+@leaderboard_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def submission_pack(
+    results: tuple[Path, ...],
+    meta: Path,
+    centre: Path | None,
+    out: Path,
+    leaderboard: Path,
+    as_json: bool,
+) -> None:
+    """Validate result folders (one run per dataset) and pack them with metadata into a zip.
+
+    Runs every check of 'submission validate' first and writes nothing if one fails.
+    """
+    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.leaderboard.intake import pack_checked
+    from fewtrans_board.leaderboard.store import LeaderboardStore
     from fewtrans_board.results.load import find_runs
 
-    pack_bundle(find_runs(list(results)), meta, out, centre)
-    click.echo(f"wrote {out}; check it with: fewtrans-board submission validate {out}")
+    try:
+        report = pack_checked(
+            find_runs(list(results)), meta, out, LeaderboardStore(leaderboard), centre
+        )
+    except SubmissionError as exc:
+        _fail(exc, as_json)
+    if as_json:
+        echo_json({"ok": True, "bundle": str(out), **report.to_dict()})
+        return
+    click.echo(f"wrote {out} (valid); upload it, or add it: fewtrans-board leaderboard add {out}")
 
 
 @submission_group.command("validate")
@@ -147,18 +177,14 @@ def submission_pack(results: tuple[Path, ...], meta: Path, centre: Path | None, 
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def submission_validate(bundle: Path, leaderboard: Path, as_json: bool) -> None:
     """Validate a bundle (schema, hashes, completeness, grid, recomputed accuracies). No plugin code runs."""
-    from fewtrans_board.leaderboard.bundle import extract_bundle
     from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.leaderboard.intake import validate_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
-    from fewtrans_board.leaderboard.validate import validate_contents
 
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            report = validate_contents(
-                extract_bundle(bundle, Path(tmp)), LeaderboardStore(leaderboard)
-            )
-        except SubmissionError as exc:
-            _fail(exc, as_json)
+    try:
+        report = validate_bundle(bundle, LeaderboardStore(leaderboard))
+    except SubmissionError as exc:
+        _fail(exc, as_json)
     _print_validation(report.to_dict(), as_json)
 
 
@@ -208,11 +234,10 @@ def _print_validation(report: dict[str, Any], as_json: bool) -> None:
     "--root", "roots", multiple=True, metavar="DATASET=PATH", help="Local dataset copies."
 )
 @click.option("--weights", default=None, help="Local checkpoint for the model.")
-@click.option("--device", default="cpu", show_default=True, help="Torch device.")
+@click.option("--device", default="cpu", show_default=True, help="Torch device of the worker.")
+@worker_python_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-@pass_app
 def submission_verify(
-    app: App,
     bundle: Path,
     leaderboard: Path,
     sample: int,
@@ -221,29 +246,32 @@ def submission_verify(
     roots: tuple[str, ...],
     weights: str | None,
     device: str,
+    worker_python: str | None,
     as_json: bool,
 ) -> None:
-    """Re-run a seeded sample of episodes with the installed pinned plugin and compare predictions."""
-    from fewtrans_board.leaderboard.bundle import extract_bundle
-    from fewtrans_board.leaderboard.errors import SubmissionError
-    from fewtrans_board.leaderboard.store import LeaderboardStore
-    from fewtrans_board.leaderboard.verify import verify_contents
+    """Re-run a seeded sample of episodes with the pinned plugin and compare predictions.
 
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            report = verify_contents(
-                extract_bundle(bundle, Path(tmp)),
-                LeaderboardStore(leaderboard),
-                app.registry,
-                sample=sample,
-                seed=seed,
-                threshold=threshold,
-                roots=_roots(roots),
-                weights=weights,
-                device=device,
-            )
-        except SubmissionError as exc:
-            _fail(exc, as_json)
+    The plugin runs in a separate worker process that sees episode tensors only, with the
+    queries in an order only this process knows; this process scores.
+    """
+    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.leaderboard.intake import verify_bundle
+    from fewtrans_board.leaderboard.store import LeaderboardStore
+
+    try:
+        report = verify_bundle(
+            bundle,
+            LeaderboardStore(leaderboard),
+            sample=sample,
+            seed=seed,
+            threshold=threshold,
+            roots=_roots(roots),
+            weights=weights,
+            device=device,
+            python=worker_python,
+        )
+    except SubmissionError as exc:
+        _fail(exc, as_json)
     _print_verification(report, as_json)
 
 
@@ -281,47 +309,31 @@ def leaderboard_group() -> None:
     verify_help="Also re-run this many episodes per dataset; the entry is then marked verified.",
     root_help="Local dataset copies (for --verify).",
 )
-@pass_app
 def leaderboard_add(
-    app: App,
     bundle: Path,
     leaderboard: Path,
     verify_sample: int,
     seed: int,
     roots: tuple[str, ...],
+    worker_python: str | None,
     as_json: bool,
 ) -> None:
     """Validate (and optionally verify) a bundle, then merge it into the store. Entries are immutable."""
-    from fewtrans_board.leaderboard.bundle import extract_bundle
     from fewtrans_board.leaderboard.errors import SubmissionError
-    from fewtrans_board.leaderboard.index import build_index
+    from fewtrans_board.leaderboard.intake import Verification, add_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
-    from fewtrans_board.leaderboard.verify import validate_and_verify
 
-    store = LeaderboardStore(leaderboard)
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            report, verification = validate_and_verify(
-                extract_bundle(bundle, Path(tmp)),
-                store,
-                app.registry,
-                sample=verify_sample,
-                seed=seed,
-                roots=_roots(roots),
-            )
-            status: dict[str, Any] = (
-                {"status": "validated"}
-                if verification is None
-                else {"status": "verified", "verification": verification}
-            )
-            store.add(Path(tmp), report.meta.id, status, report.meta.supersedes)
-        except SubmissionError as exc:
-            _fail(exc, as_json)
-    store.write_index(build_index(store))
+    verification = Verification(verify_sample, seed, _roots(roots), worker_python)
+    try:
+        result = add_bundle(bundle, LeaderboardStore(leaderboard), verification)
+    except SubmissionError as exc:
+        _fail(exc, as_json)
+    status = "validated" if result.verification is None else "verified"
+    ident = result.validation.meta.id
     if as_json:
-        echo_json({"ok": True, "id": report.meta.id, "status": status["status"]})
+        echo_json({"ok": True, "id": ident, "status": status})
     else:
-        click.echo(f"added {report.meta.id} ({status['status']}) to {leaderboard}; index rebuilt")
+        click.echo(f"added {ident} ({status}) to {leaderboard}; index rebuilt")
 
 
 @leaderboard_group.command("check")
@@ -331,42 +343,91 @@ def leaderboard_add(
     verify_help="Also re-run this many episodes per dataset.",
     root_help="Local dataset copies.",
 )
-@pass_app
 def leaderboard_check(
-    app: App,
     ident: str,
     leaderboard: Path,
     verify_sample: int,
     seed: int,
     roots: tuple[str, ...],
+    worker_python: str | None,
     as_json: bool,
 ) -> None:
     """Re-validate (and optionally verify) a stored entry; writes nothing (used by CI on PRs)."""
     from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.leaderboard.intake import Verification, check_entry
     from fewtrans_board.leaderboard.store import LeaderboardStore
-    from fewtrans_board.leaderboard.verify import validate_and_verify
 
-    store = LeaderboardStore(leaderboard)
+    verification = Verification(verify_sample, seed, _roots(roots), worker_python)
     try:
-        validation, verification = validate_and_verify(
-            store.entry_contents(ident),
-            store,
-            app.registry,
-            sample=verify_sample,
-            seed=seed,
-            roots=_roots(roots),
-        )
+        result = check_entry(ident, LeaderboardStore(leaderboard), verification)
     except SubmissionError as exc:
         _fail(exc, as_json)
-    report = validation.to_dict()
-    if verification is not None:
-        report["verification"] = verification
     if as_json:
-        echo_json({"ok": True, **report})
+        echo_json({"ok": True, **result.to_dict()})
         return
-    _print_validation(report, as_json=False)
-    if verification is not None:
-        _print_verification(verification, as_json=False)
+    _print_validation(result.validation.to_dict(), as_json=False)
+    if result.verification is not None:
+        _print_verification(result.verification, as_json=False)
+
+
+@leaderboard_group.command("check-pr")
+@click.option(
+    "--repo",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Checkout of the pull request (its data is read, its code never run).",
+)
+@click.option("--base", required=True, help="Git ref of the base branch, e.g. origin/main.")
+@click.option("--head", default="HEAD", show_default=True, help="Git ref of the pull request.")
+@click.option(
+    "--store",
+    "store_folder",
+    default="leaderboard",
+    show_default=True,
+    help="The leaderboard folder, relative to --repo.",
+)
+@verification_options(
+    verify_help="Also re-run this many episodes per dataset of each new entry.",
+    root_help="Local dataset copies.",
+)
+def leaderboard_check_pr(
+    repo: Path,
+    base: str,
+    head: str,
+    store_folder: str,
+    verify_sample: int,
+    seed: int,
+    roots: tuple[str, ...],
+    worker_python: str | None,
+    as_json: bool,
+) -> None:
+    """Check a submission pull request: it may only add new entries' data, each must pass.
+
+    Run it from the base branch's installation against the pull request's checkout, with
+    the submitter's pinned plugins installed only in the --worker-python environment.
+    """
+    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.leaderboard.intake import Verification, check_pull_request
+
+    verification = Verification(verify_sample, seed, _roots(roots), worker_python)
+    try:
+        report = check_pull_request(repo, base, verification, head, store_folder)
+    except SubmissionError as exc:
+        _fail(exc, as_json)
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        for result in report.results.values():
+            _print_validation(result.validation.to_dict(), as_json=False)
+            if result.verification is not None:
+                _print_verification(result.verification, as_json=False)
+        for ident, (_, message) in report.failures.items():
+            click.echo(f"rejected {ident}: {message}", err=True)
+        if not report.ids:
+            click.echo("the pull request adds no leaderboard entry")
+    if not report.ok:
+        sys.exit(1)
 
 
 @leaderboard_group.command("rebuild")

@@ -4,8 +4,8 @@ Layout::
 
     submission.toml
     centre-search.json                  (when the adapter has HPE axes)
-    results/<dataset>/run.json
-    results/<dataset>/shards/shard-*.parquet
+    results/<manifest>/run.json          (one folder per frozen manifest evaluated)
+    results/<manifest>/shards/shard-*.parquet
 
 Only these file types are accepted, paths are checked for traversal, links and
 duplicates, sizes are bounded before anything is extracted, and nothing is unpickled.
@@ -14,6 +14,7 @@ duplicates, sizes are bounded before anything is extracted, and nothing is unpic
 from __future__ import annotations
 
 import json
+import re
 import stat
 import zipfile
 from dataclasses import dataclass
@@ -176,6 +177,30 @@ def read_contents(folder: Path, results: Path | None = None) -> BundleContents:
     return BundleContents(meta.read_text(encoding="utf-8"), centre, runs)
 
 
+def run_centre_record(runs: list[Path]) -> dict[str, object] | None:
+    """The centre-search record embedded in the first run's provenance that has one."""
+    from fewtrans_board.results.load import load_run
+
+    for run in runs:
+        record = load_run(run).meta.get("centre_search")
+        if record is not None:
+            return dict(record)
+    return None
+
+
+def _folder_name(meta: dict[str, object], used: set[str]) -> str:
+    """A bundle folder per run, named after its manifest (several may share a dataset)."""
+    manifest = meta.get("manifest")
+    stem = Path(str(manifest.get("file", "") if isinstance(manifest, dict) else "")).stem
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip(".-") or "run"
+    name, n = base, 1
+    while name in used:
+        n += 1
+        name = f"{base}-{n}"
+    used.add(name)
+    return name
+
+
 def pack_bundle(runs: list[Path], meta: Path, out: Path, centre: Path | None = None) -> Path:
     """Write a bundle zip from run folders, a ``submission.toml`` and an optional centre file.
 
@@ -184,17 +209,16 @@ def pack_bundle(runs: list[Path], meta: Path, out: Path, centre: Path | None = N
     """
     from fewtrans_board.results.load import load_run
 
+    record = json.loads(centre.read_text()) if centre is not None else run_centre_record(runs)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.write(meta, "submission.toml")
-        record = json.loads(centre.read_text()) if centre is not None else None
+        used: set[str] = set()
         for run in runs:
-            loaded = load_run(run)
-            record = record or loaded.meta.get("centre_search")
-            dataset = loaded.dataset
-            archive.write(run / "run.json", f"results/{dataset}/run.json")
+            folder = _folder_name(load_run(run).meta, used)
+            archive.write(run / "run.json", f"results/{folder}/run.json")
             for shard in sorted((run / "shards").glob("shard-*.parquet")):
-                archive.write(shard, f"results/{dataset}/shards/{shard.name}")
+                archive.write(shard, f"results/{folder}/shards/{shard.name}")
         if record is not None:
             archive.writestr(
                 "centre-search.json", json.dumps(record, indent=2, sort_keys=True) + "\n"

@@ -13,10 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from fewtrans_board.adapters.base import typed_values
 from fewtrans_board.canonical import canonical_json
 from fewtrans_board.episodes.manifest import Manifest
+from fewtrans_board.errors import FewtransError
 from fewtrans_board.hpe.aggregate import fuse
-from fewtrans_board.hpe.protocols import get_hpe_protocol
+from fewtrans_board.hpe.protocols import check_schema_fits, get_hpe_protocol, schema_roles
 from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark
 from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.errors import SubmissionError
@@ -40,6 +42,9 @@ class ValidationReport:
         meta: the parsed ``submission.toml``.
         runs: per-dataset summaries of the validated runs.
         checks: what was checked, for the report.
+        configuration: non-axis hyperparameters that differ from the adapter's defaults
+            (the one configuration the submission uses on every dataset).
+        transductive: whether the adapter declares transductive inference.
         loaded: the validated runs, in ``contents.runs`` order (kept so verification does
             not read the Parquet files again; not part of :meth:`to_dict`).
     """
@@ -47,11 +52,19 @@ class ValidationReport:
     meta: SubmissionMeta
     runs: list[dict[str, Any]] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
+    configuration: dict[str, Any] = field(default_factory=dict)
+    transductive: bool = False
     loaded: list[RunResults] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
-        return {"submission": self.meta.to_dict(), "runs": self.runs, "checks": self.checks}
+        return {
+            "submission": self.meta.to_dict(),
+            "runs": self.runs,
+            "checks": self.checks,
+            "configuration": self.configuration,
+            "transductive": self.transductive,
+        }
 
 
 def _norm(distribution: str) -> str:
@@ -279,8 +292,9 @@ def _check_centre_search(
     benchmark: Benchmark,
     centre_search: dict[str, Any] | None,
     run: RunResults,
+    roles: dict[str, str],
 ) -> None:
-    roles = run.meta["hpe"]["roles"]
+    """The centre must come from a held-out search that moved every axis the grid varies."""
     if not roles:
         return
     if centre_search is None:
@@ -295,14 +309,34 @@ def _check_centre_search(
             f"centre-search.json is for adapter {centre_search.get('adapter')!r}, not {meta.adapter!r}",
         )
     centre = run.meta["adapter"]["centre"]
-    searched = centre_search.get("centre", {})
-    differing = [name for name in roles if searched.get(name) != centre.get(name)]
+    searched = centre_search.get("centre")
+    if not isinstance(searched, dict):
+        raise SubmissionError("bad-centre-search", "centre-search.json has no 'centre' object")
+    differing = [name for name in centre if searched.get(name) != centre.get(name)]
     if differing:
         raise SubmissionError(
             "centre-mismatch",
-            f"{run.dataset}: the results' HPE centre differs from the searched centre in "
+            f"{run.dataset}: the results' configuration differs from the searched centre in "
             f"{', '.join(differing)}: {[centre.get(n) for n in differing]} vs "
-            f"{[searched.get(n) for n in differing]}",
+            f"{[searched.get(n) for n in differing]} (the search must run with the submitted "
+            "non-axis values, and its centre is the grid's centre)",
+        )
+    log = centre_search.get("log")
+    first = (
+        log[0].get("grid") if isinstance(log, list) and log and isinstance(log[0], dict) else None
+    )
+    tried: dict[str, set[str]] = {name: set() for name in roles}
+    for point in first if isinstance(first, list) else []:
+        config = point.get("config") if isinstance(point, dict) else None
+        for name in roles:
+            if isinstance(config, dict) and name in config:
+                tried[name].add(canonical_json(config[name]))
+    unsearched = [name for name, values in tried.items() if len(values) < 2]
+    if unsearched:
+        raise SubmissionError(
+            "centre-search-incomplete",
+            f"the centre search log does not vary {', '.join(unsearched)}; every axis of the "
+            f"grid ({', '.join(roles)}) must be searched on the held-out tasks",
         )
     if (
         centre_search.get("dataset") not in benchmark.held_out
@@ -316,8 +350,71 @@ def _check_centre_search(
         )
 
 
+def _recorded_schema(run: RunResults, meta: SubmissionMeta) -> dict[str, Any]:
+    """The adapter schema recorded at evaluate time, checked for shape (not trusted further)."""
+    schema = run.meta["adapter"].get("schema")
+    fields = schema.get("fields") if isinstance(schema, dict) else None
+    if not isinstance(fields, list) or not all(
+        isinstance(f, dict) and isinstance(f.get("name"), str) for f in fields
+    ):
+        raise SubmissionError(
+            "bad-results-schema",
+            f"{run.dataset}: the results record no adapter schema; re-run with this fewtrans-board",
+        )
+    if schema.get("name") != meta.adapter:
+        raise SubmissionError(
+            "adapter-mismatch",
+            f"{run.dataset}: the recorded adapter schema is {schema.get('name')!r}'s, not "
+            f"{meta.adapter!r}'s",
+        )
+    centre = run.meta["adapter"]["centre"]
+    names = [f["name"] for f in fields]
+    if not isinstance(centre, dict) or sorted(centre) != sorted(names):
+        raise SubmissionError(
+            "bad-results-schema",
+            f"{run.dataset}: the centre's fields {sorted(centre) if isinstance(centre, dict) else centre} "
+            f"are not the adapter's {sorted(names)}",
+        )
+    return dict(schema)
+
+
+def _non_default(schema: dict[str, Any], centre: dict[str, Any]) -> dict[str, Any]:
+    """Values of non-axis hyperparameters that differ from the adapter's registered defaults."""
+    return {
+        f["name"]: centre[f["name"]]
+        for f in schema["fields"]
+        if f.get("hpe") is None
+        and canonical_json(centre[f["name"]]) != canonical_json(f["default"])
+    }
+
+
+def _check_same_configuration(first: RunResults, run: RunResults) -> None:
+    """Every dataset of a submission uses one configuration (no per-dataset tuning)."""
+    a, b = first.meta["adapter"]["centre"], run.meta["adapter"]["centre"]
+    differing = sorted(k for k in a if canonical_json(a.get(k)) != canonical_json(b.get(k)))
+    if differing:
+        raise SubmissionError(
+            "config-varies",
+            f"{first.dataset} and {run.dataset} use different values of "
+            f"{', '.join(differing)}: {[a.get(k) for k in differing]} vs "
+            f"{[b.get(k) for k in differing]}; a submission is one configuration on every "
+            "dataset (per-dataset values are tuning on test tasks)",
+        )
+    if canonical_json(first.meta["adapter"]["schema"]) != canonical_json(
+        run.meta["adapter"]["schema"]
+    ):
+        raise SubmissionError(
+            "config-varies",
+            f"{first.dataset} and {run.dataset} were produced by adapters with different "
+            "schemas; evaluate every dataset with one version of the plugin",
+        )
+
+
 def validate_contents(contents: BundleContents, store: LeaderboardStore) -> ValidationReport:
     """Validate extracted bundle contents against the store's frozen manifests.
+
+    The grid, its axes and the headline aggregation are derived from the HPE protocol and
+    the adapter schema recorded at evaluate time, never from free metadata.
 
     Raises:
         SubmissionError: the first fault found, with its code.
@@ -341,12 +438,26 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
             raise
         except Exception as exc:
             raise SubmissionError("bad-results-schema", f"{path.name}: {exc}") from exc
-        if "roles" not in run.meta.get("hpe", {}):
-            raise SubmissionError(
-                "bad-results-schema",
-                f"{run.dataset}: results lack the HPE axis roles; re-run with this fewtrans-board",
-            )
         _check_provenance(meta, run)
+        schema = _recorded_schema(run, meta)
+        try:
+            check_schema_fits(protocol, schema)
+        except FewtransError as exc:
+            raise SubmissionError("axes-undeclared", f"{run.dataset}: {exc}") from exc
+        roles = schema_roles(schema)
+        if run.meta["hpe"].get("aggregation") != protocol.aggregation:
+            raise SubmissionError(
+                "aggregation-mismatch",
+                f"{run.dataset}: the results claim aggregation "
+                f"{run.meta['hpe'].get('aggregation')!r}; the {protocol.name} protocol fuses "
+                f"by {protocol.aggregation!r}",
+            )
+        if canonical_json(run.meta["hpe"].get("roles")) != canonical_json(roles):
+            raise SubmissionError(
+                "grid-mismatch",
+                f"{run.dataset}: the recorded HPE roles {run.meta['hpe'].get('roles')} are not "
+                f"the adapter schema's {roles}",
+            )
         sha = run.meta["manifest"]["sha256"]
         if sha not in store.frozen:
             raise SubmissionError(
@@ -367,17 +478,19 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
                 "incomplete",
                 f"{run.dataset}: the run was limited or has {len(run.shards_present)}/{run.shards_total} shards",
             )
-        roles = run.meta["hpe"]["roles"]
-        grid = protocol.grid_for(run.meta["adapter"]["centre"], roles)
+        centre = typed_values(run.meta["adapter"]["centre"], schema["fields"])
+        grid = protocol.grid_for(centre, roles)
         _check_grid(run, protocol.name, grid, run.meta["identity"]["grid"])
-        if run.meta["hpe"]["hash"] != protocol.digest_for(run.meta["adapter"]["centre"], roles):
+        if run.meta["hpe"]["hash"] != protocol.digest_for(centre, roles):
             raise SubmissionError(
                 "grid-mismatch",
                 f"{run.dataset}: the recorded HPE hash is not the {protocol.name} hash of the "
                 "grid around the stored centre",
             )
+        if report.loaded:
+            _check_same_configuration(report.loaded[0], run)
         _check_rows(run, manifest, grid)
-        _check_centre_search(meta, benchmark, contents.centre_search, run)
+        _check_centre_search(meta, benchmark, contents.centre_search, run, roles)
         covered.add(filename)
         report.loaded.append(run)
         hpe = run.aggregations()["hpe"]
@@ -396,10 +509,16 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
             "missing-manifest",
             f"benchmark {benchmark.name!r} needs results on {', '.join(missing)}",
         )
+    first = report.loaded[0]
+    report.configuration = _non_default(
+        first.meta["adapter"]["schema"], first.meta["adapter"]["centre"]
+    )
+    report.transductive = bool(first.meta["adapter"]["schema"].get("transductive"))
     report.checks += [
         "manifest hashes are frozen ones; every episode exactly once",
-        f"grid equals the {protocol.name} grid around the stored centre",
+        f"grid, axes and aggregation derived from the {protocol.name} protocol and the "
+        "recorded adapter schema",
         "accuracies and ensembles recomputed from stored predictions and logits",
-        "HPE centre matches the held-out centre search",
+        "one configuration on every dataset; its centre from a held-out search of every axis",
     ]
     return report

@@ -1,0 +1,145 @@
+"""What a submission pull request may change: its own new entry's data, nothing else.
+
+CI accepts data, not code. A pull request may only add files under
+``leaderboard/submissions/<id>/`` and ``leaderboard/results/<id>/`` for new ids (and update
+the derived ``index.json``, which must then equal a rebuild); any other path (code,
+workflows, manifests, another entry) is refused by name, and entries already on the base
+branch are immutable. The caller (``fewtrans-board
+leaderboard check-pr``) runs this code from the base branch's installation and validates
+the new entries from the pull request's data.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from fewtrans_board.leaderboard.errors import SubmissionError
+
+SUBMISSION_FILES = frozenset({"submission.toml", "centre-search.json", "status.json"})
+"""Files a stored submission folder may hold."""
+
+
+@dataclass
+class PullRequestChanges:
+    """The entries a pull request adds.
+
+    Attributes:
+        ids: the new submission ids, sorted.
+        paths: every added path, relative to the repository.
+        index_changed: the pull request also updates the derived ``index.json`` (allowed
+            only if it equals what the base branch's code derives from the new store).
+    """
+
+    ids: list[str] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    index_changed: bool = False
+
+
+def changed_paths(repo: Path, base: str, head: str = "HEAD") -> list[tuple[str, str]]:
+    """``(status, path)`` of every file that differs between ``base`` and ``head``.
+
+    Uses the merge base (``base...head``), as a pull request's diff does, with rename
+    detection off so that a moved file shows as a deletion and an addition.
+
+    Raises:
+        SubmissionError: git failed (not a repository, unknown ref).
+    """
+    try:
+        out = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(repo),
+                "diff",
+                "--name-status",
+                "--no-renames",
+                "-z",
+                f"{base}...{head}",
+            ],
+            check=True,
+            capture_output=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        raise SubmissionError(
+            "git-failed",
+            f"cannot diff {base}...{head} in {repo}: {detail.decode(errors='replace').strip() or exc}",
+        ) from exc
+    parts = out.decode("utf-8", errors="surrogateescape").split("\0")
+    return [(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
+
+
+def classify(
+    changes: list[tuple[str, str]], leaderboard: str = "leaderboard"
+) -> PullRequestChanges:
+    """Check that a pull request only adds new entries' data.
+
+    Args:
+        changes: ``(status, path)`` pairs from :func:`changed_paths`.
+        leaderboard: the store folder, relative to the repository root.
+
+    Raises:
+        SubmissionError: a path outside an entry's folders (``pr-touches-code``), a change
+            to anything existing (``immutable``), or a file an entry may not hold.
+    """
+    result = PullRequestChanges()
+    ids: set[str] = set()
+    root = PurePosixPath(leaderboard)
+    for status, raw in changes:
+        path = PurePosixPath(raw)
+        if path == root / "index.json" and status in ("A", "M"):
+            result.index_changed = True
+            continue
+        parts = path.relative_to(root).parts if path.is_relative_to(root) else ()
+        if len(parts) < 3 or parts[0] not in ("submissions", "results"):
+            raise SubmissionError(
+                "pr-touches-code",
+                f"a submission pull request may only add {leaderboard}/submissions/<id>/ and "
+                f"{leaderboard}/results/<id>/; it changes {raw}",
+            )
+        if status != "A":
+            raise SubmissionError(
+                "immutable",
+                f"{raw} is {'deleted' if status == 'D' else 'modified'}; stored entries are "
+                "immutable (submit a new id with supersedes = ... instead)",
+            )
+        kind, ident = parts[0], parts[1]
+        if kind == "submissions" and (len(parts) != 3 or parts[2] not in SUBMISSION_FILES):
+            raise SubmissionError(
+                "forbidden-file",
+                f"{raw}: a submission folder holds only {', '.join(sorted(SUBMISSION_FILES))}",
+            )
+        ids.add(ident)
+        result.paths.append(raw)
+    result.ids = sorted(ids)
+    return result
+
+
+def check_status_claims(store_root: Path, ids: list[str], verified_here: bool) -> None:
+    """Refuse a committed ``status.json`` that claims more than CI establishes.
+
+    Raises:
+        SubmissionError: an entry claims ``verified`` while CI only validated it.
+    """
+    import json
+
+    for ident in ids:
+        path = store_root / "submissions" / ident / "status.json"
+        if not path.is_file():
+            continue
+        try:
+            claimed = json.loads(path.read_text(encoding="utf-8")).get("status")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError) as exc:
+            raise SubmissionError(
+                "bad-status", f"{path.name} of {ident} is unreadable: {exc}"
+            ) from exc
+        if claimed not in ("validated", "verified") or (
+            claimed == "verified" and not verified_here
+        ):
+            raise SubmissionError(
+                "status-claim",
+                f"{ident}: status.json claims {claimed!r}, which this check did not establish; "
+                "run the check with --verify, or commit status 'validated'",
+            )
