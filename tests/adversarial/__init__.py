@@ -1,0 +1,1 @@
+"""Red-team suite: cheating plugins and forged bundles, each neutralised or refused."""

@@ -1,0 +1,215 @@
+"""Fixtures of the red-team suite: an installed cheater distribution and a tiny leaderboard.
+
+The cheaters are registered through a fake distribution (``fewtrans-redteam 0.1``) found
+by ``importlib.metadata`` on ``sys.path``; ``PYTHONPATH`` carries it into verification
+workers. The leaderboard holds small digits manifests and a two-manifest ``redteam``
+sub-benchmark, so whole submissions are evaluated, packed and refused in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from fewtrans_board.cli import make_cli
+from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark
+from fewtrans_board.plugins import PluginManager, get_plugin_manager
+from tests.conftest import REPO, installed_distribution
+
+MANIFESTS = REPO / "leaderboard" / "manifests"
+PINS = '["fewtrans-board==0.1.0", "fewtrans-redteam==0.1"]'
+VARIED, FIXED = "redteam-varied.parquet", "redteam-fixed.parquet"
+
+
+@pytest.fixture(scope="session")
+def redteam_dist(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Install ``tests/adversarial/cheaters.py`` as the entry point of ``fewtrans-redteam``."""
+    root = tmp_path_factory.mktemp("redteam-dist")
+    with installed_distribution(root, "fewtrans-redteam", "0.1", "tests.adversarial.cheaters"):
+        yield root
+
+
+@pytest.fixture(scope="session")
+def redteam_pm(redteam_dist: Path) -> PluginManager:
+    """Built-ins plus the cheaters (and nothing else that happens to be installed)."""
+    return get_plugin_manager(allow=["fewtrans-redteam"])
+
+
+def run_cli(pm: PluginManager, args: Sequence[str]) -> Result:
+    """Invoke the CLI built from ``pm``."""
+    return CliRunner().invoke(make_cli(pm), [str(a) for a in args], catch_exceptions=False)
+
+
+def ok(result: Result) -> Result:
+    assert result.exit_code == 0, result.output
+    return result
+
+
+@dataclass
+class Board:
+    """A tiny leaderboard store with the ``redteam`` sub-benchmark and helpers."""
+
+    root: Path
+    work: Path
+    pm: PluginManager
+
+    @property
+    def store(self) -> Path:
+        return self.root / "leaderboard"
+
+    def manifest(self, name: str) -> Path:
+        return self.store / "manifests" / name
+
+    def evaluate(
+        self,
+        adapter: str,
+        out: str,
+        *,
+        manifest: str = VARIED,
+        protocol: str = "fewtrans-reference",
+        config: Sequence[str] = (),
+        centre: Path | None = None,
+        model: str = "demo-cnn.digits",
+    ) -> Result:
+        args = ["evaluate", "--model", model, "--adapter", adapter]
+        args += ["--manifest", self.manifest(manifest), "--protocol", protocol]
+        args += ["--out", self.work / out, "--quiet", "--device", "cpu", "--threads", "1"]
+        for item in config:
+            args += ["--config", item]
+        if centre is not None:
+            args += ["--centre", centre]
+        return run_cli(self.pm, args)
+
+    def meta(self, ident: str, adapter: str, model: str = "demo-cnn.digits") -> Path:
+        path = self.work / f"{ident}.toml"
+        path.write_text(
+            f"""[submission]
+id = "{ident}"
+method = "{adapter}"
+model = "{model}"
+adapter = "{adapter}"
+benchmark = "redteam"
+hpe_protocol = "fewtrans-reference"
+authors = ["Red Team"]
+hardware = "CPU"
+plugins = {PINS}
+"""
+        )
+        return path
+
+    def pack(self, ident: str, adapter: str, runs: Sequence[str]) -> Path:
+        bundle = self.work / f"{ident}.zip"
+        args = ["submission", "pack", *(self.work / r for r in runs)]
+        args += ["--meta", self.meta(ident, adapter), "--out", bundle]
+        ok(run_cli(self.pm, [*args, "--leaderboard", self.store]))
+        return bundle
+
+    def json(self, args: Sequence[Any]) -> tuple[int, dict[str, Any]]:
+        result = run_cli(get_plugin_manager(entry_points=False), [*args, "--json"])
+        return result.exit_code, json.loads(result.output)
+
+
+@pytest.fixture(scope="module")
+def board(redteam_pm: PluginManager, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
+    """Small digits manifests (8 varied, 8 fixed episodes), the redteam benchmark, a centre."""
+    root = tmp_path_factory.mktemp("board")
+    manifests = root / "leaderboard" / "manifests"
+    manifests.mkdir(parents=True)
+    shutil.copy(MANIFESTS / "fewtrans-search--digits.parquet", manifests)
+    shutil.copy(MANIFESTS / "fewtrans-search--digits.parquet.sha256", manifests)
+    board = Board(root, root / "work", redteam_pm)
+    board.work.mkdir()
+    for name, extra in ((VARIED, []), (FIXED, ["--ways", "5", "--shots", "1"])):
+        protocol = "fewtrans-varied" if name == VARIED else "fewtrans-fixed"
+        ok(
+            run_cli(
+                redteam_pm,
+                [
+                    *("manifest", "build", "--protocol", protocol, "--dataset", "digits"),
+                    *(*extra, "--episodes", "8", "--out", manifests / name),
+                ],
+            )
+        )
+    saved = dict(BENCHMARKS)
+    BENCHMARKS["redteam"] = Benchmark(
+        name="redteam",
+        title="Red team",
+        description="Two small digits manifests for the red-team suite.",
+        manifests=(VARIED, FIXED),
+        held_out=("digits",),
+    )
+    yield board
+    BENCHMARKS.clear()
+    BENCHMARKS.update(saved)
+
+
+@pytest.fixture(scope="module")
+def centre(board: Board) -> Path:
+    """A held-out centre search of linear-probe on the digits search tasks."""
+    out = board.work / "centre.json"
+    ok(
+        run_cli(
+            board.pm,
+            [
+                *("hpe", "search", "--model", "demo-cnn.digits", "--adapter", "linear-probe"),
+                *("--manifest", MANIFESTS / "fewtrans-search--digits.parquet", "--limit", "2"),
+                *("--config", "epochs=10", "--out", out, "--device", "cpu", "--json"),
+            ],
+        )
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def honest(board: Board, centre: Path) -> dict[str, str]:
+    """An honest linear-probe submission on both manifests: run folder names."""
+    for manifest, out in ((VARIED, "lp-varied"), (FIXED, "lp-fixed")):
+        ok(board.evaluate("linear-probe", out, manifest=manifest, centre=centre))
+    return {"varied": "lp-varied", "fixed": "lp-fixed"}
+
+
+Edit = Callable[[dict[str, Any]], None]
+
+
+def rewrite(bundle: Path, out: Path, edit: Callable[[str, bytes], bytes]) -> Path:
+    """Copy a bundle zip, passing every member's bytes through ``edit(name, data)``."""
+    import zipfile
+
+    with zipfile.ZipFile(bundle) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, edit(info.filename, src.read(info)))
+    return out
+
+
+def edit_provenance(bundle: Path, out: Path, edit: Edit) -> Path:
+    """Rewrite the provenance metadata of every result shard (and run.json's identity)."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from fewtrans_board.canonical import canonical_json
+    from fewtrans_board.results.schema import METADATA_KEY
+
+    def change(name: str, data: bytes) -> bytes:
+        if name.endswith(".parquet"):
+            table = pq.read_table(io.BytesIO(data))
+            meta = json.loads(table.schema.metadata[METADATA_KEY])
+            edit(meta)
+            table = table.replace_schema_metadata({METADATA_KEY: canonical_json(meta).encode()})
+            buffer = io.BytesIO()
+            pq.write_table(table, buffer)
+            return buffer.getvalue()
+        if name.endswith("run.json"):
+            record = json.loads(data)
+            edit(record)
+            return json.dumps(record).encode()
+        return data
+
+    return rewrite(bundle, out, change)
