@@ -19,7 +19,7 @@ from fewtrans_board.stats import (
 
 
 @pytest.mark.parametrize("seed", range(12))
-@pytest.mark.parametrize("n", [8, 30, 50, 51, 600])
+@pytest.mark.parametrize("n", [5, 8, 13, 14, 30, 50, 51, 600])
 def test_paired_tests_agree_with_scipy(seed: int, n: int) -> None:
     rng = np.random.default_rng(seed * 1000 + n)
     a = rng.normal(60, 12, n)
@@ -29,15 +29,31 @@ def test_paired_tests_agree_with_scipy(seed: int, n: int) -> None:
     ours, theirs = paired_ttest(a, b), ss.ttest_rel(a, b)
     assert ours.statistic == pytest.approx(theirs.statistic, rel=1e-10)
     assert ours.pvalue == pytest.approx(theirs.pvalue, rel=1e-9, abs=1e-300)
-    d = a - b
-    nonzero = d[d != 0]
-    ties_or_zeros = len(np.unique(np.abs(nonzero))) < len(nonzero) or len(nonzero) < len(d)
-    # With ties or zeros and n <= 13 scipy's default permutes exhaustively; we use the
-    # normal approximation there (documented), so compare with scipy's approximation.
-    method = "approx" if ties_or_zeros and len(nonzero) <= 13 else "auto"
-    w, sw = wilcoxon_signed_rank(a, b), ss.wilcoxon(a, b, method=method)
+    w, sw = wilcoxon_signed_rank(a, b), ss.wilcoxon(a, b)
     assert w.statistic == pytest.approx(sw.statistic)
     assert w.pvalue == pytest.approx(sw.pvalue, rel=1e-7)
+
+
+def test_small_tied_wilcoxon_is_exact_not_normal() -> None:
+    # Five identical differences: the smallest two-sided p at n = 5 is 2/32, not the
+    # normal approximation's 0.025.
+    ours = wilcoxon_signed_rank(np.ones(5), np.zeros(5))
+    assert ours.method == "permutation" and ours.pvalue == pytest.approx(0.0625)
+    assert ours.pvalue == pytest.approx(ss.wilcoxon(np.ones(5), np.zeros(5)).pvalue)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_small_samples_with_ties_or_zeros_match_scipys_default(seed: int) -> None:
+    # Episode accuracies on few queries: coarse values, many ties and zero differences.
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 16))
+    a = rng.integers(0, 6, n) * 20.0
+    b = rng.integers(0, 6, n) * 20.0
+    if not (a - b).any():
+        b[0] += 20.0
+    ours, theirs = wilcoxon_signed_rank(a, b), ss.wilcoxon(a, b)
+    assert ours.statistic == pytest.approx(theirs.statistic)
+    assert ours.pvalue == pytest.approx(theirs.pvalue, rel=1e-9)
 
 
 def test_exact_wilcoxon_is_used_for_small_samples_without_ties() -> None:
