@@ -216,3 +216,40 @@ plugins = ["fewtrans-board==0.1.0"]
     assert report["passed"] and len(report["episodes"]) == 2
     assert all(e["config_agreement"] == 1.0 for e in report["episodes"])
     assert all(e["hpe_agreement"] == 1.0 for e in report["episodes"])
+
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFESTS = ROOT / "leaderboard" / "manifests"
+
+
+def test_base_to_novel_tables_evaluate_base2novel_manifests() -> None:
+    from fewtrans_board.episodes.frozen import FEWTRANS_TEST, FROZEN
+    from fewtrans_board.leaderboard.benchmarks import BENCHMARKS
+
+    frozen = {m.filename: m for m in FROZEN}
+    for name in ("fewtrans-base-to-novel", "fewtrans-multimodal", "demo-base-to-novel"):
+        manifests = BENCHMARKS[name].manifests
+        assert manifests and all(frozen[m].protocol == "fewtrans-base2novel" for m in manifests)
+    # FewTrans's datasets are built locally; the digits miniature is committed.
+    assert {frozen[m].dataset for m in BENCHMARKS["fewtrans-base-to-novel"].manifests} == set(
+        FEWTRANS_TEST
+    )
+    assert BENCHMARKS["fewtrans-base-to-novel"].reporting == "base-to-novel"
+    committed = MANIFESTS / "fewtrans-base2novel--digits.parquet"
+    episodes = Manifest.load(committed).episodes()
+    assert len(episodes) == 600 and all(ep.novel_query for ep in episodes)
+
+
+def test_base2novel_base_episodes_are_not_the_varied_ones() -> None:
+    # The novel draws are interleaved in the same stream, so the base episodes differ from
+    # fewtrans-varied's; the protocol description must not claim otherwise.
+    varied = Manifest.load(MANIFESTS / "fewtrans-varied--digits.parquet").episodes()
+    b2n = Manifest.load(MANIFESTS / "fewtrans-base2novel--digits.parquet").episodes()
+    same = sum(
+        (a.classes, a.support, a.query) == (b.classes, b.support, b.query)
+        for a, b in zip(varied, b2n, strict=True)
+    )
+    assert same == 0
+    description = get_protocol("fewtrans-base2novel").description
+    assert "the fewtrans-varied base episodes" not in description
+    assert "not the fewtrans-varied ones" in description

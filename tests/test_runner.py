@@ -132,6 +132,26 @@ def test_summary_command(linear_run: Path, invoke) -> None:  # type: ignore[no-u
     assert summary["episodes"] == 6 and summary["configurations"] == 15 and summary["complete"]
 
 
+@pytest.mark.parametrize("name", ["bscd-5w5s--bscd-eurosat.parquet", "renamed.parquet"])
+def test_summary_takes_ddof_from_the_sub_benchmark(tmp_path: Path, invoke, name: str) -> None:  # type: ignore[no-untyped-def]
+    # A BSCD-FSL run (recognised by its frozen file name, else by its sampling protocol)
+    # is summarised with the population std, as the index and the site do.
+    manifest = tmp_path / name
+    build = ["manifest", "build", "--protocol", "bscd", "--dataset", "digits", "--episodes", "4"]
+    assert invoke([*build, "--out", str(manifest)]).exit_code == 0
+    out = tmp_path / "run"
+    args = evaluate_args(out, "mean-centroid")
+    args[args.index(str(DIGITS))] = str(manifest)
+    evaluated = json.loads(invoke([*args[:-1], "--json"]).output)["summary"]
+    summary = json.loads(invoke(["results", "summary", str(out), "--json"]).output)[0]
+    hpe = load_run(out).aggregations()["hpe"]
+    for stats in (summary["aggregations"]["hpe"], evaluated["aggregations"]["hpe"]):
+        assert stats["ddof"] == 0
+        assert stats["ci95"] == pytest.approx(1.96 * hpe.std(ddof=0) / np.sqrt(len(hpe)))
+    forced = json.loads(invoke(["results", "summary", str(out), "--ddof", "1", "--json"]).output)
+    assert forced[0]["aggregations"]["hpe"]["ddof"] == 1
+
+
 def test_resume_skips_finished_shards_and_matches_fresh_run(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     pm = get_plugin_manager(entry_points=False)
     out = tmp_path / "resumed"

@@ -127,9 +127,7 @@ def hpe_search(
         name = dataset or "cub"
         spec = app.registry.datasets.get(name).obj
         manifest = out.with_name(f"fewtrans-search--{name}.parquet")
-        recipe = manifest_recipe(
-            "fewtrans-search", name, manifest.name, with_root=root is not None, overrides={}
-        )
+        recipe = manifest_recipe("fewtrans-search", name, with_root=root is not None, overrides={})
         build_manifest(spec, root, get_protocol("fewtrans-search"), command=recipe).write(manifest)
     elif dataset is not None:
         raise click.UsageError("give either --dataset or --manifest, not both")

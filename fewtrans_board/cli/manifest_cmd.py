@@ -126,7 +126,7 @@ def manifest_build(
     }
     protocol = get_protocol(protocol_name).with_overrides(**overrides)
     recipe = manifest_recipe(
-        protocol_name, dataset_name, out.name, with_root=root is not None, overrides=overrides
+        protocol_name, dataset_name, with_root=root is not None, overrides=overrides
     )
     manifest = build_manifest(spec, _root(root), protocol, command=recipe)
     file_hash = manifest.write(out)

@@ -20,17 +20,17 @@ from fewtrans_board.errors import FewtransError
 def manifest_recipe(
     protocol: str,
     dataset: str,
-    out_name: str,
     *,
     with_root: bool,
     overrides: Mapping[str, int | None],
 ) -> list[str]:
     """The ``manifest build`` command recorded in a manifest, without machine-specific paths.
 
-    Identical inputs then give byte-identical files wherever they are built.
+    The root and the output file appear as ``<root>`` and ``<out>``: a manifest's bytes are
+    a function of its content and recipe only, wherever and under whatever name it is built.
     """
     root = "<root>" if with_root else None
-    return manifest_command(protocol, dataset, out_name, root=root, overrides=overrides)
+    return manifest_command(protocol, dataset, "<out>", root=root, overrides=overrides)
 
 
 def listing_fingerprint(spec: DatasetSpec, listing: list[list[str]]) -> str:

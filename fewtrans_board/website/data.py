@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark
+from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark, statistic_ddof_of_run
 from fewtrans_board.leaderboard.index import index_entries
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.results.load import RunResults, find_runs, load_run
@@ -191,7 +191,11 @@ def local_methods(run_dirs: list[Path]) -> list[MethodView]:
             MethodView(ident, meta, "local", None, run.meta.get("centre_search")),
         )
         view.runs[run.dataset] = MethodRun(
-            run.dataset, manifest, run, run.aggregations(), summarize(run)
+            run.dataset,
+            manifest,
+            run,
+            run.aggregations(),
+            summarize(run, ddof=statistic_ddof_of_run(run.meta["manifest"])),
         )
     return list(views.values())
 
