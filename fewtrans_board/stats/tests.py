@@ -100,7 +100,7 @@ def _sign_flip_pvalue(ranks: np.ndarray, r_plus: float) -> float:
     counts[0] = 1.0
     for value in doubled:
         counts[value:] = counts[value:] + counts[: top + 1 - value].copy()
-    observed = int(round(2 * r_plus))
+    observed = round(2 * r_plus)
     total = 2.0 ** len(doubled)
     lower = counts[: observed + 1].sum() / total
     upper = counts[observed:].sum() / total
