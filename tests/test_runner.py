@@ -423,3 +423,46 @@ def test_ray_executor_matches_inline(tmp_path: Path, invoke) -> None:  # type: i
     )
     assert result.exit_code == 0, result.output
     assert table_without_timing(inline) == table_without_timing(distributed)
+
+
+def _evaluate_stderr(out: Path, *, terminal: bool) -> str:
+    """Run ``evaluate`` (progress on) in a subprocess; stderr a pipe or a pseudo-terminal."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    args = evaluate_args(out, "mean-centroid", "--limit", "3")
+    args.remove("--quiet")
+    command = [sys.executable, "-m", "fewtrans_board", *args]
+    if not terminal:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+    leader, follower = pty.openpty()
+    # A new pseudo-terminal is 0 columns wide, which tqdm would fill with an empty bar.
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=follower)
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal closes when the child exits
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert process.wait(timeout=300) == 0
+    finally:
+        os.close(leader)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_bars_only_on_a_terminal(tmp_path: Path) -> None:
+    # A CI log (stderr not a terminal) gets no redrawn bars; an interactive run keeps them.
+    logged = _evaluate_stderr(tmp_path / "logged", terminal=False)
+    assert "episode" not in logged and "\r" not in logged
+    interactive = _evaluate_stderr(tmp_path / "interactive", terminal=True)
+    assert "3/3" in interactive and "episode" in interactive

@@ -21,6 +21,7 @@ from fewtrans_board.cli.groups import (
     protocol_option,
     resolve_device,
     root_option,
+    show_progress,
     weights_option,
 )
 
@@ -144,7 +145,7 @@ def evaluate_command(
         shard=shard_choice[0] if shard_choice else None,
         executor=executor,
         workers=workers,
-        progress=not (quiet or as_json),
+        progress=show_progress(not (quiet or as_json)),
     )
     results = load_run(out)
     summary = (

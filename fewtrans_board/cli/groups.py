@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +32,14 @@ class DefaultGroup(click.Group):
         if not args or (args[0] not in self.commands and args[0] not in help_flags):
             args = [self.default_command, *args]
         return super().parse_args(ctx, args)
+
+
+def show_progress(wanted: bool) -> bool:
+    """Whether to draw progress bars: when wanted and stderr is a terminal.
+
+    Redrawn bars written into a CI log or a redirected file are noise, not progress.
+    """
+    return wanted and sys.stderr.isatty()
 
 
 def echo_json(data: Any) -> None:

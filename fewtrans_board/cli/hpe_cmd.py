@@ -21,6 +21,7 @@ from fewtrans_board.cli.groups import (
     protocol_option,
     resolve_device,
     root_option,
+    show_progress,
     weights_option,
 )
 
@@ -142,7 +143,7 @@ def hpe_search(
         limit=limit,
         device=resolve_device(device),
     )
-    record = run_centre_search(run, app.registry, out, progress=not as_json)
+    record = run_centre_search(run, app.registry, out, progress=show_progress(not as_json))
     if as_json:
         echo_json(record)
         return
