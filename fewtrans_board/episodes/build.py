@@ -136,7 +136,11 @@ def build_manifest(
             )
             for part in parts
         )
-        pairs = list(sampler.episodes(train, test))
+        # Dassl samples classes in the order they first appear in the train list.
+        first_seen = spec.class_order(root, protocol.support_partition)
+        position = {c: i for i, c in enumerate(train.classes)}
+        walk = [position[c] for c in first_seen if c in position]
+        pairs = list(sampler.episodes(train, test, walk))
         meta["episode_info"] = [info for info, _ in pairs]
         draws = [draw for _, draw in pairs]
         meta["seed"] = None

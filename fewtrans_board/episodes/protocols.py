@@ -166,10 +166,11 @@ PROTOCOLS: dict[str, SamplingProtocol] = {
         ),
         SamplingProtocol(
             name="clip-kshot",
-            version=1,
+            version=2,
             description=(
                 "CoOp-style few-shot CLIP evaluation: all classes, K in 1/2/4/8/16 training "
-                "images per class (seeds 1-3, replaying CoOp's random.sample), the full test "
+                "images per class (seeds 1-3, replaying CoOp's random.sample with Dassl's "
+                "class order: first appearance in the train split list), the full test "
                 "split as queries."
             ),
             sampler=CoopKShotSampler(),
