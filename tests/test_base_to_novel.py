@@ -108,7 +108,9 @@ def test_base2novel_manifest_and_evaluation(tmp_path: Path, invoke) -> None:  # 
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)["summary"]
     base, novel = summary["aggregations"]["hpe"]["mean"], summary["novel"]["hpe"]["mean"]
-    assert summary["harmonic_mean"]["hpe"] == pytest.approx(harmonic_mean(base, novel))
+    hm = summary["harmonic_mean"]["hpe"]
+    assert hm["mean"] == pytest.approx(harmonic_mean(base, novel))
+    assert hm["ci95"] > 0 and hm["n"] == len(Manifest.load(manifest).episodes())
     run = load_run(out)
     rows = run.table.to_pylist()
     for ep in episodes:

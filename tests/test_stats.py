@@ -9,6 +9,9 @@ import scipy.stats as ss
 from fewtrans_board.stats import (
     average_ci,
     cohens_d_paired,
+    harmonic_mean,
+    harmonic_mean_average_ci,
+    harmonic_mean_ci,
     holm,
     mean_ci,
     paired_ttest,
@@ -111,3 +114,51 @@ def test_rank_intervals_and_ties() -> None:
     tied = tied_with_best(methods)
     assert tied["strong"] and tied["twin"] and not tied["weak"]
     assert rank_intervals(methods, resamples=500, seed=0) == ranks
+
+
+def paired_base_novel(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Correlated per-episode base and novel accuracies on few queries (coarse values)."""
+    rng = np.random.default_rng(seed)
+    ease = rng.normal(0, 1, n)
+    base = np.clip(np.round((70 + 12 * ease + rng.normal(0, 8, n)) / 5) * 5, 0, 100)
+    novel = np.clip(np.round((45 + 10 * ease + rng.normal(0, 12, n)) / 5) * 5, 0, 100)
+    return base, novel
+
+
+def test_harmonic_mean_ci_matches_a_bootstrap_of_the_paired_episodes() -> None:
+    base, novel = paired_base_novel(600, 3)
+    ours = harmonic_mean_ci(base, novel)
+    assert ours.mean == pytest.approx(harmonic_mean(base.mean(), novel.mean()))
+    assert ours.mean == pytest.approx(2 * base.mean() * novel.mean() / (base.mean() + novel.mean()))
+    # Oracle: a large bootstrap over episodes (base and novel resampled together).
+    rng = np.random.default_rng(0)
+    index = rng.integers(0, 600, size=(20_000, 600))
+    b, n = base[index].mean(axis=1), novel[index].mean(axis=1)
+    replicates = 2 * b * n / (b + n)
+    assert ours.ci95 == pytest.approx(1.96 * replicates.std(), rel=0.05)
+    # Easy episodes are easy for both splits: ignoring the pairing (independent resamples)
+    # would understate the interval.
+    unpaired = rng.integers(0, 600, size=(20_000, 600))
+    n2 = novel[unpaired].mean(axis=1)
+    assert ours.ci95 > 1.1 * 1.96 * (2 * b * n2 / (b + n2)).std()
+
+
+def test_harmonic_mean_ci_with_constant_novel_reduces_to_the_base_ci() -> None:
+    base, _ = paired_base_novel(200, 4)
+    novel = np.full(200, 40.0)
+    ours = harmonic_mean_ci(base, novel, ddof=0)
+    slope = 2 * 40.0**2 / (base.mean() + 40.0) ** 2  # d HM / d base
+    assert ours.ci95 == pytest.approx(slope * mean_ci(base, ddof=0).ci95)
+    assert ours.ddof == 0 and ours.n == 200
+
+
+def test_harmonic_mean_average_is_the_hm_of_the_averages() -> None:
+    data = {f"d{i}": paired_base_novel(100, 10 + i) for i in range(3)}
+    base = {d: v[0] for d, v in data.items()}
+    novel = {d: v[1] for d, v in data.items()}
+    ours = harmonic_mean_average_ci(base, novel, resamples=4000, seed=1)
+    b = np.mean([v.mean() for v in base.values()])
+    n = np.mean([v.mean() for v in novel.values()])
+    assert ours.estimate == pytest.approx(2 * b * n / (b + n))
+    assert ours.low < ours.estimate < ours.high
+    assert ours == harmonic_mean_average_ci(base, novel, resamples=4000, seed=1)
