@@ -4,6 +4,7 @@ shots as headline, in results summaries, the index and the site."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -99,3 +100,33 @@ def test_table_average_is_over_shots_and_datasets(kshot_runs: dict[str, Path]) -
     assert table.average == pytest.approx(
         np.mean([np.mean(v) for e in expected.values() for v in e.values()])
     )
+
+
+def test_site_reports_per_k_with_the_headline_stated(
+    kshot_runs: dict[str, Path], tmp_path: Path
+) -> None:
+    from fewtrans_board.website.build import build_site
+
+    store = tmp_path / "leaderboard"
+    (store / "manifests").mkdir(parents=True)
+    out = tmp_path / "_site"
+    build_site(store, out, local_runs=list(kshot_runs.values()))
+    page = (out / "benchmark-clip-partially-transductive.html").read_text()
+    assert "average over shots" in page.lower() and "Headline" in page
+    assert 'id="table-hpe"' not in page  # no mean ± CI pooled over shots
+    per_dataset = {name: run_per_shot(load_run(path)) for name, path in kshot_runs.items()}
+    table = average_over_datasets({k: v for k, v in per_dataset.items() if v is not None})
+    first_table = page.split('id="per-shot-hpe"')[1].split("</table>")[0]
+    cells = re.findall(
+        r'<span class="mean">([\d.]+)</span>&nbsp;<span class="pm">± ([\d.]+)', first_table
+    )
+    expected = [(k.mean, k.std) for k in table.shots] + [(table.average, table.average_std)]
+    assert [(float(m), float(s)) for m, s in cells] == [
+        (round(m, 2), round(s, 2)) for m, s in expected
+    ]
+    for k in (1, 2, 4, 8, 16):
+        assert f"<th>K = {k}</th>" in first_table
+    method = (out / "method-local-mean-centroid--demo-cnn.digits.html").read_text()
+    assert "Per K (HPE)" in method and "Average over shots (headline)" in method
+    dataset = (out / "dataset-clip-eurosat.html").read_text()
+    assert "average over shots ± std over seeds" in dataset

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -16,8 +17,16 @@ __all__ = ["AGGREGATIONS", "harmonic_mean", "summarize"]
 AGGREGATIONS = ("hpe", "logit-mean", "vote", "oracle", "mean-single")
 
 
-def summarize(run: RunResults, ddof: int = 1) -> dict[str, Any]:
+def summarize(
+    run: RunResults, ddof: int = 1, manifest: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Summary of one run.
+
+    Args:
+        run: the loaded run.
+        ddof: the CI's ddof (the sub-benchmark's).
+        manifest: the frozen manifest's metadata, which fixes each k-shot episode's
+            (K, seed); default the run's own record of its manifest.
 
     Returns:
         A dict with the run's labels, per-aggregation ``{mean, ci95, n, ddof}``, the HPE
@@ -55,7 +64,7 @@ def summarize(run: RunResults, ddof: int = 1) -> dict[str, Any]:
             name: harmonic_mean_ci(aggregations[name], novel[name], ddof=ddof).to_dict()
             for name in AGGREGATIONS
         }
-    pairs = shot_seed_pairs(run.meta["manifest"])
+    pairs = shot_seed_pairs(manifest if manifest is not None else run.meta["manifest"])
     if pairs is not None:
         episodes, _, _ = run.config_matrix()
         summary["per_shot"] = {
