@@ -6,6 +6,7 @@ import math
 import random
 from collections import Counter
 from itertools import islice
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fewtrans_board.datasets.hierarchy import pool_nodes, sampling_graph, spanning_leaves
+from fewtrans_board.datasets.spec import DatasetSpec
 from fewtrans_board.episodes.protocols import PROTOCOLS
 from fewtrans_board.episodes.samplers import (
     ClassPool,
@@ -251,10 +253,12 @@ def dassl_fewshot(
     }
 
 
-def test_coop_kshot_walks_classes_in_dassl_order_on_an_interleaved_split(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_coop_kshot_walks_classes_in_dassl_order_on_an_interleaved_split(
+    tmp_path: Path, tiny_dataset_spec: DatasetSpec
+) -> None:
+    import dataclasses
     import json
 
-    from fewtrans_board import ClassSplit, DatasetSpec
     from fewtrans_board.datasets.readers import SplitJsonReader
     from fewtrans_board.episodes.build import build_manifest
 
@@ -274,18 +278,10 @@ def test_coop_kshot_walks_classes_in_dassl_order_on_an_interleaved_split(tmp_pat
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"not decoded when building")
     (root / "split.json").write_text(json.dumps({"train": train, "val": [], "test": test}))
-    spec = DatasetSpec(
+    spec = dataclasses.replace(
+        tiny_dataset_spec,
         name="interleaved",
-        title="Interleaved split",
-        domain="synthetic",
-        class_ids=("c0", "c1", "c2"),
-        class_names=("class 0", "class 1", "class 2"),
-        split=ClassSplit(base=(0, 1), novel=(2,)),
         reader=SplitJsonReader(split_file="split.json", image_dir="images"),
-        layout="split.json + images/",
-        license="CC0",
-        source_url="https://example.invalid",
-        download="made by the test",
     )
     assert spec.class_order(root, "train") == (2, 0, 1)
     manifest = build_manifest(spec, root, PROTOCOLS["clip-kshot"])

@@ -16,8 +16,6 @@ from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.stats.base_novel import harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
 from fewtrans_board.website.data import (
-    BOOTSTRAP_RESAMPLES,
-    BOOTSTRAP_SEED,
     COLUMN_SETS,
     BenchmarkView,
     MethodRun,
@@ -26,7 +24,7 @@ from fewtrans_board.website.data import (
     site_files_dir,
 )
 from fewtrans_board.website.plots import ci_bars, heatmap, histogram
-from fewtrans_board.website.reporting import shots_of
+from fewtrans_board.website.reporting import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, shots_of
 
 AGGREGATION_TITLES = {
     "hpe": "HPE (the protocol's fusion: logit mean or vote)",
