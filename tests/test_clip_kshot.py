@@ -128,5 +128,6 @@ def test_site_reports_per_k_with_the_headline_stated(
         assert f"<th>K = {k}</th>" in first_table
     method = (out / "method-local-mean-centroid--demo-cnn.digits.html").read_text()
     assert "Per K (HPE)" in method and "Average over shots (headline)" in method
+    assert "Accuracy % (95% CI)" not in method  # no CI pooled over shots
     dataset = (out / "dataset-clip-eurosat.html").read_text()
     assert "average over shots ± std over seeds" in dataset
