@@ -65,6 +65,11 @@ class PerShot:
         return [ShotResult(k, seeds) for k, seeds in grouped.items()]
 
     @property
+    def by_shots(self) -> dict[int, ShotResult]:
+        """:attr:`shots` keyed by K."""
+        return {s.shots: s for s in self.shots}
+
+    @property
     def average(self) -> float:
         """The headline: mean over K of the per-K means over seeds."""
         return float(np.mean([s.mean for s in self.shots]))
@@ -139,15 +144,17 @@ def average_over_datasets(results: Mapping[str, PerShot]) -> PerShot:
     """The paper's table aggregation: every (K, seed) averaged over datasets.
 
     Per K the mean and spread over seeds then describe the dataset-averaged accuracy, and
-    :attr:`PerShot.average` is the average over shots and datasets.
+    :attr:`PerShot.average` is the average over shots and datasets. Only the (K, seed)
+    pairs every dataset covers are averaged (all of them for complete runs).
 
     Raises:
-        ValueError: no datasets, or datasets that cover different (K, seed) pairs.
+        ValueError: no datasets, or no (K, seed) pair common to all of them.
     """
     if not results:
         raise ValueError("no datasets to average")
-    keys = {frozenset(r.accuracy) for r in results.values()}
-    if len(keys) != 1:
-        raise ValueError("datasets cover different (K, seed) pairs; complete runs are needed")
-    pairs = sorted(next(iter(keys)))
-    return PerShot({p: float(np.mean([r.accuracy[p] for r in results.values()])) for p in pairs})
+    common = set.intersection(*(set(r.accuracy) for r in results.values()))
+    if not common:
+        raise ValueError("the datasets share no (K, seed) pair")
+    return PerShot(
+        {p: float(np.mean([r.accuracy[p] for r in results.values()])) for p in sorted(common)}
+    )

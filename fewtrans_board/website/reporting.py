@@ -121,5 +121,6 @@ def shot_table(
 
 
 def shots_of(table: Sequence[ShotRow]) -> list[int]:
-    """The K values of a per-shot table, ascending."""
-    return sorted({s.shots for row in table for s in row.average.shots})
+    """The K values of a per-shot table (any dataset of any row), ascending."""
+    results = [r for row in table for r in (row.average, *row.per_dataset.values())]
+    return sorted({s.shots for r in results for s in r.shots})
