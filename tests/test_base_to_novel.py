@@ -92,7 +92,9 @@ def test_base2novel_manifest_and_evaluation(tmp_path: Path, invoke) -> None:  # 
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)["summary"]
     base, novel = summary["aggregations"]["hpe"]["mean"], summary["novel"]["hpe"]["mean"]
-    assert summary["harmonic_mean"]["hpe"] == pytest.approx(harmonic_mean(base, novel))
+    hm = summary["harmonic_mean"]["hpe"]
+    assert hm["mean"] == pytest.approx(harmonic_mean(base, novel))
+    assert hm["ci95"] > 0 and hm["n"] == len(Manifest.load(manifest).episodes())
     run = load_run(out)
     rows = run.table.to_pylist()
     for ep in episodes:
@@ -198,3 +200,141 @@ plugins = ["fewtrans-board==0.1.0", "fewtrans-tinymodels==0.1"]
     assert report["passed"] and len(report["episodes"]) == 2
     assert all(e["config_agreement"] == 1.0 for e in report["episodes"])
     assert all(e["hpe_agreement"] == 1.0 for e in report["episodes"])
+
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFESTS = ROOT / "leaderboard" / "manifests"
+
+
+def test_base_to_novel_tables_evaluate_base2novel_manifests() -> None:
+    from fewtrans_board.episodes.frozen import FEWTRANS_TEST, FROZEN
+    from fewtrans_board.leaderboard.benchmarks import BENCHMARKS
+
+    frozen = {m.filename: m for m in FROZEN}
+    for name in ("fewtrans-base-to-novel", "fewtrans-multimodal", "demo-base-to-novel"):
+        manifests = BENCHMARKS[name].manifests
+        assert manifests and all(frozen[m].protocol == "fewtrans-base2novel" for m in manifests)
+    # FewTrans's datasets are built locally; the digits miniature is committed.
+    assert {frozen[m].dataset for m in BENCHMARKS["fewtrans-base-to-novel"].manifests} == set(
+        FEWTRANS_TEST
+    )
+    assert BENCHMARKS["fewtrans-base-to-novel"].reporting == "base-to-novel"
+    committed = MANIFESTS / "fewtrans-base2novel--digits.parquet"
+    episodes = Manifest.load(committed).episodes()
+    assert len(episodes) == 600 and all(ep.novel_query for ep in episodes)
+
+
+def test_base2novel_base_episodes_are_not_the_varied_ones() -> None:
+    # The novel draws are interleaved in the same stream, so the base episodes differ from
+    # fewtrans-varied's; the protocol description must not claim otherwise.
+    varied = Manifest.load(MANIFESTS / "fewtrans-varied--digits.parquet").episodes()
+    b2n = Manifest.load(MANIFESTS / "fewtrans-base2novel--digits.parquet").episodes()
+    same = sum(
+        (a.classes, a.support, a.query) == (b.classes, b.support, b.query)
+        for a, b in zip(varied, b2n, strict=True)
+    )
+    assert same == 0
+    description = get_protocol("fewtrans-base2novel").description
+    assert "the fewtrans-varied base episodes" not in description
+    assert "not the fewtrans-varied ones" in description
+
+
+def pinned_pm():  # type: ignore[no-untyped-def]
+    """Built-ins plus the tiny CLIP, as if the (installed) example distribution shipped it,
+    so that its pin validates and verification can re-run it."""
+    from fewtrans_board.plugins import PluginSource
+
+    manager = get_plugin_manager(entry_points=False)
+    manager.register_plugin(
+        TinyClipPlugin(), PluginSource("tiny-clip", "fewtrans-example", "0.1.0", builtin=False)
+    )
+    return manager
+
+
+def demo_script():  # type: ignore[no-untyped-def]
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(
+        "make_demo_leaderboard", ROOT / "scripts" / "make_demo_leaderboard.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def b2n_leaderboard(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The demo script's base-to-novel entry (zero-shot tiny CLIP) in a fresh store, and its site."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from fewtrans_board.cli import make_cli
+
+    work = tmp_path_factory.mktemp("b2n")
+    store = work / "leaderboard"
+    shutil.copytree(MANIFESTS, store / "manifests")
+    app = make_cli(pinned_pm())
+
+    def cli(*args: str) -> None:
+        result = CliRunner().invoke(app, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+
+    script = demo_script()
+    (entry,) = script.base_to_novel_entries(
+        "tiny-clip.test", ["zero-shot-clip"], ["fewtrans-example==0.1.0"]
+    )
+    script.build_entry(
+        entry, work / "entry", cli, manifests=store / "manifests", leaderboard=store, verify=2
+    )
+    cli("site", "build", "--leaderboard", str(store), "--out", str(work / "_site"))
+    return store, work / "_site", entry.ident
+
+
+def test_index_reports_base_novel_and_harmonic_mean_with_cis(b2n_leaderboard) -> None:  # type: ignore[no-untyped-def]
+    from fewtrans_board.stats import mean_ci
+
+    store, _, ident = b2n_leaderboard
+    index = json.loads((store / "index.json").read_text())
+    assert index["benchmarks"]["demo-base-to-novel"] == [ident]
+    (entry,) = [e for e in index["submissions"] if e["id"] == ident]
+    assert entry["status"] == "verified"
+    (summary,) = entry["runs"]
+    run = load_run(store / "results" / ident / "digits")
+    base, novel = run.aggregations()["hpe"], run.aggregations("novel")["hpe"]
+    assert len(base) == len(novel) == 600
+    for key, values in (("aggregations", base), ("novel", novel)):
+        assert summary[key]["hpe"]["mean"] == pytest.approx(values.mean())
+        assert summary[key]["hpe"]["ci95"] == pytest.approx(mean_ci(values).ci95)
+    hm = summary["harmonic_mean"]["hpe"]
+    b, n = base.mean(), novel.mean()
+    assert hm["mean"] == pytest.approx(2 * b * n / (b + n)) and hm["ci95"] > 0 and hm["n"] == 600
+
+
+def test_site_shows_base_novel_and_harmonic_mean(b2n_leaderboard) -> None:  # type: ignore[no-untyped-def]
+    import re
+
+    from fewtrans_board.stats import harmonic_mean_ci, mean_ci
+
+    store, site, ident = b2n_leaderboard
+    run = load_run(store / "results" / ident / "digits")
+    base, novel = run.aggregations()["hpe"], run.aggregations("novel")["hpe"]
+    expected = [mean_ci(base), mean_ci(novel), harmonic_mean_ci(base, novel)]
+    page = (site / "benchmark-demo-base-to-novel.html").read_text()
+    table = page.split('id="base-novel-hpe"')[1].split("</table>")[0]
+    cells = re.findall(
+        r'<span class="mean">([\d.]+)</span>&nbsp;<span class="pm">± ([\d.]+)</span>', table
+    )
+    assert [(float(m), float(c)) for m, c in cells] == [
+        (round(s.mean, 2), round(s.ci95, 2)) for s in expected
+    ]
+    assert "HM of averages" in table and f"{expected[2].mean:.2f} <span" in table
+    method = (site / f"method-{ident}.html").read_text()
+    assert "hpe: novel classes" in method and "harmonic mean of base and novel" in method
+    dataset = (site / "dataset-digits.html").read_text()
+    assert "novel" in dataset and "HM" in dataset
+    index = (site / "index.html").read_text()
+    assert f"method-{ident}.html" in index and f"HM {expected[2].mean:.2f}" in index

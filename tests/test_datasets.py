@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -216,6 +217,25 @@ def test_every_builtin_reads_its_documented_layout(
             if partition != "all":
                 parts = spec.list_items(root, partition)
                 assert sum(map(len, parts)) > 0, (name, partition)
+
+
+def test_class_order_follows_the_index_files(
+    datasets: dict[str, DatasetSpec], synthetic_roots: dict[str, Path], tmp_path: Path
+) -> None:
+    # Synthetic copies list classes in label order; a folder-per-class layout has no order.
+    for name in ("clip-dtd", "clip-fgvc-aircraft", "clip-stanford-dogs", "clip-plantdoc"):
+        spec = datasets[name]
+        assert spec.class_order(synthetic_roots[name], "train") == tuple(range(spec.num_classes))
+    # FGVC-Aircraft's images_variant_train.txt is sorted by image id, so classes interleave.
+    spec = datasets["clip-fgvc-aircraft"]
+    root = tmp_path / "aircraft"
+    shutil.copytree(synthetic_roots["clip-fgvc-aircraft"], root)
+    train = root / "images_variant_train.txt"
+    lines = train.read_text().splitlines()
+    train.write_text("\n".join(reversed(lines)) + "\n")
+    first = [spec.class_names.index(line.split(" ", 1)[1]) for line in reversed(lines)]
+    assert spec.class_order(root, "train") == tuple(dict.fromkeys(first))
+    assert spec.class_order(root, "train") != tuple(range(spec.num_classes))
 
 
 def test_datasets_check_passes_on_complete_copy(invoke) -> None:  # type: ignore[no-untyped-def]

@@ -38,6 +38,15 @@ def test_two_processes_build_byte_identical_files(tmp_path: Path) -> None:
     ).read_text()
 
 
+def test_bytes_do_not_depend_on_the_output_name(tmp_path: Path) -> None:
+    args = ("--protocol", "fewtrans-search", "--dataset", "digits", "--episodes", "5")
+    first, second = tmp_path / "one.parquet", tmp_path / "deeper" / "renamed-copy.parquet"
+    assert build(first, *args).returncode == 0 and build(second, *args).returncode == 0
+    assert first.read_bytes() == second.read_bytes()
+    recorded = json.loads(pq.read_schema(first).metadata[b"fewtrans_board.manifest"])
+    assert recorded["build_command"].endswith("--out '<out>'")
+
+
 def test_manifest_rows_and_metadata(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "m.parquet"
     result = invoke(

@@ -11,6 +11,7 @@ from PIL import Image
 
 from fewtrans_board.errors import FewtransError
 from fewtrans_board.models.backbone import Preprocessing
+from fewtrans_board.models.weights import read_state_dict
 from fewtrans_board.plugins import get_plugin_manager
 from fewtrans_board.registry import Registry
 from fewtrans_board.testing import check_model
@@ -157,14 +158,76 @@ def test_demo_models_pass_the_contract(registry: Registry, name: str) -> None:
     assert check_model(registry.model(name).obj).details["feature_dim"] == 64
 
 
-def test_demo_weights_are_small_and_reproducible(tmp_path: Path) -> None:
-    from fewtrans_board.models.demo_cnn import main, weights_path
+def test_shipped_demo_weights_are_small_and_pinned(registry: Registry) -> None:
+    from fewtrans_board.models.demo_cnn import SHIPPED_WEIGHTS_SHA256, weights_path
     from fewtrans_board.models.weights import file_sha256
 
     assert weights_path().stat().st_size < 2 * 1024 * 1024
-    rebuilt = tmp_path / "w.safetensors"
-    main(str(rebuilt))
-    assert file_sha256(rebuilt) == file_sha256(weights_path())
+    assert file_sha256(weights_path()) == SHIPPED_WEIGHTS_SHA256
+    backbone = registry.model("demo-cnn.digits").obj.load()
+    assert backbone.weights_id == f"sha256:{SHIPPED_WEIGHTS_SHA256}"
+
+
+def centroid_accuracy(weights: Path) -> float:
+    """Leave-one-out nearest-centroid accuracy (%) on every image of digits classes 5-9."""
+    from fewtrans_board.datasets.digits import DIGITS, EVALUATION_CLASSES
+    from fewtrans_board.models.demo_cnn import IMAGE_SIZE, load_pretrained
+
+    listing = DIGITS.list_items(None)
+    prep = Preprocessing.fewtrans(IMAGE_SIZE)
+    items = [(item, k) for k, c in enumerate(EVALUATION_CLASSES) for item in listing[c]]
+    pixels = torch.stack([prep.apply(DIGITS.reader.load_image(None, item)) for item, _ in items])
+    features = torch.nn.functional.normalize(load_pretrained(weights, "cpu").embed(pixels), dim=-1)
+    x, y = features.double().numpy(), np.array([k for _, k in items])
+    sums = np.stack([x[y == k].sum(0) for k in range(len(EVALUATION_CLASSES))])
+    counts = np.bincount(y)
+    centroids = np.repeat((sums / counts[:, None])[None], len(x), axis=0)
+    own = np.arange(len(x))
+    centroids[own, y] = (sums[y] - x) / (counts[y, None] - 1)  # leave the query out
+    distances = ((x[:, None, :] - centroids) ** 2).sum(-1)
+    return float((distances.argmin(1) == y).mean() * 100)
+
+
+# Retraining on another CPU follows another float trajectory. Measured: an Intel Xeon
+# retrain of the shipped file differs by at most 0.15 (relative Frobenius norm, per
+# tensor) and by 0.0 points of the accuracy below; other seeds on the same machine differ
+# by 1.4 and by up to 3 points. The bounds pass the first and fail the second.
+MAX_RELATIVE_WEIGHT_CHANGE = 0.5
+MAX_ACCURACY_CHANGE = 1.0
+
+
+def test_retraining_reproduces_the_demo_weights_within_tolerance(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    from fewtrans_board.models.demo_cnn import pretrain, weights_path
+
+    shipped = read_state_dict(weights_path())
+    retrained = pretrain()
+    assert retrained.keys() == shipped.keys()
+    for name, value in shipped.items():
+        assert retrained[name].shape == value.shape, name
+        if not value.is_floating_point():  # batch counters
+            assert torch.equal(retrained[name], value), name
+            continue
+        change = float((retrained[name] - value).norm() / value.norm())
+        assert change < MAX_RELATIVE_WEIGHT_CHANGE, (name, change)
+    save_file(retrained, str(tmp_path / "retrained.safetensors"))
+    ours, theirs = (
+        centroid_accuracy(tmp_path / "retrained.safetensors"),
+        centroid_accuracy(weights_path()),
+    )
+    assert abs(ours - theirs) <= MAX_ACCURACY_CHANGE, (ours, theirs)
+    assert ours > 50  # five classes: far above chance
+
+
+def test_retraining_is_bit_identical_on_one_machine() -> None:
+    from safetensors.torch import save
+
+    from fewtrans_board.models.demo_cnn import pretrain
+
+    first, second = pretrain(epochs=2), pretrain(epochs=2)
+    assert save(first) == save(second)
+    assert save(pretrain(epochs=2, seed=1)) != save(first)  # the check can fail
 
 
 def test_random_twin_does_not_disturb_the_global_rng(registry: Registry) -> None:

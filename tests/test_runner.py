@@ -132,6 +132,26 @@ def test_summary_command(linear_run: Path, invoke) -> None:  # type: ignore[no-u
     assert summary["episodes"] == 6 and summary["configurations"] == 15 and summary["complete"]
 
 
+@pytest.mark.parametrize("name", ["bscd-5w5s--bscd-eurosat.parquet", "renamed.parquet"])
+def test_summary_takes_ddof_from_the_sub_benchmark(tmp_path: Path, invoke, name: str) -> None:  # type: ignore[no-untyped-def]
+    # A BSCD-FSL run (recognised by its frozen file name, else by its sampling protocol)
+    # is summarised with the population std, as the index and the site do.
+    manifest = tmp_path / name
+    build = ["manifest", "build", "--protocol", "bscd", "--dataset", "digits", "--episodes", "4"]
+    assert invoke([*build, "--out", str(manifest)]).exit_code == 0
+    out = tmp_path / "run"
+    args = evaluate_args(out, "mean-centroid")
+    args[args.index(str(DIGITS))] = str(manifest)
+    evaluated = json.loads(invoke([*args[:-1], "--json"]).output)["summary"]
+    summary = json.loads(invoke(["results", "summary", str(out), "--json"]).output)[0]
+    hpe = load_run(out).aggregations()["hpe"]
+    for stats in (summary["aggregations"]["hpe"], evaluated["aggregations"]["hpe"]):
+        assert stats["ddof"] == 0
+        assert stats["ci95"] == pytest.approx(1.96 * hpe.std(ddof=0) / np.sqrt(len(hpe)))
+    forced = json.loads(invoke(["results", "summary", str(out), "--ddof", "1", "--json"]).output)
+    assert forced[0]["aggregations"]["hpe"]["ddof"] == 1
+
+
 def test_resume_skips_finished_shards_and_matches_fresh_run(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     pm = get_plugin_manager(entry_points=False)
     out = tmp_path / "resumed"
@@ -403,3 +423,46 @@ def test_ray_executor_matches_inline(tmp_path: Path, invoke) -> None:  # type: i
     )
     assert result.exit_code == 0, result.output
     assert table_without_timing(inline) == table_without_timing(distributed)
+
+
+def _evaluate_stderr(out: Path, *, terminal: bool) -> str:
+    """Run ``evaluate`` (progress on) in a subprocess; stderr a pipe or a pseudo-terminal."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    args = evaluate_args(out, "mean-centroid", "--limit", "3")
+    args.remove("--quiet")
+    command = [sys.executable, "-m", "fewtrans_board", *args]
+    if not terminal:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+    leader, follower = pty.openpty()
+    # A new pseudo-terminal is 0 columns wide, which tqdm would fill with an empty bar.
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=follower)
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal closes when the child exits
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert process.wait(timeout=300) == 0
+    finally:
+        os.close(leader)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_bars_only_on_a_terminal(tmp_path: Path) -> None:
+    # A CI log (stderr not a terminal) gets no redrawn bars; an interactive run keeps them.
+    logged = _evaluate_stderr(tmp_path / "logged", terminal=False)
+    assert "episode" not in logged and "\r" not in logged
+    interactive = _evaluate_stderr(tmp_path / "interactive", terminal=True)
+    assert "3/3" in interactive and "episode" in interactive

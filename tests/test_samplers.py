@@ -6,6 +6,7 @@ import math
 import random
 from collections import Counter
 from itertools import islice
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fewtrans_board.datasets.hierarchy import pool_nodes, sampling_graph, spanning_leaves
+from fewtrans_board.datasets.spec import DatasetSpec
 from fewtrans_board.episodes.protocols import PROTOCOLS
 from fewtrans_board.episodes.samplers import (
     ClassPool,
@@ -231,3 +233,65 @@ def test_coop_kshot_replays_random_sample_per_class() -> None:
     assert list(draw.support) == expected  # class 1 has only 3 items: all kept
     assert draw.query == test.items
     assert Counter(len(s) for s in draw.support) == Counter({4: 2, 3: 1})
+
+
+def dassl_fewshot(
+    train: list[list[object]], image_dir: str, k: int, seed: int, *, by_label: bool = False
+) -> dict[int, list[str]]:
+    """Dassl's generate_fewshot_dataset, replayed by hand: group the split list by label in
+    list order (a dict keeps first-appearance order), then sample class by class.
+    ``by_label`` walks the labels in sorted order instead (the old, wrong walk)."""
+    tracker: dict[int, list[str]] = {}
+    for impath, label, _ in train:
+        tracker.setdefault(int(str(label)), []).append(f"{image_dir}/{impath}")
+    if by_label:
+        tracker = dict(sorted(tracker.items()))
+    rng = random.Random(seed)
+    return {
+        label: rng.sample(items, k) if len(items) >= k else items
+        for label, items in tracker.items()
+    }
+
+
+def test_coop_kshot_walks_classes_in_dassl_order_on_an_interleaved_split(
+    tmp_path: Path, tiny_dataset_spec: DatasetSpec
+) -> None:
+    import dataclasses
+    import json
+
+    from fewtrans_board.datasets.readers import SplitJsonReader
+    from fewtrans_board.episodes.build import build_manifest
+
+    counts = {0: 5, 1: 9, 2: 7}
+    # Interleaved as CoOp's split files are: label 2 appears first, then 0, then 1.
+    order = [2, 0, 2, 1, 0, 1, 2, 1, 0, 2, 1, 1, 0, 2, 1, 2, 1, 0, 1, 2, 1]
+    seen = Counter[int]()
+    train = []
+    for label in order:
+        train.append([f"c{label}/train_{seen[label]}.png", label, f"class {label}"])
+        seen[label] += 1
+    assert dict(seen) == counts
+    test = [[f"c{c}/test_{i}.png", c, f"class {c}"] for c in range(3) for i in range(2)]
+    root = tmp_path / "copy"
+    for impath, _, _ in train + test:
+        path = root / "images" / str(impath)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"not decoded when building")
+    (root / "split.json").write_text(json.dumps({"train": train, "val": [], "test": test}))
+    spec = dataclasses.replace(
+        tiny_dataset_spec,
+        name="interleaved",
+        reader=SplitJsonReader(split_file="split.json", image_dir="images"),
+    )
+    assert spec.class_order(root, "train") == (2, 0, 1)
+    manifest = build_manifest(spec, root, PROTOCOLS["clip-kshot"])
+    info = manifest.meta["episode_info"]
+    differs_from_label_order = False
+    for episode, pair in zip(manifest.episodes(), info, strict=True):
+        expected = dassl_fewshot(train, "images", pair["shots"], pair["seed"])
+        assert episode.classes == (0, 1, 2)  # labels stay in class-list order
+        support = {c: [i for i, label in episode.support if label == c] for c in range(3)}
+        assert support == expected, pair
+        label_walk = dassl_fewshot(train, "images", pair["shots"], pair["seed"], by_label=True)
+        differs_from_label_order |= label_walk != expected
+    assert differs_from_label_order  # the old label-order walk draws other episodes

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from fewtrans_board.cli.app import App, pass_app
-from fewtrans_board.cli.groups import echo_json, echo_table, print_summaries
+from fewtrans_board.cli.groups import echo_json, echo_table, print_summaries, show_progress
 
 
 @click.command("demo")
@@ -47,7 +47,11 @@ def demo_command(
 
     names = [a.strip() for a in adapters.split(",") if a.strip()]
     result = run_demo(
-        app.registry, out, episodes=episodes, adapters=names, progress=not (quiet or as_json)
+        app.registry,
+        out,
+        episodes=episodes,
+        adapters=names,
+        progress=show_progress(not (quiet or as_json)),
     )
     if as_json:
         echo_json(

@@ -21,6 +21,7 @@ from fewtrans_board.cli.groups import (
     protocol_option,
     resolve_device,
     root_option,
+    show_progress,
     weights_option,
 )
 
@@ -109,6 +110,7 @@ def evaluate_command(
     Results are written shard by shard (atomically) into OUT; running the same command
     again resumes, skipping finished shards.
     """
+    from fewtrans_board.leaderboard.benchmarks import statistic_ddof_of_run
     from fewtrans_board.results.load import load_run
     from fewtrans_board.results.summary import summarize
     from fewtrans_board.runner.run import run_evaluation
@@ -143,10 +145,14 @@ def evaluate_command(
         shard=shard_choice[0] if shard_choice else None,
         executor=executor,
         workers=workers,
-        progress=not (quiet or as_json),
+        progress=show_progress(not (quiet or as_json)),
     )
     results = load_run(out)
-    summary = summarize(results) if results.complete else None
+    summary = (
+        summarize(results, ddof=statistic_ddof_of_run(results.meta["manifest"]))
+        if results.complete
+        else None
+    )
     if as_json:
         echo_json({"report": {**report.__dict__, "out": str(report.out)}, "summary": summary})
         return
@@ -170,17 +176,22 @@ def results_group() -> None:
 @click.option(
     "--ddof",
     type=click.IntRange(0, 1),
-    default=1,
-    show_default=True,
-    help="1 = sample std (FewTrans), 0 = population std (BSCD-FSL).",
+    default=None,
+    help="Override the CI's std: 1 = sample (FewTrans), 0 = population (BSCD-FSL). "
+    "Default: the ddof of the sub-benchmark the run's manifest belongs to.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def results_summary(paths: tuple[Path, ...], ddof: int, as_json: bool) -> None:
+def results_summary(paths: tuple[Path, ...], ddof: int | None, as_json: bool) -> None:
     """Mean ± 95% CI per dataset and aggregation for the runs under PATHS."""
+    from fewtrans_board.leaderboard.benchmarks import statistic_ddof_of_run
     from fewtrans_board.results.load import find_runs, load_run
     from fewtrans_board.results.summary import summarize
 
-    summaries = [summarize(load_run(p), ddof=ddof) for p in find_runs(list(paths))]
+    summaries = []
+    for path in find_runs(list(paths)):
+        run = load_run(path)
+        run_ddof = statistic_ddof_of_run(run.meta["manifest"]) if ddof is None else ddof
+        summaries.append(summarize(run, ddof=run_ddof))
     if as_json:
         echo_json(summaries)
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,6 +34,14 @@ class DefaultGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
+def show_progress(wanted: bool) -> bool:
+    """Whether to draw progress bars: when wanted and stderr is a terminal.
+
+    Redrawn bars written into a CI log or a redirected file are noise, not progress.
+    """
+    return wanted and sys.stderr.isatty()
+
+
 def echo_json(data: Any) -> None:
     """Print ``data`` as indented, key-sorted JSON for scripts."""
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
@@ -49,7 +58,12 @@ def echo_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 
 
 def print_summaries(summaries: list[dict[str, Any]]) -> None:
-    """Print one row per run: headline HPE accuracy, vote, oracle, mean single config."""
+    """Print one row per run: headline HPE accuracy, vote, oracle, mean single config.
+
+    Base-to-novel runs add a line with base, novel and their harmonic mean; k-shot (CLIP)
+    runs a line per K (mean over seeds ± their std) and the average over shots, their
+    headline, since a mean ± CI pooled over shots mixes different tasks.
+    """
 
     def cell(stats: dict[str, Any]) -> str:
         return f"{stats['mean']:.2f} ± {stats['ci95']:.2f}"
@@ -86,6 +100,23 @@ def print_summaries(summaries: list[dict[str, Any]]) -> None:
         ],
         rows,
     )
+    for s in summaries:
+        label = f"{s['model']} / {s['adapter']} on {s['dataset']} (HPE):"
+        if "harmonic_mean" in s:
+            click.echo(
+                f"{label} base {cell(s['aggregations']['hpe'])}, novel {cell(s['novel']['hpe'])}, "
+                f"harmonic mean {cell(s['harmonic_mean']['hpe'])}"
+            )
+        if "per_shot" in s:
+            shots = s["per_shot"]["hpe"]
+            per_k = ", ".join(
+                f"K={k['shots']} {k['mean']:.2f} ± {k['std']:.2f}" for k in shots["shots"]
+            )
+            click.echo(
+                f"{label} {per_k}; average over shots {shots['average']:.2f} "
+                f"± {shots['average_std']:.2f} (± = std over seeds; the pooled CI above mixes "
+                "shots)"
+            )
 
 
 def parse_config_options(values: tuple[str, ...]) -> dict[str, Any]:

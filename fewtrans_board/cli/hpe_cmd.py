@@ -21,6 +21,7 @@ from fewtrans_board.cli.groups import (
     protocol_option,
     resolve_device,
     root_option,
+    show_progress,
     weights_option,
 )
 
@@ -127,9 +128,7 @@ def hpe_search(
         name = dataset or "cub"
         spec = app.registry.datasets.get(name).obj
         manifest = out.with_name(f"fewtrans-search--{name}.parquet")
-        recipe = manifest_recipe(
-            "fewtrans-search", name, manifest.name, with_root=root is not None, overrides={}
-        )
+        recipe = manifest_recipe("fewtrans-search", name, with_root=root is not None, overrides={})
         build_manifest(spec, root, get_protocol("fewtrans-search"), command=recipe).write(manifest)
     elif dataset is not None:
         raise click.UsageError("give either --dataset or --manifest, not both")
@@ -144,7 +143,7 @@ def hpe_search(
         limit=limit,
         device=resolve_device(device),
     )
-    record = run_centre_search(run, app.registry, out, progress=not as_json)
+    record = run_centre_search(run, app.registry, out, progress=show_progress(not as_json))
     if as_json:
         echo_json(record)
         return

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from fewtrans_board.cli.app import App, pass_app
-from fewtrans_board.cli.groups import echo_json
+from fewtrans_board.cli.groups import echo_json, show_progress
 
 ROOT_HELP = "Folder of your local copy of the dataset (omit for embedded datasets)."
 root_option = click.option(
@@ -42,7 +42,7 @@ def datasets_check(
 
     spec = app.registry.datasets.get(name).obj
     report = check_local_copy(
-        spec, _root(root), verify_images=not no_verify_images, progress=not as_json
+        spec, _root(root), verify_images=not no_verify_images, progress=show_progress(not as_json)
     )
     if as_json:
         echo_json(report.to_dict())
@@ -126,7 +126,7 @@ def manifest_build(
     }
     protocol = get_protocol(protocol_name).with_overrides(**overrides)
     recipe = manifest_recipe(
-        protocol_name, dataset_name, out.name, with_root=root is not None, overrides=overrides
+        protocol_name, dataset_name, with_root=root is not None, overrides=overrides
     )
     manifest = build_manifest(spec, _root(root), protocol, command=recipe)
     file_hash = manifest.write(out)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -30,6 +30,27 @@ ImageWriter = Callable[[Path, int], None]
 
 Listing = list[list[str]]
 """Item ids per class, in ``spec.class_ids`` order."""
+
+Rows = list[tuple[int, str]]
+"""``(class index, item id)`` pairs in the order a partition's index file lists them."""
+
+
+def listing_of(rows: Iterable[tuple[int, str]], n_classes: int) -> Listing:
+    """Group rows by class, keeping file order within each class."""
+    listing: Listing = [[] for _ in range(n_classes)]
+    for label, item in rows:
+        listing[label].append(item)
+    return listing
+
+
+def first_appearance(rows: Iterable[tuple[int, str]], n_classes: int) -> list[int]:
+    """Classes in the order they first appear in ``rows``; absent classes last, by label.
+
+    This is the order Dassl (CoOp's data library) walks classes in when it samples a
+    few-shot split: it groups a split list into a label-keyed dict in list order.
+    """
+    seen = dict.fromkeys(label for label, _ in rows)
+    return [*seen, *(c for c in range(n_classes) if c not in seen)]
 
 
 def require_root(root: Path | None, spec: DatasetSpec) -> Path:
@@ -168,6 +189,21 @@ class PartitionedReader(FileReader):
     def list_partition(self, root: Path | None, spec: DatasetSpec, partition: str) -> Listing:
         """List one partition (or ``all``) per class."""
         return self.list_partitions(root, spec, (partition,))[partition]
+
+    def class_order(self, root: Path | None, spec: DatasetSpec, partition: str) -> list[int]:
+        """Classes in the order they first appear in a partition's index file.
+
+        Readers whose copies list items per class folder return label order.
+        """
+        base = require_root(root, spec)
+        rows = self._rows(base, spec, partition)
+        if rows is None:
+            return list(range(len(spec.class_ids)))
+        return first_appearance(rows, len(spec.class_ids))
+
+    def _rows(self, base: Path, spec: DatasetSpec, partition: str) -> Rows | None:
+        """A partition's rows in index-file order, or ``None`` where there is no such file."""
+        return None
 
     def list_items(self, root: Path | None, spec: DatasetSpec) -> Listing:
         """List every partition pooled."""
@@ -426,17 +462,26 @@ class SplitJsonReader(PartitionedReader):
 
     def _scan(self, base: Path, spec: DatasetSpec, parts: Sequence[str]) -> dict[str, Listing]:
         """List ``parts`` per class in json order, reading the split file once."""
+        data = self._load(base, spec)
+        n = len(spec.class_ids)
+        return {part: listing_of(self._json_rows(base, data, part), n) for part in parts}
+
+    def _rows(self, base: Path, spec: DatasetSpec, partition: str) -> Rows:
+        """The json's rows of one partition, in file order."""
+        return self._json_rows(base, self._load(base, spec), partition)
+
+    def _load(self, base: Path, spec: DatasetSpec) -> dict[str, list[list[object]]]:
         path = _require_file(spec, base / self.split_file, "split file")
-        data = json.loads(path.read_text(encoding="utf-8"))
-        scanned = {}
-        for part in parts:
-            listing: Listing = [[] for _ in spec.class_ids]
-            for impath, label, _ in data[part]:
-                item = f"{self.image_dir}/{impath}" if self.image_dir else impath
-                if (base / item).is_file():
-                    listing[int(label)].append(item)
-            scanned[part] = listing
-        return scanned
+        data: dict[str, list[list[object]]] = json.loads(path.read_text(encoding="utf-8"))
+        return data
+
+    def _json_rows(self, base: Path, data: dict[str, list[list[object]]], part: str) -> Rows:
+        rows = []
+        for impath, label, _ in data[part]:
+            item = f"{self.image_dir}/{impath}" if self.image_dir else str(impath)
+            if (base / item).is_file():
+                rows.append((int(str(label)), item))
+        return rows
 
     def write_synthetic(
         self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter
@@ -466,18 +511,20 @@ class AircraftVariantReader(PartitionedReader):
 
     def _scan(self, base: Path, spec: DatasetSpec, parts: Sequence[str]) -> dict[str, Listing]:
         """List ``parts`` per class, each in its file's order."""
+        n = len(spec.class_ids)
+        return {part: listing_of(self._rows(base, spec, part), n) for part in parts}
+
+    def _rows(self, base: Path, spec: DatasetSpec, partition: str) -> Rows:
+        """``images_variant_<partition>.txt`` rows in file order."""
         index = {name: i for i, name in enumerate(spec.class_names)}
-        scanned = {}
-        for part in parts:
-            path = _require_file(spec, base / f"images_variant_{part}.txt", "split file")
-            listing: Listing = [[] for _ in spec.class_ids]
-            for line in path.read_text(encoding="utf-8").splitlines():
-                image_id, _, variant = line.strip().partition(" ")
-                item = f"images/{image_id}.jpg"
-                if variant in index and (base / item).is_file():
-                    listing[index[variant]].append(item)
-            scanned[part] = listing
-        return scanned
+        path = _require_file(spec, base / f"images_variant_{partition}.txt", "split file")
+        rows = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            image_id, _, variant = line.strip().partition(" ")
+            item = f"images/{image_id}.jpg"
+            if variant in index and (base / item).is_file():
+                rows.append((index[variant], item))
+        return rows
 
     def write_synthetic(
         self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter
@@ -573,19 +620,21 @@ class MatListReader(PartitionedReader):
 
     def _scan(self, base: Path, spec: DatasetSpec, parts: Sequence[str]) -> dict[str, Listing]:
         """List ``parts`` per class in mat-file order."""
+        n = len(spec.class_ids)
+        return {part: listing_of(self._rows(base, spec, part), n) for part in parts}
+
+    def _rows(self, base: Path, spec: DatasetSpec, partition: str) -> Rows:
+        """``<partition>_list.mat`` rows in file order."""
         import numpy as np
         from scipy.io import loadmat
 
-        scanned = {}
-        for part in parts:
-            mat = loadmat(str(_require_file(spec, base / f"{part}_list.mat")))
-            listing: Listing = [[] for _ in spec.class_ids]
-            for entry, label in zip(mat["file_list"].ravel(), mat["labels"].ravel(), strict=True):
-                item = f"Images/{np.ravel(entry)[0]}"
-                if (base / item).is_file():
-                    listing[int(label) - 1].append(item)
-            scanned[part] = listing
-        return scanned
+        mat = loadmat(str(_require_file(spec, base / f"{partition}_list.mat")))
+        rows = []
+        for entry, label in zip(mat["file_list"].ravel(), mat["labels"].ravel(), strict=True):
+            item = f"Images/{np.ravel(entry)[0]}"
+            if (base / item).is_file():
+                rows.append((int(label) - 1, item))
+        return rows
 
     def write_synthetic(
         self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter

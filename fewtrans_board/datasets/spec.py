@@ -178,6 +178,25 @@ class DatasetSpec:
             return {name: self.list_items(root, name) for name in dict.fromkeys(partitions)}
         return many(root, self, partitions)  # type: ignore[no-any-return]
 
+    def class_order(self, root: Path | None, partition: str) -> tuple[int, ...]:
+        """Class indices in the order each first appears in a partition's index file.
+
+        CoOp's few-shot sampling (Dassl) walks classes in this order; readers without an
+        index file (one folder per class, embedded data) give label order.
+
+        Args:
+            root: the local copy.
+            partition: one of :attr:`partitions`.
+
+        Raises:
+            FewtransError: an unknown partition, or the root is missing or lacks files.
+        """
+        self._check_partition(partition)
+        order = getattr(self.reader, "class_order", None)
+        if order is None:
+            return tuple(range(self.num_classes))
+        return tuple(order(root, self, partition))
+
     def _check_partition(self, partition: str) -> None:
         if partition not in self.partitions:
             raise FewtransError(

@@ -20,17 +20,17 @@ from fewtrans_board.errors import FewtransError
 def manifest_recipe(
     protocol: str,
     dataset: str,
-    out_name: str,
     *,
     with_root: bool,
     overrides: Mapping[str, int | None],
 ) -> list[str]:
     """The ``manifest build`` command recorded in a manifest, without machine-specific paths.
 
-    Identical inputs then give byte-identical files wherever they are built.
+    The root and the output file appear as ``<root>`` and ``<out>``: a manifest's bytes are
+    a function of its content and recipe only, wherever and under whatever name it is built.
     """
     root = "<root>" if with_root else None
-    return manifest_command(protocol, dataset, out_name, root=root, overrides=overrides)
+    return manifest_command(protocol, dataset, "<out>", root=root, overrides=overrides)
 
 
 def listing_fingerprint(spec: DatasetSpec, listing: list[list[str]]) -> str:
@@ -136,7 +136,11 @@ def build_manifest(
             )
             for part in parts
         )
-        pairs = list(sampler.episodes(train, test))
+        # Dassl samples classes in the order they first appear in the train list.
+        first_seen = spec.class_order(root, protocol.support_partition)
+        position = {c: i for i, c in enumerate(train.classes)}
+        walk = [position[c] for c in first_seen if c in position]
+        pairs = list(sampler.episodes(train, test, walk))
         meta["episode_info"] = [info for info, _ in pairs]
         draws = [draw for _, draw in pairs]
         meta["seed"] = None

@@ -25,6 +25,9 @@ FROZEN_DIGITS_SHA256 = {
     "fewtrans-search--digits.parquet": (
         "05f9b9b51badbeeb4df5906262e3f152397253276cd63b6f0d4f86ea62942d24"
     ),
+    "fewtrans-base2novel--digits.parquet": (
+        "7fe06c3accb650a7f68204497f02237a7d0f1ff2fc47c735015304c963cf0df4"
+    ),
 }
 
 
@@ -41,11 +44,7 @@ def digits_manifest(filename: str, folder: Path) -> Path:
     if not path.is_file():
         protocol = get_protocol(entry.protocol).with_overrides(**entry.overrides)
         recipe = manifest_recipe(
-            entry.protocol,
-            entry.dataset,
-            filename,
-            with_root=False,
-            overrides=dict(entry.overrides),
+            entry.protocol, entry.dataset, with_root=False, overrides=dict(entry.overrides)
         )
         manifest = build_manifest(DIGITS, None, protocol, command=recipe)
         if manifest.sha256 != FROZEN_DIGITS_SHA256[filename]:

@@ -119,10 +119,13 @@ PROTOCOLS: dict[str, SamplingProtocol] = {
             name="fewtrans-base2novel",
             version=1,
             description=(
-                "FewTrans base-to-novel (CLIP methods): the fewtrans-varied base episodes plus, "
-                "after them in the same random stream, 2-15 novel classes of the held-back split "
-                "with up to 15 query images each, scored through class names only. Novel classes "
-                "are drawn uniformly (also for ImageNet-Sketch, whose novel WordNet graph is not "
+                "FewTrans base-to-novel (CLIP methods), as the reference CLIP script samples "
+                "with BASE2NOVEL on: each episode draws its base part with the fewtrans-varied "
+                "rules, then, in the same random stream, 2-15 novel classes of the held-back "
+                "split with up to 15 query images each, scored through class names only. The "
+                "interleaved novel draws shift the stream, so the base episodes are not the "
+                "fewtrans-varied ones (seed 0, second block of 600 draws). Novel classes are "
+                "drawn uniformly (also for ImageNet-Sketch, whose novel WordNet graph is not "
                 "shipped)."
             ),
             sampler=VariedWayShotSampler(novel_queries=15),
@@ -163,10 +166,11 @@ PROTOCOLS: dict[str, SamplingProtocol] = {
         ),
         SamplingProtocol(
             name="clip-kshot",
-            version=1,
+            version=2,
             description=(
                 "CoOp-style few-shot CLIP evaluation: all classes, K in 1/2/4/8/16 training "
-                "images per class (seeds 1-3, replaying CoOp's random.sample), the full test "
+                "images per class (seeds 1-3, replaying CoOp's random.sample with Dassl's "
+                "class order: first appearance in the train split list), the full test "
                 "split as queries."
             ),
             sampler=CoopKShotSampler(),

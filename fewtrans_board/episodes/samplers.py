@@ -276,8 +276,9 @@ class FixedWayShotSampler:
 class CoopKShotSampler:
     """CoOp-style few-shot split: K training items per class, the full test set as query.
 
-    Replays CoOp's ``generate_fewshot_dataset``: after ``random.seed(seed)``, each class
-    (in label order) gets ``random.sample(items, K)`` (all items if it has fewer).
+    Replays CoOp's ``generate_fewshot_dataset`` (Dassl): after ``random.seed(seed)`` each
+    class, in the order its label first appears in the train split list, gets
+    ``random.sample(items, K)`` (all items if it has fewer, drawing nothing).
 
     Attributes:
         shots: the K values, one episode per (K, seed).
@@ -291,22 +292,36 @@ class CoopKShotSampler:
         """Parameters recorded in the manifest."""
         return {"kind": "coop-kshot", "shots": list(self.shots), "seeds": list(self.seeds)}
 
+    def pairs(self) -> list[tuple[int, int]]:
+        """``(K, seed)`` of each episode, in episode order."""
+        return [(k, seed) for k in self.shots for seed in self.seeds]
+
     def episodes(
-        self, train: ClassPool, test: ClassPool
+        self, train: ClassPool, test: ClassPool, walk: Sequence[int] | None = None
     ) -> Iterator[tuple[dict[str, int], EpisodeDraw]]:
-        """Yield ``({"shots": K, "seed": s}, episode)`` for every (K, seed) pair."""
+        """Yield ``({"shots": K, "seed": s}, episode)`` for every (K, seed) pair.
+
+        Args:
+            train: the support pool.
+            test: the query pool (same classes).
+            walk: pool positions in the order classes are sampled (Dassl: first
+                appearance in the train list); default pool order. Episode labels keep
+                pool order either way.
+        """
         if train.classes != test.classes:
             raise FewtransError("train and test pools must list the same classes")
-        index = 0
-        for k in self.shots:
-            for seed in self.seeds:
-                rng = random.Random(seed)
-                support = tuple(
+        order = list(range(len(train.classes))) if walk is None else list(walk)
+        if sorted(order) != list(range(len(train.classes))):
+            raise FewtransError("the class walk must visit every pool class exactly once")
+        for index, (k, seed) in enumerate(self.pairs()):
+            rng = random.Random(seed)
+            support: list[tuple[str, ...]] = [()] * len(order)
+            for position in order:
+                items = train.items[position]
+                support[position] = (
                     tuple(rng.sample(list(items), k)) if len(items) >= k else tuple(items)
-                    for items in train.items
                 )
-                yield (
-                    {"shots": k, "seed": seed},
-                    EpisodeDraw(index, train.classes, support, test.items),
-                )
-                index += 1
+            yield (
+                {"shots": k, "seed": seed},
+                EpisodeDraw(index, train.classes, tuple(support), test.items),
+            )

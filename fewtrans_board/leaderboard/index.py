@@ -69,8 +69,11 @@ def index_entries(store: LeaderboardStore) -> Iterator[IndexEntry]:
         )
         for path in find_runs([store.results_dir / ident]):
             run = load_run(path)
+            frozen = store.frozen.get(run.meta["manifest"]["sha256"])
             entry.runs.append(run)
-            entry.summaries.append(summarize(run, ddof=ddof))
+            entry.summaries.append(
+                summarize(run, ddof=ddof, manifest=frozen[1].meta if frozen else None)
+            )
         yield entry
 
 

@@ -1,7 +1,10 @@
 """The demo backbone: a small CNN pretrained on the digits *source* classes (0-4).
 
 Its weights ship with the package (``default_plugins/weights/demo-cnn-digits.safetensors``,
-about 230 KB) and are reproduced bit for bit by ``python -m fewtrans_board.models.demo_cnn``.
+about 230 KB), pinned by :data:`SHIPPED_WEIGHTS_SHA256` (the ``weights_id`` every demo result
+records). ``python -m fewtrans_board.models.demo_cnn`` retrains them: bit for bit on one
+machine, and within float tolerance on another, since training's float reductions differ
+across CPUs (the tests check both).
 The random-init twin uses the same architecture with seeded random weights, so the demo
 can show what pretraining buys on the unseen evaluation classes 5-9.
 """
@@ -24,6 +27,8 @@ FEATURE_DIM = 64
 WEIGHTS_FILE = "demo-cnn-digits.safetensors"
 PRETRAIN_SEED = 0
 PRETRAIN_EPOCHS = 12
+SHIPPED_WEIGHTS_SHA256 = "16ca5f1fced351d80a3e07427883e7c37397e087b09bfb8ffc1f63f56cd7f32d"
+"""sha256 of the shipped weights file; a different file is a different model."""
 
 
 def build_demo_cnn() -> nn.Module:
@@ -99,7 +104,7 @@ def load_random(weights: Path | None, device: str) -> Backbone:
 
 
 def pretrain(seed: int = PRETRAIN_SEED, epochs: int = PRETRAIN_EPOCHS) -> dict[str, Any]:
-    """Pretrain the demo CNN on digits classes 0-4 (deterministic on CPU).
+    """Pretrain the demo CNN on digits classes 0-4 (deterministic on one CPU type).
 
     Returns:
         The trained backbone's state dict (without the temporary classifier).

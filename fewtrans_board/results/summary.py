@@ -2,24 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from fewtrans_board.results.load import RunResults
+from fewtrans_board.results.per_shot import per_shot, shot_seed_pairs
+from fewtrans_board.stats.base_novel import harmonic_mean, harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
+
+__all__ = ["AGGREGATIONS", "harmonic_mean", "summarize"]
 
 AGGREGATIONS = ("hpe", "logit-mean", "vote", "oracle", "mean-single")
 
 
-def summarize(run: RunResults, ddof: int = 1) -> dict[str, Any]:
+def summarize(
+    run: RunResults, ddof: int = 1, manifest: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Summary of one run.
+
+    Args:
+        run: the loaded run.
+        ddof: the CI's ddof (the sub-benchmark's).
+        manifest: the frozen manifest's metadata, which fixes each k-shot episode's
+            (K, seed); default the run's own record of its manifest.
 
     Returns:
         A dict with the run's labels, per-aggregation ``{mean, ci95, n, ddof}``, the HPE
         penalty (oracle minus HPE, points) and the sensitivity (standard deviation of the
         configurations' mean accuracies, points); base-to-novel runs add ``novel`` and
-        ``harmonic_mean`` per aggregation.
+        ``harmonic_mean`` per aggregation, each ``{mean, ci95, n, ddof}``; k-shot (CLIP)
+        runs add ``per_shot`` per aggregation: per K the seeds' accuracies, their mean and
+        spread, and the average over shots (their headline).
     """
     aggregations = run.aggregations()
     _, matrix, _ = run.config_matrix()
@@ -46,12 +61,13 @@ def summarize(run: RunResults, ddof: int = 1) -> dict[str, Any]:
             name: mean_ci(novel[name], ddof=ddof).to_dict() for name in AGGREGATIONS
         }
         summary["harmonic_mean"] = {
-            name: harmonic_mean(stats[name]["mean"], summary["novel"][name]["mean"])
+            name: harmonic_mean_ci(aggregations[name], novel[name], ddof=ddof).to_dict()
             for name in AGGREGATIONS
         }
+    pairs = shot_seed_pairs(manifest if manifest is not None else run.meta["manifest"])
+    if pairs is not None:
+        episodes, _, _ = run.config_matrix()
+        summary["per_shot"] = {
+            name: per_shot(episodes, aggregations[name], pairs).to_dict() for name in AGGREGATIONS
+        }
     return summary
-
-
-def harmonic_mean(base: float, novel: float) -> float:
-    """CoOp's base-to-novel summary: ``2 * base * novel / (base + novel)`` of mean accuracies."""
-    return 0.0 if base + novel == 0 else 2 * base * novel / (base + novel)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,7 +138,8 @@ def run_evaluation(
         shard: run only this shard index (``--shard i/n``).
         executor: ``"inline"``, ``"process"`` (local process pool) or ``"ray"``.
         workers: parallel workers for ``process`` / ``ray``.
-        progress: show a progress bar with ETA on stderr.
+        progress: show a progress bar with ETA on stderr, if stderr is a terminal (a bar
+            redrawn into a CI log is noise).
 
     Raises:
         FewtransError: bad names, a mismatching dataset copy, a different run already in
@@ -167,6 +169,7 @@ def _run(
 ) -> RunReport:
     from tqdm import tqdm
 
+    progress = progress and sys.stderr.isatty()
     ctx = RunContext(spec, registry)
     ctx.feature_folder = out / "features"
     prepare_output(ctx, out)

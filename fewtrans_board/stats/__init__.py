@@ -1,5 +1,10 @@
 """Statistics derived from per-episode rows (never typed in by hand). scipy is the test oracle."""
 
+from fewtrans_board.stats.base_novel import (
+    harmonic_mean,
+    harmonic_mean_average_ci,
+    harmonic_mean_ci,
+)
 from fewtrans_board.stats.bootstrap import (
     BootstrapCI,
     average_ci,
@@ -27,6 +32,9 @@ __all__ = [
     "averages_and_ranks",
     "cohens_d_paired",
     "cross_dataset_mean",
+    "harmonic_mean",
+    "harmonic_mean_average_ci",
+    "harmonic_mean_ci",
     "holm",
     "holm_paired",
     "mean_ci",

@@ -13,10 +13,9 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from fewtrans_board import __version__
 from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, get_hpe_protocol
 from fewtrans_board.leaderboard.store import LeaderboardStore
+from fewtrans_board.stats.base_novel import harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
 from fewtrans_board.website.data import (
-    BOOTSTRAP_RESAMPLES,
-    BOOTSTRAP_SEED,
     COLUMN_SETS,
     BenchmarkView,
     MethodRun,
@@ -25,6 +24,7 @@ from fewtrans_board.website.data import (
     site_files_dir,
 )
 from fewtrans_board.website.plots import ci_bars, heatmap, histogram
+from fewtrans_board.website.reporting import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, shots_of
 
 AGGREGATION_TITLES = {
     "hpe": "HPE (the protocol's fusion: logit mean or vote)",
@@ -106,22 +106,39 @@ def _benchmark_context(view: BenchmarkView) -> dict[str, Any]:
         "aggregation_titles": AGGREGATION_TITLES,
         "bootstrap_seed": BOOTSTRAP_SEED,
         "ci_plots": plots,
+        "shot_values": shots_of(view.shots["hpe"]) if view.shots else [],
     }
 
 
 def _dataset_entries(data: SiteData, name: str) -> list[dict[str, Any]]:
+    """Each (benchmark, method) on a dataset with its headline statistic.
+
+    ``stats`` is the HPE mean ± CI over episodes, except for per-shot benchmarks, whose
+    headline is the average over shots ± its spread over seeds (``per_shot``);
+    base-to-novel runs add ``novel`` and ``harmonic`` (mean ± CI).
+    """
     entries = []
     for view, method in data.datasets.get(name, []):
-        values = method.runs[name].aggregations["hpe"]
-        entries.append(
-            {
-                "view": view,
-                "method": method,
-                "stats": mean_ci(values, ddof=view.benchmark.statistic_ddof),
-                "histogram": histogram(values, title=f"{method.label} on {name}"),
-            }
+        run = method.runs[name]
+        values = run.aggregations["hpe"]
+        ddof = view.benchmark.statistic_ddof
+        entry: dict[str, Any] = {
+            "view": view,
+            "method": method,
+            "stats": mean_ci(values, ddof=ddof),
+            "per_shot": run.per_shot("hpe") if view.benchmark.reporting == "per-shot" else None,
+            "novel": None,
+            "harmonic": None,
+            "histogram": histogram(values, title=f"{method.label} on {name}"),
+        }
+        if run.novel:
+            entry["novel"] = mean_ci(run.novel["hpe"], ddof=ddof)
+            entry["harmonic"] = harmonic_mean_ci(values, run.novel["hpe"], ddof=ddof)
+        entry["headline"] = (
+            entry["per_shot"].average if entry["per_shot"] is not None else entry["stats"].mean
         )
-    return sorted(entries, key=lambda e: -e["stats"].mean)
+        entries.append(entry)
+    return sorted(entries, key=lambda e: -e["headline"])
 
 
 def build_site(
@@ -175,7 +192,12 @@ def build_site(
         )
         entries = _dataset_entries(data, name)
         plot = ci_bars(
-            [(e["method"].label, e["stats"].mean, e["stats"].ci95) for e in entries], title=name
+            [
+                (e["method"].label, e["stats"].mean, e["stats"].ci95)
+                for e in entries
+                if e["per_shot"] is None
+            ],
+            title=name,
         )
         render(
             "dataset.html",

@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark
+from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark, statistic_ddof_of_run
 from fewtrans_board.leaderboard.index import index_entries
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.results.load import RunResults, find_runs, load_run
+from fewtrans_board.results.per_shot import PerShot, per_shot, shot_seed_pairs
 from fewtrans_board.results.summary import summarize
 from fewtrans_board.stats.bootstrap import (
     BootstrapCI,
@@ -23,26 +24,70 @@ from fewtrans_board.stats.bootstrap import (
 )
 from fewtrans_board.stats.intervals import MeanCI, mean_ci
 from fewtrans_board.stats.tests import cohens_d_paired
+from fewtrans_board.website.reporting import (
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    BaseNovelRow,
+    ShotRow,
+    base_novel_table,
+    shot_table,
+)
 
 COLUMN_SETS = ("hpe", "vote", "oracle")
-BOOTSTRAP_SEED = 0
-BOOTSTRAP_RESAMPLES = 2000
 
 
 @dataclass
 class MethodRun:
-    """One submission on one dataset."""
+    """One submission on one dataset.
+
+    Attributes:
+        dataset: the dataset.
+        manifest: the frozen manifest's file name.
+        run: the loaded run.
+        aggregations: per-episode base accuracy of every aggregation.
+        summary: the run's summary.
+        novel: base-to-novel runs: per-episode novel accuracy of every aggregation.
+        pairs: k-shot runs: ``(K, seed)`` of every manifest episode.
+    """
 
     dataset: str
     manifest: str
     run: RunResults
     aggregations: dict[str, np.ndarray]
     summary: dict[str, Any]
+    novel: dict[str, np.ndarray] = field(default_factory=dict)
+    pairs: list[tuple[int, int]] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        run: RunResults,
+        manifest: str,
+        summary: dict[str, Any],
+        manifest_meta: dict[str, Any] | None = None,
+    ) -> MethodRun:
+        """Derive a run's views; ``manifest_meta`` (the frozen manifest's) fixes (K, seed)."""
+        return cls(
+            run.dataset,
+            manifest,
+            run,
+            run.aggregations(),
+            summary,
+            run.aggregations("novel") if run.has_novel else {},
+            shot_seed_pairs(manifest_meta or run.meta["manifest"]),
+        )
 
     @property
     def roles(self) -> dict[str, str]:
         """HPE axis roles of the adapter's Config."""
         return dict(self.run.meta["hpe"].get("roles", {}))
+
+    def per_shot(self, aggregation: str) -> PerShot | None:
+        """Per-K results of an aggregation (k-shot runs), else ``None``."""
+        if self.pairs is None:
+            return None
+        episodes, _, _ = self.run.config_matrix()
+        return per_shot(episodes, self.aggregations[aggregation], self.pairs)
 
 
 @dataclass
@@ -61,9 +106,20 @@ class MethodView:
         """Human label of the method."""
         return f"{self.meta['method']} ({self.meta['model']})"
 
-    def values(self, aggregation: str) -> dict[str, np.ndarray]:
-        """Per-episode accuracies of an aggregation, per dataset."""
+    def values(self, aggregation: str, split: str = "base") -> dict[str, np.ndarray]:
+        """Per-episode accuracies of an aggregation, per dataset (``split`` base or novel)."""
+        if split == "novel":
+            return {d: r.novel[aggregation] for d, r in self.runs.items() if r.novel}
         return {d: r.aggregations[aggregation] for d, r in self.runs.items()}
+
+    def per_shot(self, aggregation: str) -> dict[str, PerShot]:
+        """Per-K results of an aggregation, per dataset (k-shot runs only)."""
+        out = {}
+        for dataset, run in self.runs.items():
+            result = run.per_shot(aggregation)
+            if result is not None:
+                out[dataset] = result
+        return out
 
 
 @dataclass
@@ -109,7 +165,12 @@ class ReportedTable:
 
 @dataclass
 class BenchmarkView:
-    """A sub-benchmark page."""
+    """A sub-benchmark page.
+
+    ``tables`` summarise each dataset as a mean ± CI over episodes (base classes);
+    base-to-novel benchmarks add ``base_novel`` tables, per-shot (CLIP k-shot) benchmarks
+    have ``shots`` tables instead, per aggregation.
+    """
 
     benchmark: Benchmark
     datasets: list[str]
@@ -117,6 +178,8 @@ class BenchmarkView:
     tables: dict[str, list[TableRow]]
     reference: MethodView | None
     reported: list[ReportedTable]
+    base_novel: dict[str, list[BaseNovelRow]] = field(default_factory=dict)
+    shots: dict[str, list[ShotRow]] = field(default_factory=dict)
 
     @property
     def leader(self) -> TableRow | None:
@@ -147,12 +210,12 @@ def _load_methods(store: LeaderboardStore) -> list[MethodView]:
             centre_search=json.loads(centre_path.read_text()) if centre_path.is_file() else None,
         )
         for run, summary in zip(entry.runs, entry.summaries, strict=True):
-            view.runs[run.dataset] = MethodRun(
-                dataset=run.dataset,
-                manifest=frozen.get(run.meta["manifest"]["sha256"], run.meta["manifest"]["file"]),
-                run=run,
-                aggregations=run.aggregations(),
-                summary=summary,
+            sha = run.meta["manifest"]["sha256"]
+            view.runs[run.dataset] = MethodRun.of(
+                run,
+                frozen.get(sha, run.meta["manifest"]["file"]),
+                summary,
+                store.frozen[sha][1].meta if sha in store.frozen else None,
             )
         methods.append(view)
     return methods
@@ -190,8 +253,8 @@ def local_methods(run_dirs: list[Path]) -> list[MethodView]:
             ident,
             MethodView(ident, meta, "local", None, run.meta.get("centre_search")),
         )
-        view.runs[run.dataset] = MethodRun(
-            run.dataset, manifest, run, run.aggregations(), summarize(run)
+        view.runs[run.dataset] = MethodRun.of(
+            run, manifest, summarize(run, ddof=statistic_ddof_of_run(run.meta["manifest"]))
         )
     return list(views.values())
 
@@ -257,18 +320,30 @@ def build_site_data(store: LeaderboardStore, local_runs: list[Path] | None = Non
         reference = next(
             (m for m in members if m.meta["adapter"] == benchmark.reference_adapter), None
         )
-        tables = (
-            {
-                aggregation: _table(
-                    members, datasets, aggregation, benchmark.statistic_ddof, reference
+        tables: dict[str, list[TableRow]] = {}
+        base_novel: dict[str, list[BaseNovelRow]] = {}
+        shots: dict[str, list[ShotRow]] = {}
+        for aggregation in COLUMN_SETS if members else ():
+            if benchmark.reporting == "per-shot":
+                pairs = [(m, m.per_shot(aggregation)) for m in members]
+                shots[aggregation] = shot_table(pairs, datasets)
+                continue
+            tables[aggregation] = _table(
+                members, datasets, aggregation, benchmark.statistic_ddof, reference
+            )
+            if benchmark.reporting == "base-to-novel":
+                base_novel[aggregation] = base_novel_table(
+                    members, datasets, aggregation, benchmark.statistic_ddof
                 )
-                for aggregation in COLUMN_SETS
-            }
-            if members
-            else {}
-        )
         view = BenchmarkView(
-            benchmark, datasets, members, tables, reference, reported.get(name, [])
+            benchmark,
+            datasets,
+            members,
+            tables,
+            reference,
+            reported.get(name, []),
+            base_novel,
+            shots,
         )
         views.append(view)
         for method in members:
