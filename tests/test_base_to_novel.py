@@ -240,13 +240,14 @@ def test_base2novel_base_episodes_are_not_the_varied_ones() -> None:
 
 
 def pinned_pm():  # type: ignore[no-untyped-def]
-    """Built-ins plus the tiny CLIP, as if the (installed) example distribution shipped it,
-    so that its pin validates and verification can re-run it."""
+    """Built-ins plus the tiny CLIP from the ``fewtrans-tinymodels`` test distribution, so
+    that its pin validates and a verification worker can load it."""
     from fewtrans_board.plugins import PluginSource
+    from tests.plugins import tiny_models
 
     manager = get_plugin_manager(entry_points=False)
     manager.register_plugin(
-        TinyClipPlugin(), PluginSource("tiny-clip", "fewtrans-example", "0.1.0", builtin=False)
+        tiny_models, PluginSource("tiny-clip", "fewtrans-tinymodels", "0.1", builtin=False)
     )
     return manager
 
@@ -273,6 +274,7 @@ def b2n_leaderboard(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
     from click.testing import CliRunner
 
     from fewtrans_board.cli import make_cli
+    from tests.conftest import installed_distribution
 
     work = tmp_path_factory.mktemp("b2n")
     store = work / "leaderboard"
@@ -285,11 +287,14 @@ def b2n_leaderboard(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
 
     script = demo_script()
     (entry,) = script.base_to_novel_entries(
-        "tiny-clip.test", ["zero-shot-clip"], ["fewtrans-example==0.1.0"]
+        "tiny-clip.test", ["zero-shot-clip"], ["fewtrans-tinymodels==0.1"]
     )
-    script.build_entry(
-        entry, work / "entry", cli, manifests=store / "manifests", leaderboard=store, verify=2
-    )
+    with installed_distribution(
+        work / "dist", "fewtrans-tinymodels", "0.1", "tests.plugins.tiny_models"
+    ):
+        script.build_entry(
+            entry, work / "entry", cli, manifests=store / "manifests", leaderboard=store, verify=2
+        )
     cli("site", "build", "--leaderboard", str(store), "--out", str(work / "_site"))
     return store, work / "_site", entry.ident
 
@@ -303,7 +308,7 @@ def test_index_reports_base_novel_and_harmonic_mean_with_cis(b2n_leaderboard) ->
     (entry,) = [e for e in index["submissions"] if e["id"] == ident]
     assert entry["status"] == "verified"
     (summary,) = entry["runs"]
-    run = load_run(store / "results" / ident / "digits")
+    run = load_run(store / "results" / ident / "fewtrans-base2novel--digits")
     base, novel = run.aggregations()["hpe"], run.aggregations("novel")["hpe"]
     assert len(base) == len(novel) == 600
     for key, values in (("aggregations", base), ("novel", novel)):
@@ -320,7 +325,7 @@ def test_site_shows_base_novel_and_harmonic_mean(b2n_leaderboard) -> None:  # ty
     from fewtrans_board.stats import harmonic_mean_ci, mean_ci
 
     store, site, ident = b2n_leaderboard
-    run = load_run(store / "results" / ident / "digits")
+    run = load_run(store / "results" / ident / "fewtrans-base2novel--digits")
     base, novel = run.aggregations()["hpe"], run.aggregations("novel")["hpe"]
     expected = [mean_ci(base), mean_ci(novel), harmonic_mean_ci(base, novel)]
     page = (site / "benchmark-demo-base-to-novel.html").read_text()

@@ -64,10 +64,26 @@ def print_summaries(summaries: list[dict[str, Any]]) -> None:
     runs a line per K (mean over seeds ± their std) and the average over shots, their
     headline, since a mean ± CI pooled over shots mixes different tasks.
     """
+    inductive = [s for s in summaries if not s.get("transductive")]
+    apart = [s for s in summaries if s.get("transductive")]
+    if inductive:
+        _print_summary_table(inductive)
+    if apart:
+        click.echo("\ntransductive (a query's logits depend on the other queries; ranked apart):")
+        _print_summary_table(apart)
+    for s in summaries:
+        if s.get("configuration"):
+            values = ", ".join(f"{k}={v}" for k, v in sorted(s["configuration"].items()))
+            click.echo(f"{s['model']} / {s['adapter']}: non-default configuration {values}")
+    _print_split_lines(summaries)
 
-    def cell(stats: dict[str, Any]) -> str:
-        return f"{stats['mean']:.2f} ± {stats['ci95']:.2f}"
 
+def cell(stats: dict[str, Any]) -> str:
+    """``mean ± ci95`` of a ``{mean, ci95}`` record."""
+    return f"{stats['mean']:.2f} ± {stats['ci95']:.2f}"
+
+
+def _print_summary_table(summaries: list[dict[str, Any]]) -> None:
     rows = []
     for s in summaries:
         a = s["aggregations"]
@@ -100,6 +116,9 @@ def print_summaries(summaries: list[dict[str, Any]]) -> None:
         ],
         rows,
     )
+
+
+def _print_split_lines(summaries: list[dict[str, Any]]) -> None:
     for s in summaries:
         label = f"{s['model']} / {s['adapter']} on {s['dataset']} (HPE):"
         if "harmonic_mean" in s:

@@ -37,10 +37,13 @@ class IndexEntry:
     def to_dict(self) -> dict[str, Any]:
         """The entry as written to ``index.json``: run summaries by dataset, no local paths."""
         runs = [{k: v for k, v in s.items() if k != "path"} for s in self.summaries]
+        first = self.summaries[0] if self.summaries else {}
         return {
             "id": self.id,
             "meta": self.meta.to_dict(),
             "status": self.status,
+            "transductive": bool(first.get("transductive")),
+            "configuration": first.get("configuration", {}),
             "runs": sorted(runs, key=lambda r: r["dataset"]),
             "superseded_by": self.superseded_by,
         }

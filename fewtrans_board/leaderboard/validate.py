@@ -31,6 +31,7 @@ from fewtrans_board.results.schema import (
     ENSEMBLES,
     accuracy_percent,
 )
+from fewtrans_board.results.summary import adapter_configuration
 from fewtrans_board.stats.intervals import mean_ci
 
 
@@ -378,16 +379,6 @@ def _recorded_schema(run: RunResults, meta: SubmissionMeta) -> dict[str, Any]:
     return dict(schema)
 
 
-def _non_default(schema: dict[str, Any], centre: dict[str, Any]) -> dict[str, Any]:
-    """Values of non-axis hyperparameters that differ from the adapter's registered defaults."""
-    return {
-        f["name"]: centre[f["name"]]
-        for f in schema["fields"]
-        if f.get("hpe") is None
-        and canonical_json(centre[f["name"]]) != canonical_json(f["default"])
-    }
-
-
 def _check_same_configuration(first: RunResults, run: RunResults) -> None:
     """Every dataset of a submission uses one configuration (no per-dataset tuning)."""
     a, b = first.meta["adapter"]["centre"], run.meta["adapter"]["centre"]
@@ -510,9 +501,7 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
             f"benchmark {benchmark.name!r} needs results on {', '.join(missing)}",
         )
     first = report.loaded[0]
-    report.configuration = _non_default(
-        first.meta["adapter"]["schema"], first.meta["adapter"]["centre"]
-    )
+    report.configuration = adapter_configuration(first.meta)
     report.transductive = bool(first.meta["adapter"]["schema"].get("transductive"))
     report.checks += [
         "manifest hashes are frozen ones; every episode exactly once",

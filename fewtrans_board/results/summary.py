@@ -12,9 +12,27 @@ from fewtrans_board.results.per_shot import per_shot, shot_seed_pairs
 from fewtrans_board.stats.base_novel import harmonic_mean, harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
 
-__all__ = ["AGGREGATIONS", "harmonic_mean", "summarize"]
+__all__ = ["AGGREGATIONS", "adapter_configuration", "harmonic_mean", "summarize"]
 
 AGGREGATIONS = ("hpe", "logit-mean", "vote", "oracle", "mean-single")
+
+
+def adapter_configuration(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Non-axis hyperparameters of a run that differ from the adapter's registered defaults.
+
+    Args:
+        meta: a run's provenance (its ``adapter`` record holds the centre and the schema).
+
+    Returns:
+        ``{field: value}``; empty when the run records no schema or uses every default.
+    """
+    adapter = meta.get("adapter", {})
+    schema, centre = adapter.get("schema") or {}, adapter.get("centre") or {}
+    return {
+        f["name"]: centre[f["name"]]
+        for f in schema.get("fields", [])
+        if f.get("hpe") is None and f["name"] in centre and centre[f["name"]] != f.get("default")
+    }
 
 
 def summarize(
@@ -51,6 +69,8 @@ def summarize(
         "configurations": int(matrix.shape[1]),
         "episodes": int(matrix.shape[0]),
         "complete": run.complete,
+        "transductive": bool((run.meta["adapter"].get("schema") or {}).get("transductive")),
+        "configuration": adapter_configuration(run.meta),
         "aggregations": stats,
         "hpe_penalty": float(stats["oracle"]["mean"] - stats["hpe"]["mean"]),
         "sensitivity": float(np.std(config_means)) if len(config_means) > 1 else 0.0,

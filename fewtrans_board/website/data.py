@@ -106,6 +106,16 @@ class MethodView:
         """Human label of the method."""
         return f"{self.meta['method']} ({self.meta['model']})"
 
+    @property
+    def transductive(self) -> bool:
+        """Whether the adapter declares transductive inference (ranked apart)."""
+        return any(r.summary.get("transductive") for r in self.runs.values())
+
+    @property
+    def configuration(self) -> dict[str, Any]:
+        """Non-axis values that differ from the adapter's defaults (one for every dataset)."""
+        return next((dict(r.summary.get("configuration", {})) for r in self.runs.values()), {})
+
     def values(self, aggregation: str, split: str = "base") -> dict[str, np.ndarray]:
         """Per-episode accuracies of an aggregation, per dataset (``split`` base or novel)."""
         if split == "novel":
@@ -169,7 +179,9 @@ class BenchmarkView:
 
     ``tables`` summarise each dataset as a mean ± CI over episodes (base classes);
     base-to-novel benchmarks add ``base_novel`` tables, per-shot (CLIP k-shot) benchmarks
-    have ``shots`` tables instead, per aggregation.
+    have ``shots`` tables instead, per aggregation. Methods that declare transductive
+    inference are left out of those and ranked apart in ``transductive`` (headline
+    aggregation).
     """
 
     benchmark: Benchmark
@@ -180,6 +192,7 @@ class BenchmarkView:
     reported: list[ReportedTable]
     base_novel: dict[str, list[BaseNovelRow]] = field(default_factory=dict)
     shots: dict[str, list[ShotRow]] = field(default_factory=dict)
+    transductive: list[TableRow] = field(default_factory=list)
 
     @property
     def leader(self) -> TableRow | None:
@@ -313,10 +326,12 @@ def build_site_data(store: LeaderboardStore, local_runs: list[Path] | None = Non
     views = []
     datasets_index: dict[str, list[tuple[BenchmarkView, MethodView]]] = {}
     for name, benchmark in BENCHMARKS.items():
-        members = [m for m in methods if m.meta["benchmark"] == name and not m.superseded_by]
-        if not members and name not in reported:
+        entries = [m for m in methods if m.meta["benchmark"] == name and not m.superseded_by]
+        if not entries and name not in reported:
             continue
-        datasets = sorted(members[0].runs) if members else []
+        members = [m for m in entries if not m.transductive]
+        apart = [m for m in entries if m.transductive]
+        datasets = sorted((members or apart)[0].runs) if entries else []
         reference = next(
             (m for m in members if m.meta["adapter"] == benchmark.reference_adapter), None
         )
@@ -344,9 +359,10 @@ def build_site_data(store: LeaderboardStore, local_runs: list[Path] | None = Non
             reported.get(name, []),
             base_novel,
             shots,
+            _table(apart, datasets, "hpe", benchmark.statistic_ddof, None) if apart else [],
         )
         views.append(view)
-        for method in members:
+        for method in entries:
             for dataset in method.runs:
                 datasets_index.setdefault(dataset, []).append((view, method))
     return SiteData(benchmarks=views, methods=methods, datasets=datasets_index)
