@@ -1,4 +1,5 @@
-"""CLIP prompt learners: CoOp, CoCoOp, KgCoOp, ProGrad, VPT-CLIP, IVLP and MaPLe.
+"""CLIP prompt learners: CoOp, CoCoOp, KgCoOp, ProGrad, VPT-CLIP, IVLP, MaPLe, PromptSRC,
+TCP, CoPrompt, SEP and SEPRES.
 
 Every adapter keeps CLIP's encoders and logit scale frozen, scores
 ``logit_scale * cos(image, text)`` and returns a predictor that also scores arbitrary class
@@ -15,6 +16,7 @@ from fewtrans_board.adapters.builtin.clip_prompts.prograd import (
     ProgradAdapter,
     project_conflicting_gradient,
 )
+from fewtrans_board.adapters.builtin.clip_prompts.sep import SepAdapter, SepresAdapter
 from fewtrans_board.adapters.builtin.clip_prompts.vpt_clip import VptClipAdapter
 
 ADAPTERS = (
@@ -25,6 +27,8 @@ ADAPTERS = (
     VptClipAdapter,
     IvlpAdapter,
     MapleAdapter,
+    SepAdapter,
+    SepresAdapter,
 )
 """The adapter classes, in registration order."""
 
@@ -36,6 +40,8 @@ __all__ = [
     "KgcoopAdapter",
     "MapleAdapter",
     "ProgradAdapter",
+    "SepAdapter",
+    "SepresAdapter",
     "VptClipAdapter",
     "project_conflicting_gradient",
 ]
