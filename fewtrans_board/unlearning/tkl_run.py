@@ -77,9 +77,12 @@ def distances(
     """
     out: dict[str, dict[str, float] | str] = {
         "mmd": {v: mmd_distance(forget, f) for v, f in validation.items()},
-        "pad": {v: proxy_a_distance(forget.images, f.images) for v, f in validation.items()},
         "uniform": {v: 1.0 for v in validation},
     }
+    try:
+        out["pad"] = {v: proxy_a_distance(forget.images, f.images) for v, f in validation.items()}
+    except FewtransError as exc:
+        out["pad"] = f"unavailable: {exc}"
     try:
         wordnet = taxonomy()
         out["wordnet"] = {
