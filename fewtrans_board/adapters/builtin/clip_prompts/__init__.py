@@ -9,6 +9,7 @@ import torch; modules that need it import it inside functions.
 
 from fewtrans_board.adapters.builtin.clip_prompts.cocoop import CocoopAdapter
 from fewtrans_board.adapters.builtin.clip_prompts.coop import CoopAdapter
+from fewtrans_board.adapters.builtin.clip_prompts.coprompt import CopromptAdapter
 from fewtrans_board.adapters.builtin.clip_prompts.ivlp import IvlpAdapter
 from fewtrans_board.adapters.builtin.clip_prompts.kgcoop import KgcoopAdapter
 from fewtrans_board.adapters.builtin.clip_prompts.maple import MapleAdapter
@@ -16,7 +17,9 @@ from fewtrans_board.adapters.builtin.clip_prompts.prograd import (
     ProgradAdapter,
     project_conflicting_gradient,
 )
+from fewtrans_board.adapters.builtin.clip_prompts.promptsrc import PromptSrcAdapter
 from fewtrans_board.adapters.builtin.clip_prompts.sep import SepAdapter, SepresAdapter
+from fewtrans_board.adapters.builtin.clip_prompts.tcp import TcpAdapter
 from fewtrans_board.adapters.builtin.clip_prompts.vpt_clip import VptClipAdapter
 
 ADAPTERS = (
@@ -27,6 +30,9 @@ ADAPTERS = (
     VptClipAdapter,
     IvlpAdapter,
     MapleAdapter,
+    PromptSrcAdapter,
+    TcpAdapter,
+    CopromptAdapter,
     SepAdapter,
     SepresAdapter,
 )
@@ -36,12 +42,15 @@ __all__ = [
     "ADAPTERS",
     "CocoopAdapter",
     "CoopAdapter",
+    "CopromptAdapter",
     "IvlpAdapter",
     "KgcoopAdapter",
     "MapleAdapter",
     "ProgradAdapter",
+    "PromptSrcAdapter",
     "SepAdapter",
     "SepresAdapter",
+    "TcpAdapter",
     "VptClipAdapter",
     "project_conflicting_gradient",
 ]
