@@ -151,7 +151,13 @@ def run_inductive_demo(
             run_dir = out / "results" / role / adapter
             weights = str(unlearned_weights(out)) if role == "unlearned" else None
             spec = RunSpec(
-                model, adapter, str(manifest), hpe=HPE, weights=weights, limit=episodes, device=device
+                model,
+                adapter,
+                str(manifest),
+                hpe=HPE,
+                weights=weights,
+                limit=episodes,
+                device=device,
             )
             run_evaluation(spec, registry, run_dir, progress=progress)
             per_role[role] = load_run(run_dir).aggregations()["hpe"]

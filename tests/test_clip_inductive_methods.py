@@ -70,7 +70,9 @@ def test_contract_and_predict_names(adapter_cls, backbone, episode) -> None:  # 
 @pytest.mark.parametrize("adapter_cls", NEW, ids=lambda a: a.name)
 def test_only_method_parameters_get_gradients(adapter_cls, backbone, episode) -> None:  # type: ignore[no-untyped-def]
     session = session_of(adapter_cls, backbone, episode)
-    assert {n.split(".")[0] for n in session.named_trainable} == EXPECTED_TRAINABLE[adapter_cls.name]
+    assert {n.split(".")[0] for n in session.named_trainable} == EXPECTED_TRAINABLE[
+        adapter_cls.name
+    ]
     session.loss(np.arange(len(episode.support))).backward()
     for name, tensor in session.named_trainable.items():
         assert tensor.grad is not None and torch.isfinite(tensor.grad).all(), name
@@ -106,13 +108,22 @@ def test_visual_token_selection_is_per_image() -> None:
     assert torch.equal(chosen[0], x[0, [3, 1]]) and torch.equal(chosen[1], x[1, [4, 0]])
 
 
-@pytest.mark.parametrize("adapter_cls", [SepAdapter, SepresAdapter, PromptSrcAdapter, CopromptAdapter], ids=lambda a: a.name)
+@pytest.mark.parametrize(
+    "adapter_cls",
+    [SepAdapter, SepresAdapter, PromptSrcAdapter, CopromptAdapter],
+    ids=lambda a: a.name,
+)
 def test_query_logits_do_not_depend_on_other_queries(adapter_cls, backbone, episode) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.adapters.episode_data import ImageSet
 
     predictor = session_of(adapter_cls, backbone, episode).predictor()
     together = predictor.predict(episode.query)
-    alone = torch.cat([predictor.predict(ImageSet(episode.query.pixels[i : i + 1])) for i in range(len(episode.query))])
+    alone = torch.cat(
+        [
+            predictor.predict(ImageSet(episode.query.pixels[i : i + 1]))
+            for i in range(len(episode.query))
+        ]
+    )
     assert torch.allclose(together, alone, atol=1e-4)
 
 
@@ -120,7 +131,9 @@ def test_sep_and_sepres_features_and_loss(backbone, episode) -> None:  # type: i
     sep = session_of(SepAdapter, backbone, episode)
     res = session_of(SepresAdapter, backbone, episode)
     # the zero-initialised residual changes nothing at the start
-    assert torch.allclose(sep.predictor().predict(episode.query), res.predictor().predict(episode.query), atol=1e-5)
+    assert torch.allclose(
+        sep.predictor().predict(episode.query), res.predictor().predict(episode.query), atol=1e-5
+    )
     with torch.no_grad():
         res.residual.copy_(torch.randn_like(res.residual))
         prompted = F.normalize(res.prompter.encode(res.class_names, res.ctx), dim=-1)
@@ -129,7 +142,11 @@ def test_sep_and_sepres_features_and_loss(backbone, episode) -> None:  # type: i
         assert torch.allclose(res.text_features(res.class_names), expected, atol=1e-5)
         # unseen names get no residual
         new = res.text_features(["fire truck"])
-        plain = F.normalize(F.normalize(res.prompter.encode(["fire truck"], res.ctx), dim=-1) + handcrafted_text_features(backbone, ["fire truck"]), dim=-1)
+        plain = F.normalize(
+            F.normalize(res.prompter.encode(["fire truck"], res.ctx), dim=-1)
+            + handcrafted_text_features(backbone, ["fire truck"]),
+            dim=-1,
+        )
         assert torch.allclose(new, plain, atol=1e-5)
     batch = np.arange(len(episode.support))
     with torch.no_grad():
@@ -144,12 +161,18 @@ def test_sep_and_sepres_features_and_loss(backbone, episode) -> None:  # type: i
             F.cross_entropy(sep.logit_scale * images @ texts.t(), labels)
             + 8.0 * (1 - F.cosine_similarity(texts, sep.handcrafted).mean())
             + 6.0 * (1 - F.cosine_similarity(frozen, images).mean())
-            + 0.5 * (F.cross_entropy(10 * images @ head.t(), labels) + F.cross_entropy(10 * frozen @ head.t(), labels))
+            + 0.5
+            * (
+                F.cross_entropy(10 * images @ head.t(), labels)
+                + F.cross_entropy(10 * frozen @ head.t(), labels)
+            )
         )
         assert torch.allclose(sep.loss(batch), expected_loss, atol=1e-5)
     # the prototype head starts at the normalised class means of frozen support features
     means = torch.stack([frozen[labels == c].mean(0) for c in range(3)])
-    assert torch.allclose(F.normalize(sep.prototypes.detach(), dim=-1), F.normalize(means, dim=-1), atol=1e-6)
+    assert torch.allclose(
+        F.normalize(sep.prototypes.detach(), dim=-1), F.normalize(means, dim=-1), atol=1e-6
+    )
 
 
 def test_promptsrc_gaussian_prompt_aggregation(backbone, episode) -> None:  # type: ignore[no-untyped-def]
@@ -207,7 +230,9 @@ def test_tcp_injects_class_tokens_before_its_layer(backbone, episode) -> None:  
     assert session._class_tokens is None  # cleared after each text pass
 
 
-def test_coprompt_descriptions_and_consistency(backbone, episode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_coprompt_descriptions_and_consistency(
+    backbone, episode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     assert len(descriptions_for(["five", "zero"], None)[0]) == 3  # shipped digits file
     with pytest.raises(FewtransError, match="no descriptions"):
         descriptions_for(["class 0"], None)
@@ -220,7 +245,9 @@ def test_coprompt_descriptions_and_consistency(backbone, episode, tmp_path: Path
     assert import_json(source, tmp_path / "d" / "dogs.txt") == 2
     assert descriptions_for(["golden retriever"], None) == [["A large dog.", "Golden fur."]]
     with pytest.raises(FewtransError, match="no descriptions"):
-        CopromptAdapter().session(backbone, episode.support, episode.class_names, CopromptAdapter.Config())
+        CopromptAdapter().session(
+            backbone, episode.support, episode.class_names, CopromptAdapter.Config()
+        )
     session = session_of(CopromptAdapter, backbone, episode)
     batch = np.arange(len(episode.support))
     with torch.no_grad():
@@ -249,4 +276,6 @@ def test_new_methods_refuse_bad_options(backbone, episode) -> None:  # type: ign
     ]
     for adapter_cls, options in bad:
         with pytest.raises(FewtransError):
-            adapter_cls().session(backbone, episode.support, episode.class_names, adapter_cls.Config(**options))
+            adapter_cls().session(
+                backbone, episode.support, episode.class_names, adapter_cls.Config(**options)
+            )

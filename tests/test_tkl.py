@@ -37,7 +37,9 @@ def direct_mmd(x: np.ndarray, y: np.ndarray, gamma: float) -> float:
 
 
 @pytest.mark.parametrize("gamma", [0.01, 0.5])
-def test_mmd_matches_a_direct_numpy_computation(gamma: float, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mmd_matches_a_direct_numpy_computation(
+    gamma: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rng = np.random.RandomState(0)
     x, y = rng.randn(7, 5) * 3, rng.randn(9, 5) * 3 + 1
     assert mmd_rbf(x, y, gamma) == pytest.approx(direct_mmd(x, y, gamma), rel=1e-10)
@@ -107,9 +109,15 @@ def zs(dataset: str, correct: list[int], classes: int = 4) -> ZeroShotResult:
 
 def test_tkl_under_all_four_weightings_equals_a_hand_computed_oracle() -> None:
     # forget set and two validation sets with 2-d "image" features and 1-d "text" features
-    forget = DatasetFeatures("f", np.array([[0.0, 0.0], [0.0, 2.0]]), np.array([[0.0], [1.0]]), ["dog", "cat"])
-    near = DatasetFeatures("near", np.array([[0.0, 1.0], [0.0, 1.0]]), np.array([[0.5], [0.5]]), ["cat", "dog"])
-    far = DatasetFeatures("far", np.array([[10.0, 0.0], [10.0, 2.0]]), np.array([[3.0], [4.0]]), ["oak", "pine"])
+    forget = DatasetFeatures(
+        "f", np.array([[0.0, 0.0], [0.0, 2.0]]), np.array([[0.0], [1.0]]), ["dog", "cat"]
+    )
+    near = DatasetFeatures(
+        "near", np.array([[0.0, 1.0], [0.0, 1.0]]), np.array([[0.5], [0.5]]), ["cat", "dog"]
+    )
+    far = DatasetFeatures(
+        "far", np.array([[10.0, 0.0], [10.0, 2.0]]), np.array([[3.0], [4.0]]), ["oak", "pine"]
+    )
     validation = {"near": near, "far": far}
     losses = {
         "near": knowledge_loss(zs("near", [1, 1, 1, 1]), zs("near", [1, 1, 1, 0])),  # drop 25
@@ -129,8 +137,14 @@ def test_tkl_under_all_four_weightings_equals_a_hand_computed_oracle() -> None:
     img_near = mmd_by_hand((2 + 2 * e(-4 * g)) / 4, 1.0, e(-g))
     txt_near = mmd_by_hand((2 + 2 * e(-g)) / 4, 1.0, e(-0.25 * g))
     # image f vs far: cross distances 100, 104, 104, 100 (squared)
-    img_far = mmd_by_hand((2 + 2 * e(-4 * g)) / 4, (2 + 2 * e(-4 * g)) / 4, (2 * e(-100 * g) + 2 * e(-104 * g)) / 4)
-    txt_far = mmd_by_hand((2 + 2 * e(-g)) / 4, (2 + 2 * e(-g)) / 4, (e(-9 * g) + e(-16 * g) + e(-4 * g) + e(-9 * g)) / 4)
+    img_far = mmd_by_hand(
+        (2 + 2 * e(-4 * g)) / 4, (2 + 2 * e(-4 * g)) / 4, (2 * e(-100 * g) + 2 * e(-104 * g)) / 4
+    )
+    txt_far = mmd_by_hand(
+        (2 + 2 * e(-g)) / 4,
+        (2 + 2 * e(-g)) / 4,
+        (e(-9 * g) + e(-16 * g) + e(-4 * g) + e(-9 * g)) / 4,
+    )
     assert mmd_distance(forget, near) == pytest.approx(0.5 * (img_near + txt_near), rel=1e-9)
     assert mmd_distance(forget, far) == pytest.approx(0.5 * (img_far + txt_far), rel=1e-9)
 
@@ -147,7 +161,9 @@ def test_tkl_under_all_four_weightings_equals_a_hand_computed_oracle() -> None:
         result = tkl_under(weighting, losses, found[weighting])
         assert result.weights["near"] == pytest.approx(w_near, rel=1e-9), weighting
         assert result.value == pytest.approx(w_near * 25.0, rel=1e-9), weighting
-        assert result.ci95 == pytest.approx(1.96 * w_near * math.sqrt(losses["near"].variance), rel=1e-9)
+        assert result.ci95 == pytest.approx(
+            1.96 * w_near * math.sqrt(losses["near"].variance), rel=1e-9
+        )
     uniform = tkl_under("uniform", losses, found["uniform"])
     assert uniform.value == pytest.approx(12.5) and uniform.weights == {"near": 0.5, "far": 0.5}
     pad = tkl_under("pad", losses, {"near": 1.0, "far": 3.0})  # PAD distances given by hand
@@ -160,7 +176,9 @@ def test_tkl_ci_covers_the_bootstrap_spread() -> None:
     rng = np.random.RandomState(3)
     before = {d: rng.rand(400) < 0.8 for d in ("a", "b", "c")}
     after = {d: before[d] & (rng.rand(400) < 0.9) for d in before}
-    losses = {d: knowledge_loss(zs(d, before[d].astype(int)), zs(d, after[d].astype(int))) for d in before}
+    losses = {
+        d: knowledge_loss(zs(d, before[d].astype(int)), zs(d, after[d].astype(int))) for d in before
+    }
     weights = {"a": 0.5, "b": 0.3, "c": 0.2}
     result = tkl_under("mmd", losses, weights)
     boot = []
@@ -195,7 +213,9 @@ def test_clip_settings_pin_the_model_to_the_target() -> None:
     assert inductive.accepts(base + "+unlearn:clip-cub", "clip-cub")
     for model, dataset in itertools.product([base, base + "+unlearn:clip-ucf101"], ["clip-cub"]):
         assert not inductive.accepts(model, dataset)
-    assert original.accepts(base, "clip-cub") and not original.accepts(base + "+unlearn:clip-cub", "clip-cub")
+    assert original.accepts(base, "clip-cub") and not original.accepts(
+        base + "+unlearn:clip-cub", "clip-cub"
+    )
 
 
 def test_validation_refuses_unlearning_off_the_recipe() -> None:

@@ -85,7 +85,11 @@ def test_dampen_changes_only_selected_elements_and_never_logit_scale() -> None:
 def small_split(registry: Registry, n_per_class: int = 3) -> LabeledSplit:
     spec = registry.datasets.get("digits-5-9").obj
     split = load_split(spec, None, "train", 32)
-    keep = [i for c in range(5) for i in [j for j, lab in enumerate(split.labels) if lab == c][:n_per_class]]
+    keep = [
+        i
+        for c in range(5)
+        for i in [j for j, lab in enumerate(split.labels) if lab == c][:n_per_class]
+    ]
     return LabeledSplit(
         spec,
         None,
@@ -196,7 +200,10 @@ def test_results_carry_the_unlearning_record(miniature) -> None:  # type: ignore
     model = run.meta["model"]
     assert model["name"] == "demo-clip.digits+unlearn:digits-5-9"
     assert model["info"]["unlearning"]["forget"] == "digits-5-9"
-    assert model["info"]["unlearning"]["weights"]["sha256"] == miniature.unlearning["weights"]["sha256"]
+    assert (
+        model["info"]["unlearning"]["weights"]["sha256"]
+        == miniature.unlearning["weights"]["sha256"]
+    )
     assert "per_tensor" not in model["info"]["unlearning"]["dampening"]
 
 
@@ -209,7 +216,9 @@ def test_site_shows_both_clip_settings(miniature) -> None:  # type: ignore[no-un
     assert "clip-settings-demo-clip-inductive.html" in index
 
 
-def test_unlearn_and_tkl_commands(miniature, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_unlearn_and_tkl_commands(
+    miniature, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     from click.testing import CliRunner
 
     from fewtrans_board.cli import make_cli
@@ -228,7 +237,18 @@ def test_unlearn_and_tkl_commands(miniature, tmp_path: Path, monkeypatch: pytest
     assert (tmp_path / "store").is_dir()
     tkl = CliRunner().invoke(
         cli,
-        ["tkl", "--model", "demo-clip.digits", "--forget", "digits-5-9", "--validation", "digits-0-4", "--json", "--device", "cpu"],
+        [
+            "tkl",
+            "--model",
+            "demo-clip.digits",
+            "--forget",
+            "digits-5-9",
+            "--validation",
+            "digits-0-4",
+            "--json",
+            "--device",
+            "cpu",
+        ],
     )
     assert tkl.exit_code == 0, tkl.output
     report = json.loads(tkl.output)
@@ -241,7 +261,10 @@ def test_unlearn_and_tkl_commands(miniature, tmp_path: Path, monkeypatch: pytest
 
 
 def test_unlearned_names_resolve_only_to_their_own_record(
-    miniature, registry: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+    miniature,
+    registry: Registry,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
 ) -> None:
     from fewtrans_board.inductive_demo import UNLEARNED, unlearned_weights
 

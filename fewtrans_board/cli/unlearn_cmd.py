@@ -36,7 +36,7 @@ def data_options(func: F) -> F:
         type=click.Path(file_okay=False, path_type=Path),
         default=None,
         help="Folder holding one local copy per dataset, named like the dataset (DIR/clip-cub).",
-    )(func)  # type: ignore[return-value]
+    )(func)
 
 
 def parse_roots(values: tuple[str, ...]) -> dict[str, Path]:

@@ -44,7 +44,9 @@ class DigitsSubsetReader:
         """All items per class, in index order."""
         return self._per_class()
 
-    def list_partition(self, root: Path | None, spec: DatasetSpec, partition: str) -> list[list[str]]:
+    def list_partition(
+        self, root: Path | None, spec: DatasetSpec, partition: str
+    ) -> list[list[str]]:
         """Items per class of ``"train"`` (even positions) or ``"test"`` (odd positions)."""
         if partition not in PARTITIONS:
             raise FewtransError(f"{spec.name} has no partition {partition!r}; use train or test")

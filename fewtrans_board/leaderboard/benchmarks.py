@@ -53,7 +53,11 @@ class Benchmark:
         if split_name(model)[1] is not None:
             raise ValueError(
                 f"benchmark {self.name!r}: submit the base model name, not {model!r}"
-                + ("; results carry MODEL+unlearn:DATASET" if self.model_rule == "unlearned-target" else "")
+                + (
+                    "; results carry MODEL+unlearn:DATASET"
+                    if self.model_rule == "unlearned-target"
+                    else ""
+                )
             )
         if self.model_rule == "unlearned-target":
             return unlearned_name(model, dataset)
@@ -61,7 +65,7 @@ class Benchmark:
 
     def accepts(self, model: str, dataset: str) -> bool:
         """Whether results of ``model`` on ``dataset`` belong to this benchmark's setting."""
-        base, forget = split_name(model)
+        forget = split_name(model)[1]
         if self.model_rule == "unlearned-target":
             return forget == dataset
         if self.model_rule == "original":

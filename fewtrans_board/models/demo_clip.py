@@ -114,7 +114,7 @@ def build_demo_clip(tokenizer: WordTokenizer | None = None) -> nn.Module:
     from open_clip.model import CLIP
 
     tokenizer = tokenizer or WordTokenizer()
-    return CLIP(
+    model: nn.Module = CLIP(
         embed_dim=EMBED_DIM,
         vision_cfg={
             "image_size": IMAGE_SIZE,
@@ -131,15 +131,14 @@ def build_demo_clip(tokenizer: WordTokenizer | None = None) -> nn.Module:
             "layers": 2,
         },
     )
+    return model
 
 
 def weights_path(name: str) -> Path:
     """Location of the shipped weights of ``demo-clip.digits`` or ``demo-clip.digits-0-4``."""
     return Path(
         str(
-            resources.files("fewtrans_board.default_plugins").joinpath(
-                "weights", CHECKPOINTS[name]
-            )
+            resources.files("fewtrans_board.default_plugins").joinpath("weights", CHECKPOINTS[name])
         )
     )
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.datasets.digits import NAMES
 from fewtrans_board.models.backbone import Preprocessing
@@ -98,7 +98,7 @@ def train(digits: Sequence[int], seed: int = SEED, steps: int = STEPS) -> dict[s
     try:
         torch.manual_seed(seed)
         tokenizer = WordTokenizer()
-        model = build_demo_clip(tokenizer).train()
+        model: Any = build_demo_clip(tokenizer).train()
         pixels, labels = train_split_pixels(digits)
         by_class = [torch.nonzero(labels == d).flatten() for d in digits]
         captions = tokenizer([t.format(NAMES[d]) for d in digits for t in TEMPLATES])
@@ -108,7 +108,11 @@ def train(digits: Sequence[int], seed: int = SEED, steps: int = STEPS) -> dict[s
         targets = torch.arange(len(digits))
         for step in range(steps):
             for group in optimizer.param_groups:
-                group["lr"] = LEARNING_RATE * 0.5 * (1 + torch.cos(torch.tensor(step / steps * 3.14159265)).item())
+                group["lr"] = (
+                    LEARNING_RATE
+                    * 0.5
+                    * (1 + torch.cos(torch.tensor(step / steps * 3.14159265)).item())
+                )
             picks = torch.stack(
                 [idx[torch.randint(len(idx), (GROUPS,), generator=generator)] for idx in by_class],
                 dim=1,

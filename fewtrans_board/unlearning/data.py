@@ -62,7 +62,9 @@ class LabeledSplit:
 
     def fingerprint(self) -> str:
         """sha256 of the item list with labels (part of cache keys)."""
-        text = "\n".join(f"{label}\t{item}" for item, label in zip(self.items, self.labels, strict=True))
+        text = "\n".join(
+            f"{label}\t{item}" for item, label in zip(self.items, self.labels, strict=True)
+        )
         return hashlib.sha256(text.encode()).hexdigest()
 
     def pixels(self, index: np.ndarray) -> torch.Tensor:

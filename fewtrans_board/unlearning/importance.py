@@ -97,7 +97,7 @@ def compute_importance(
     for done, (pixels, labels) in enumerate(split.batches(batch_size, seed), start=1):
         model.zero_grad(set_to_none=True)
         logits = clip_logits(model, pixels.to(device), tokens)
-        F.cross_entropy(logits, labels.to(device)).backward()
+        F.cross_entropy(logits, labels.to(device)).backward()  # type: ignore[no-untyped-call]
         for name, param in named.items():
             if param.grad is not None:
                 total[name] += param.grad.detach().float().pow(2).cpu()
@@ -125,7 +125,9 @@ class ImportanceKey:
         return hashlib.sha256(text.encode()).hexdigest()
 
 
-def importance_key(backbone: Backbone, split: LabeledSplit, batch_size: int, seed: int) -> ImportanceKey:
+def importance_key(
+    backbone: Backbone, split: LabeledSplit, batch_size: int, seed: int
+) -> ImportanceKey:
     """The cache key of ``split``'s importance under ``backbone``."""
     return ImportanceKey(
         weights_id=backbone.weights_id,

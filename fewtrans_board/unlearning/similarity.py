@@ -142,7 +142,9 @@ class NltkWordNet:
                 "WordNet database (--wordnet DIR, e.g. Debian's /usr/share/wordnet)"
             ) from exc
         except (LookupError, OSError) as exc:
-            raise FewtransError(f"cannot read a WordNet database ({exc}); pass --wordnet DIR") from exc
+            raise FewtransError(
+                f"cannot read a WordNet database ({exc}); pass --wordnet DIR"
+            ) from exc
 
     def synset(self, name: str) -> Any | None:
         """The first noun synset of ``name`` (spaces and hyphens as underscores)."""

@@ -68,7 +68,9 @@ def normalized(distances: Mapping[str, float]) -> dict[str, float]:
     """
     values = np.array([distances[k] for k in distances], dtype=float)
     if (values < 0).any() or not values.sum() > 0:
-        raise FewtransError(f"weights need non-negative distances with a positive sum: {dict(distances)}")
+        raise FewtransError(
+            f"weights need non-negative distances with a positive sum: {dict(distances)}"
+        )
     return {k: float(v / values.sum()) for k, v in zip(distances, values, strict=True)}
 
 

@@ -63,7 +63,9 @@ def dataset_features(backbone: Backbone, split: LabeledSplit) -> DatasetFeatures
     images = [backbone.embed(pixels).cpu().numpy() for pixels, _ in split.batches(256)]
     with torch.no_grad():
         texts = backbone.text.encode(backbone.text.tokenize(split.class_names)).float()
-    return DatasetFeatures(split.name, np.concatenate(images), texts.cpu().numpy(), split.class_names)
+    return DatasetFeatures(
+        split.name, np.concatenate(images), texts.cpu().numpy(), split.class_names
+    )
 
 
 def distances(
@@ -135,4 +137,3 @@ def run_tkl(
             "after": zero_shot(unlearned, forget_test).summary(),
         },
     }
-

@@ -15,6 +15,7 @@ from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, get_hpe_protocol
 from fewtrans_board.leaderboard.benchmarks import CLIP_SETTINGS
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.stats.intervals import mean_ci
+from fewtrans_board.website.clip_settings import comparisons
 from fewtrans_board.website.data import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
@@ -25,7 +26,6 @@ from fewtrans_board.website.data import (
     build_site_data,
     site_files_dir,
 )
-from fewtrans_board.website.clip_settings import comparisons
 from fewtrans_board.website.plots import ci_bars, heatmap, histogram
 
 AGGREGATION_TITLES = {

@@ -67,10 +67,7 @@ def compare(original: BenchmarkView, inductive: BenchmarkView) -> SettingsCompar
     pairs = [MethodPair(k, first[k], second[k], rank_a[k], rank_b[k]) for k in shared]
     pairs.sort(key=lambda p: (p.rank_inductive, p.key))
     flips = [
-        (a, b)
-        for a in shared
-        for b in shared
-        if rank_a[a] < rank_a[b] and rank_b[a] > rank_b[b]
+        (a, b) for a in shared for b in shared if rank_a[a] < rank_a[b] and rank_b[a] > rank_b[b]
     ]
     points = [(p.key, p.inductive.average.estimate, p.original.average.estimate) for p in pairs]
     return SettingsComparison(original, inductive, pairs, flips, scatter(points))

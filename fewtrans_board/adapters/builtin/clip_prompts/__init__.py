@@ -1,5 +1,7 @@
-"""CLIP prompt learners: CoOp, CoCoOp, KgCoOp, ProGrad, VPT-CLIP, IVLP, MaPLe, PromptSRC,
-TCP, CoPrompt, SEP and SEPRES.
+"""CLIP prompt learners, from CoOp to SEPRES.
+
+CoOp, CoCoOp, KgCoOp, ProGrad, VPT-CLIP, IVLP, MaPLe, PromptSRC, TCP, CoPrompt, SEP and
+SEPRES.
 
 Every adapter keeps CLIP's encoders and logit scale frozen, scores
 ``logit_scale * cos(image, text)`` and returns a predictor that also scores arbitrary class

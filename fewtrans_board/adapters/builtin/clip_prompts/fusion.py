@@ -59,7 +59,8 @@ class TokenFusion(nn.Module):
         keys = self.ln_1(tokens)
         attended = self.attn(self.ln_1(prompts), keys, keys, need_weights=False)[0]
         fused = self.scale1 * tokens + (1 - self.scale1) * attended
-        return self.scale2 * fused + (1 - self.scale2) * self.mlp(self.ln_2(fused))
+        out: torch.Tensor = self.scale2 * fused + (1 - self.scale2) * self.mlp(self.ln_2(fused))
+        return out
 
 
 def top_tokens(x: torch.Tensor, k: int) -> torch.Tensor:

@@ -120,26 +120,32 @@ class PromptSrcSession(IvlpSession):
         logits = self.logit_scale * images @ texts.t()
         frozen = self.frozen_images[index]
         zero_shot = self.logit_scale * frozen @ self.targets.t()
-        kl = F.kl_div(
-            F.log_softmax(logits, dim=1),
-            F.log_softmax(zero_shot, dim=1),
-            reduction="sum",
-            log_target=True,
-        ) / logits.numel()
+        kl = (
+            F.kl_div(
+                F.log_softmax(logits, dim=1),
+                F.log_softmax(zero_shot, dim=1),
+                reduction="sum",
+                log_target=True,
+            )
+            / logits.numel()
+        )
         text_weight, image_weight = self.weights
-        return (
+        total: torch.Tensor = (
             F.cross_entropy(logits, self.labels[index])
             + text_weight * F.l1_loss(texts, self.targets)
             + image_weight * F.l1_loss(images, frozen)
             + kl
         )
+        return total
 
 
 class PromptSrcAdapter(IvlpAdapter):
     """PromptSRC: self-regulated IVLP prompts with Gaussian prompt aggregation."""
 
     name = "promptsrc"
-    description = "PromptSRC: IVLP prompts + L1/KL consistency with frozen CLIP + Gaussian epoch averaging."
+    description = (
+        "PromptSRC: IVLP prompts + L1/KL consistency with frozen CLIP + Gaussian epoch averaging."
+    )
     paper = (
         "Khattak et al., Self-regulating Prompts: Foundational Model Adaptation without "
         "Forgetting (PromptSRC), ICCV 2023"
@@ -195,4 +201,3 @@ class PromptSrcAdapter(IvlpAdapter):
         train_clip(self.name, config, session.trainable, session.loss, len(support))
         session.finish()
         return session.predictor()
-

@@ -65,7 +65,10 @@ class SepSession(PromptSession):
         import torch
         import torch.nn.functional as F
 
-        from fewtrans_board.adapters.builtin.clip_common import clip_model, handcrafted_text_features
+        from fewtrans_board.adapters.builtin.clip_common import (
+            clip_model,
+            handcrafted_text_features,
+        )
         from fewtrans_board.adapters.builtin.clip_prompts import fusion
         from fewtrans_board.adapters.builtin.clip_prompts.prompter import TextPrompter, frozen_copy
         from fewtrans_board.adapters.builtin.deep_prompts import DeepVisualPrompts
@@ -76,33 +79,36 @@ class SepSession(PromptSession):
         super().__init__(backbone.device)
         self.backbone = backbone
         self.class_names = list(class_names)
-        self.model: Any = frozen_copy(model)
-        self.frozen.append(self.model)
+        clip: Any = frozen_copy(model)
+        self.model = clip
+        self.frozen.append(clip)
         n_ctx, n_vis = config.n_ctx_text, config.n_ctx_vision
-        self.prompter = TextPrompter(self.model, backbone.text.tokenize, n_ctx)
-        if 1 + 2 * n_ctx >= int(self.model.positional_embedding.shape[0]):
+        self.prompter = TextPrompter(clip, backbone.text.tokenize, n_ctx)
+        if 1 + 2 * n_ctx >= int(clip.positional_embedding.shape[0]):
             raise FewtransError(f"{method}: n_ctx_text={n_ctx} leaves no class tokens to fuse with")
         self.ctx = self.add_trainable(
             "ctx", new_parameter(random_prompts(n_ctx, self.prompter.width), self.device)
         )
-        text_blocks = self.model.transformer.resblocks
-        self.text_fusion = fusion.fusion_layers(len(text_blocks), self.prompter.width).to(self.device)
+        text_blocks = clip.transformer.resblocks
+        self.text_fusion = fusion.fusion_layers(len(text_blocks), self.prompter.width).to(
+            self.device
+        )
         self.add_trainable_module("text_fusion", self.text_fusion)
         fusion.attach_text_fusion(
             text_blocks,
-            {int(k): m for k, m in self.text_fusion.items()},
+            {int(k): m for k, m in self.text_fusion.items()},  # type: ignore[misc]
             n_ctx,
-            bool(getattr(self.model.transformer, "batch_first", True)),
+            bool(getattr(clip.transformer, "batch_first", True)),
         )
-        parts = vit_parts(self.model.visual)
+        parts = vit_parts(clip.visual)
         self.visual_prompts = DeepVisualPrompts(n_vis, 1, parts.width).to(self.device)
-        self.visual_prompts.attach(self.model.visual)
+        self.visual_prompts.attach(clip.visual)
         self.add_trainable("visual_prompts", self.visual_prompts.prompts)
         self.visual_fusion = fusion.fusion_layers(len(parts.blocks), parts.width).to(self.device)
         self.add_trainable_module("visual_fusion", self.visual_fusion)
         fusion.attach_visual_fusion(
             [b.block for b in parts.blocks],
-            {int(k): m for k, m in self.visual_fusion.items()},
+            {int(k): m for k, m in self.visual_fusion.items()},  # type: ignore[misc]
             n_vis,
             parts.batch_first,
         )
@@ -134,7 +140,8 @@ class SepSession(PromptSession):
         with autocast(self.device):
             prompted = self.model.visual(pixels)
         summed = F.normalize(prompted.float(), dim=-1) + F.normalize(frozen.float(), dim=-1)
-        return F.normalize(summed, dim=-1)
+        fused: torch.Tensor = F.normalize(summed, dim=-1)
+        return fused
 
     def text_features(self, class_names: Sequence[str]) -> torch.Tensor:
         """``norm(norm(prompted) + hand-crafted [+ alpha R])``; no residual for unseen names."""
@@ -181,7 +188,10 @@ class SepSession(PromptSession):
         proto = F.cross_entropy(PROTOTYPE_SCALE * images @ head.t(), labels) + F.cross_entropy(
             PROTOTYPE_SCALE * frozen @ head.t(), labels
         )
-        return ce + text_weight * text_gap + image_weight * image_gap + prototype_weight * proto
+        total: torch.Tensor = (
+            ce + text_weight * text_gap + image_weight * image_gap + prototype_weight * proto
+        )
+        return total
 
     def predictor(self) -> ClipPredictor:
         """Fused image features against fused text features of any class names."""
@@ -201,7 +211,10 @@ class SepSession(PromptSession):
             return torch.cat(out) if out else frozen
 
         return ClipPredictor(
-            images, cached_for(self.class_names, self.text_features), self.class_names, self.logit_scale
+            images,
+            cached_for(self.class_names, self.text_features),
+            self.class_names,
+            self.logit_scale,
         )
 
 
@@ -209,8 +222,12 @@ class SepAdapter(PromptAdapter):
     """SEP: prompts regenerated from self-enhanced pre-trained tokens in both towers."""
 
     name = "sep"
-    description = "SEP: text and image prompts fused with selected pre-trained tokens at every layer."
-    paper = "Yao et al., Self-Enhanced Prompt Tuning for Visual-Language Model (SEP), arXiv:2405.15549"
+    description = (
+        "SEP: text and image prompts fused with selected pre-trained tokens at every layer."
+    )
+    paper = (
+        "Yao et al., Self-Enhanced Prompt Tuning for Visual-Language Model (SEP), arXiv:2405.15549"
+    )
     code = "https://github.com/htyao89/SEP"
     trains = "text context + image prompts, per-layer token-fusion modules, prototype head"
 
@@ -246,7 +263,9 @@ class SepresAdapter(SepAdapter):
     """SEPRES (inductive-CLIP paper): SEP plus a learned residual on the fused text features."""
 
     name = "sepres"
-    description = "SEPRES: SEP + TaskRes-style residual (alpha * R, zero init) on the text features."
+    description = (
+        "SEPRES: SEP + TaskRes-style residual (alpha * R, zero init) on the text features."
+    )
     paper = (
         "Kravets et al., Rethinking Few Shot CLIP Benchmarks: A Critical Analysis in the "
         "Inductive Setting, ICCV 2025 (arXiv:2507.20834)"

@@ -44,10 +44,11 @@ class TcpSession(CoopSession):
             nn.Linear(dim, max(dim // 4, 1)), QuickGELU(), nn.Linear(max(dim // 4, 1), n * width)
         ).to(self.device)
         self.add_trainable_module("meta_net", self.meta_net)
-        blocks = self.text.transformer.resblocks
+        text: Any = self.text
+        blocks = text.transformer.resblocks
         self.layer = min(layer, len(blocks) - 1)
         self._class_tokens: torch.Tensor | None = None
-        self._batch_first = bool(getattr(self.text.transformer, "batch_first", True))
+        self._batch_first = bool(getattr(text.transformer, "batch_first", True))
         blocks[self.layer].register_forward_pre_hook(self._replace, with_kwargs=True)
 
     def _replace(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -69,7 +70,8 @@ class TcpSession(CoopSession):
             features = self.handcrafted
         else:
             features = handcrafted_text_features(self.backbone, class_names).to(self.device)
-        return self.meta_net(features).view(len(class_names), self.prompter.n_ctx, -1)
+        tokens: torch.Tensor = self.meta_net(features)
+        return tokens.view(len(class_names), self.prompter.n_ctx, -1)
 
     def text_features(self, class_names: Sequence[str]) -> torch.Tensor:
         """Normalised text features with the class tokens injected at ``layer``."""
@@ -94,7 +96,9 @@ class TcpAdapter(CoopAdapter):
     """TCP: CoOp context replaced by class-aware tokens generated from text knowledge."""
 
     name = "tcp"
-    description = "TCP: class-aware prompt tokens from frozen text features, injected in a middle text layer."
+    description = (
+        "TCP: class-aware prompt tokens from frozen text features, injected in a middle text layer."
+    )
     paper = "Yao et al., TCP: Textual-based Class-aware Prompt tuning for Visual-Language Model, CVPR 2024"
     code = "https://github.com/htyao89/Textual-based_Class-aware_prompt_tuning"
     trains = "n_ctx context vectors + text-knowledge MLP (D -> D/4 -> n_ctx x W)"
@@ -105,7 +109,9 @@ class TcpAdapter(CoopAdapter):
 
         n_ctx: int = hparam(4, "Context tokens (random N(0, 0.02) init); also the class tokens.")
         kg_weight: float = hparam(8.0, "Weight of 1 - cos(text, hand-crafted text).")
-        layer: int = hparam(8, "Text block before which the class tokens replace the context (capped).")
+        layer: int = hparam(
+            8, "Text block before which the class tokens replace the context (capped)."
+        )
 
     def session(
         self,

@@ -1,4 +1,4 @@
-"""Per-class text descriptions for CoPrompt, one text file per dataset.
+r"""Per-class text descriptions for CoPrompt, one text file per dataset.
 
 A file ``<dataset>.txt`` holds one description per line as ``<class name><TAB><text>``
 (``#`` starts a comment). The package ships ``digits.txt`` (written by hand for the
@@ -52,7 +52,11 @@ def parse(lines: Iterable[str], source: str) -> dict[str, list[str]]:
 
 def _files() -> list[tuple[str, str]]:
     shipped = resources.files(__name__)
-    found = [(f"{__name__}/{f.name}", f.read_text(encoding="utf-8")) for f in shipped.iterdir() if f.name.endswith(".txt")]
+    found = [
+        (f"{__name__}/{f.name}", f.read_text(encoding="utf-8"))
+        for f in shipped.iterdir()
+        if f.name.endswith(".txt")
+    ]
     folder = os.environ.get(ENV)
     if folder:
         for path in sorted(Path(folder).glob("*.txt")):
@@ -104,7 +108,9 @@ def import_json(source: Path, target: Path) -> int:
         if str(s).strip()
     ]
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(f"# imported from {source.name}\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    target.write_text(
+        f"# imported from {source.name}\n" + "\n".join(lines) + "\n", encoding="utf-8"
+    )
     return len(lines)
 
 
