@@ -32,16 +32,21 @@ ADAPTERS = (
     VptClipAdapter,
     IvlpAdapter,
     MapleAdapter,
+)
+"""The CoOp-family and multimodal prompt learners, in registration order."""
+
+INDUCTIVE_PAPER_ADAPTERS = (
     PromptSrcAdapter,
     TcpAdapter,
     CopromptAdapter,
     SepAdapter,
     SepresAdapter,
 )
-"""The adapter classes, in registration order."""
+"""The further methods of the inductive-CLIP benchmark, registered after :data:`ADAPTERS`."""
 
 __all__ = [
     "ADAPTERS",
+    "INDUCTIVE_PAPER_ADAPTERS",
     "CocoopAdapter",
     "CoopAdapter",
     "CopromptAdapter",
