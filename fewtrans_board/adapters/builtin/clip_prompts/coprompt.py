@@ -124,17 +124,14 @@ class CopromptSession(MapleSession):
 
     def predictor(self) -> ClipPredictor:
         """Adapted prompted images against adapted prompted texts of any class names."""
-        from fewtrans_board.adapters.builtin.clip_common import ClipPredictor, cached_for
+        from fewtrans_board.adapters.builtin.clip_common import (
+            ClipPredictor,
+            batched_images,
+            cached_for,
+        )
 
         def images(query: ImageSet) -> torch.Tensor:
-            import torch
-
-            with torch.no_grad():
-                parts = [
-                    self.adapted_images(query.pixels[i : i + 256].to(self.device))
-                    for i in range(0, len(query.pixels), 256)
-                ]
-            return torch.cat(parts)
+            return batched_images(self.adapted_images, query.pixels, self.device)  # type: ignore[arg-type]
 
         return ClipPredictor(
             images,

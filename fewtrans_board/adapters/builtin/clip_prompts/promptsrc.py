@@ -19,14 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.adapters.base import hparam
 from fewtrans_board.adapters.builtin.clip_prompts.ivlp import IvlpAdapter, IvlpSession
-from fewtrans_board.adapters.builtin.clip_training import check_training_config, train_clip
 from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from fewtrans_board.adapters.builtin.clip_common import NamePredictor
     from fewtrans_board.adapters.episode_data import SupportSet
     from fewtrans_board.models.backbone import Backbone
 
@@ -187,17 +185,3 @@ class PromptSrcAdapter(IvlpAdapter):
             depth=config.depth,
             config=config,
         )
-
-    def fit(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
-    ) -> NamePredictor:
-        """Train, then predict with the Gaussian-weighted average of the epoch-end prompts."""
-        check_training_config(self.name, config)
-        session = self.session(backbone, support, class_names, config)
-        train_clip(self.name, config, session.trainable, session.loss, len(support))
-        session.finish()
-        return session.predictor()
