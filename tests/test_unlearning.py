@@ -304,3 +304,19 @@ def test_retraining_the_oracle_reproduces_its_accuracy(registry: Registry) -> No
     # other CPUs may differ in the last bits; the trained model must not
     assert abs(a.accuracy - b.accuracy) < 2.0 and b.accuracy > 95.0
     assert (a.correct == b.correct).mean() > 0.97
+
+
+def test_demo_inductive_command_prints_both_tables(miniature) -> None:  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from fewtrans_board.cli import make_cli
+    from fewtrans_board.plugins import get_plugin_manager
+
+    args = ["demo", "--inductive", "--out", str(miniature.out), "--adapters", "coop"]
+    result = CliRunner().invoke(
+        make_cli(get_plugin_manager()), [*args, "--episodes", "3", "--quiet"]
+    )
+    assert result.exit_code == 0, result.output  # resumes the fixture's finished runs
+    assert "Zero-shot accuracy on the test halves" in result.output
+    assert "original - unlearned" in result.output and "digits-5-9" in result.output
+    assert "site: " in result.output
