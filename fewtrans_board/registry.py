@@ -184,12 +184,18 @@ def _check_adapter(obj: object) -> str:
 
 
 def resolve_model(catalog: Catalog[ModelSpec], name: str) -> Registered[ModelSpec]:
-    """Look up a model, resolving ``FAMILY:ARGUMENT`` names of parametric families.
+    """Look up a model, resolving ``FAMILY:ARGUMENT`` and ``MODEL+unlearn:DATASET`` names.
 
     Raises:
         UnknownNameError: the model or family is not registered.
         FewtransError: the family takes no argument, or the argument is malformed.
     """
+    from fewtrans_board.models.unlearned_names import split_name, unlearned_spec
+
+    base, forget = split_name(name)
+    if forget is not None:
+        entry = resolve_model(catalog, base)
+        return Registered(entry.kind, name, unlearned_spec(entry.obj, name, forget), entry.source)
     family, sep, argument = name.partition(":")
     if not sep:
         return catalog.get(name)

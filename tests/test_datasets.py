@@ -196,7 +196,7 @@ def synthetic_roots(
 ) -> dict[str, Path]:
     roots = {}
     for name, spec in datasets.items():
-        if name == "digits":
+        if spec.extra.get("embedded"):
             continue
         root = tmp_path_factory.mktemp(name)
         write_synthetic_copy(spec, root, synthetic_counts(spec), image_size=4)

@@ -18,9 +18,10 @@ LAYERS: list[set[str]] = [
     {"episodes", "hpe", "stats"},
     {"results"},
     {"runner"},
+    {"unlearning"},
     {"validation", "leaderboard"},
     {"website"},
-    {"demo", "docs"},
+    {"demo", "inductive_demo", "docs"},
     {"cli"},
     {"default_plugins", "__init__", "__main__"},
 ]

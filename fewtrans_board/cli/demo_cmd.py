@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -23,28 +24,49 @@ from fewtrans_board.cli.groups import echo_json, echo_table, print_summaries, sh
     type=int,
     default=200,
     show_default=True,
-    help="Episodes of the frozen digits manifest to evaluate (600 = all).",
+    help="Episodes of the frozen digits manifest to evaluate (600 = all; the inductive "
+    "miniature has 15).",
 )
 @click.option(
     "--adapters",
-    default="mean-centroid,linear-probe,cosine-classifier",
-    show_default=True,
-    help="Comma-separated adapters.",
+    default=None,
+    help="Comma-separated adapters [default: mean-centroid,linear-probe,cosine-classifier; "
+    "with --inductive: linear-probe,coop,taskres].",
+)
+@click.option(
+    "--inductive",
+    is_flag=True,
+    help="Run the inductive-CLIP miniature instead: unlearn the digits 5-9 from the demo "
+    "CLIP and compare it with the original and a model trained without 5-9.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print summaries as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @pass_app
 def demo_command(
-    app: App, out: Path, episodes: int, adapters: str, as_json: bool, quiet: bool
+    app: App,
+    out: Path,
+    episodes: int,
+    adapters: str | None,
+    inductive: bool,
+    as_json: bool,
+    quiet: bool,
 ) -> None:
     """Run HPE on the embedded digits: pretrained demo CNN vs its random-init twin.
 
     Builds (and hash-checks) the frozen digits manifest, evaluates each adapter with the
     fewtrans-paper HPE protocol on both backbones, and prints mean ± 95% CI per run and the
     paired gain from pretraining. Runs resume if interrupted.
+
+    With --inductive: the inductive-CLIP miniature (SSD unlearning of the digits 5-9 from
+    demo-clip.digits, zero-shot and CoOp-style few-shot tables against the original and the
+    oracle trained without 5-9, and a site comparing both CLIP settings).
     """
+    if inductive:
+        _inductive(app, out, adapters, episodes, as_json, quiet)
+        return
     from fewtrans_board.demo import run_demo
 
+    adapters = adapters or "mean-centroid,linear-probe,cosine-classifier"
     names = [a.strip() for a in adapters.split(",") if a.strip()]
     result = run_demo(
         app.registry,
@@ -68,6 +90,65 @@ def demo_command(
     echo_table(
         ["adapter", "pretrained - random (points)", "episodes"],
         [[g["adapter"], f"{g['mean']:+.2f} ± {g['ci95']:.2f}", g["n"]] for g in result.gains],
+    )
+    click.echo(f"\nresults: {out / 'results'}")
+    if result.site_index is not None:
+        click.echo(f"site: {result.site_index.resolve()}")
+
+
+def _inductive(
+    app: App, out: Path, adapters: str | None, episodes: int, as_json: bool, quiet: bool
+) -> None:
+    from fewtrans_board.inductive_demo import DEFAULT_ADAPTERS, MODELS, run_inductive_demo
+
+    names = [a.strip() for a in (adapters or "").split(",") if a.strip()] or DEFAULT_ADAPTERS
+    say = (lambda _m: None) if (quiet or as_json) else (lambda m: click.echo(m, err=True))
+    result = run_inductive_demo(
+        app.registry,
+        out,
+        adapters=names,
+        episodes=episodes if episodes < 15 else None,  # the miniature has 15 episodes
+        progress=not (quiet or as_json),
+        report=say,
+    )
+    if as_json:
+        echo_json(
+            {
+                "out": str(out),
+                "models": MODELS,
+                "unlearning": result.unlearning,
+                "zero_shot": result.zero_shot,
+                "few_shot": result.few_shot,
+                "gaps": result.gaps,
+                "site": str(result.site_index) if result.site_index else None,
+            }
+        )
+        return
+
+    def cell(stats: dict[str, Any]) -> str:
+        return f"{stats['mean']:.1f} ± {stats['ci95']:.1f}"
+
+    roles = list(MODELS)
+    click.echo("Models: " + ", ".join(f"{r} = {m}" for r, m in MODELS.items()))
+    click.echo("\nZero-shot accuracy on the test halves (%, 95% CI):")
+    echo_table(
+        ["dataset", *roles, "chance"],
+        [
+            [d, *(cell(z[r]) for r in roles), f"{z['original']['chance']:.0f}"]
+            for d, z in result.zero_shot.items()
+        ],
+    )
+    click.echo("\nFew-shot accuracy on digits 5-9 (%, 15 episodes: K in 1/2/4/8/16 x 3 seeds):")
+    echo_table(
+        ["adapter", *roles, "original - unlearned", "scratch - unlearned"],
+        [
+            [
+                a,
+                *(cell(result.few_shot[a][r]) for r in roles),
+                *(f"{g['mean']:+.1f} ± {g['ci95']:.1f}" for g in result.gaps[a].values()),
+            ]
+            for a in result.few_shot
+        ],
     )
     click.echo(f"\nresults: {out / 'results'}")
     if result.site_index is not None:

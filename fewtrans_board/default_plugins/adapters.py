@@ -12,6 +12,7 @@ from fewtrans_board.hookspecs import hookimpl
 def register_adapters(register: Callable[[type[Adapter]], None]) -> None:
     """Register the baselines: centroid, heads, fine-tuning variants and zero-shot CLIP."""
     from fewtrans_board.adapters.builtin.clip_prompts import ADAPTERS as CLIP_PROMPTS
+    from fewtrans_board.adapters.builtin.clip_prompts import INDUCTIVE_PAPER_ADAPTERS
     from fewtrans_board.adapters.builtin.clip_tuning import ADAPTERS as CLIP_TUNING
     from fewtrans_board.adapters.builtin.finetune import (
         FinetuneAdapter,
@@ -34,5 +35,6 @@ def register_adapters(register: Callable[[type[Adapter]], None]) -> None:
         *VISION_PEFT,
         *CLIP_PROMPTS,
         *CLIP_TUNING,
+        *INDUCTIVE_PAPER_ADAPTERS,
     ):
         register(adapter)

@@ -26,6 +26,7 @@ def register_commands(cli: click.Group) -> None:
     )
     from fewtrans_board.cli.manifest_cmd import datasets_check, manifest_group
     from fewtrans_board.cli.site_cmd import site_group
+    from fewtrans_board.cli.unlearn_cmd import tkl_command, unlearn_command
     from fewtrans_board.cli.validate_cmd import validate_command
 
     datasets_group.add_command(datasets_check)
@@ -44,5 +45,7 @@ def register_commands(cli: click.Group) -> None:
         leaderboard_group,
         compare_command,
         site_group,
+        unlearn_command,
+        tkl_command,
     ):
         cli.add_command(command)

@@ -1,4 +1,4 @@
-"""Built-in datasets: FewTrans, BSCD-FSL, few-shot CLIP, and the embedded digits."""
+"""Built-in datasets: FewTrans, BSCD-FSL, few-shot CLIP, and the embedded digits (and halves)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ def register_datasets(register: Callable[[DatasetSpec], None]) -> None:
     from fewtrans_board.datasets.builtin_clip import clip_datasets
     from fewtrans_board.datasets.builtin_fewtrans import fewtrans_datasets
     from fewtrans_board.datasets.digits import DIGITS
+    from fewtrans_board.datasets.digits_subsets import DIGITS_0_4, DIGITS_5_9
 
-    for spec in (DIGITS, *fewtrans_datasets(), *bscd_datasets(), *clip_datasets()):
+    embedded = (DIGITS, DIGITS_0_4, DIGITS_5_9)
+    for spec in (*embedded, *fewtrans_datasets(), *bscd_datasets(), *clip_datasets()):
         register(spec)

@@ -36,6 +36,12 @@ def _demo_random(weights: Path | None, device: str) -> Backbone:
     return load_random(weights, device)
 
 
+def _demo_clip(name: str, weights: Path | None, device: str) -> Backbone:
+    from fewtrans_board.models.demo_clip import load_demo_clip
+
+    return load_demo_clip(name, weights, device)
+
+
 def _curated_timm(architecture: str, name: str, weights: Path | None, device: str) -> Backbone:
     from fewtrans_board.models.timm_family import load_timm_backbone
 
@@ -77,6 +83,26 @@ MODELS: tuple[ModelSpec, ...] = (
         source="random-init (seed 0)",
         license="MIT",
         description="Random-init twin of demo-cnn.digits, to show what pretraining buys.",
+    ),
+    ModelSpec(
+        name="demo-clip.digits",
+        loader=functools.partial(_demo_clip, "demo-clip.digits"),
+        family="demo",
+        architecture="demo-clip",
+        source="bundled (trained by python -m fewtrans_board.models.demo_clip_train)",
+        license="MIT",
+        description="Tiny open_clip dual encoder trained on all ten digits with name prompts.",
+        modalities=("image", "text"),
+    ),
+    ModelSpec(
+        name="demo-clip.digits-0-4",
+        loader=functools.partial(_demo_clip, "demo-clip.digits-0-4"),
+        family="demo",
+        architecture="demo-clip",
+        source="bundled (trained by python -m fewtrans_board.models.demo_clip_train)",
+        license="MIT",
+        description="demo-clip trained from scratch without the digits 5-9 (the oracle).",
+        modalities=("image", "text"),
     ),
     ModelSpec(
         name="timm",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fewtrans_board.datasets.digits import DIGITS
+from fewtrans_board.datasets.digits_subsets import DIGITS_0_4, DIGITS_5_9
 from fewtrans_board.episodes.build import build_manifest, manifest_recipe
 from fewtrans_board.episodes.frozen import FROZEN
 from fewtrans_board.episodes.manifest import Manifest, ManifestError
@@ -27,6 +28,9 @@ FROZEN_DIGITS_SHA256 = {
     ),
     "fewtrans-base2novel--digits.parquet": (
         "7fe06c3accb650a7f68204497f02237a7d0f1ff2fc47c735015304c963cf0df4"
+    ),
+    "clip-kshot--digits-5-9.parquet": (
+        "42aea9237bd2700a5a87b4a4b138d76b215be8cac4931ec83a40d16610b4e468"
     ),
 }
 
@@ -46,7 +50,8 @@ def digits_manifest(filename: str, folder: Path) -> Path:
         recipe = manifest_recipe(
             entry.protocol, entry.dataset, with_root=False, overrides=dict(entry.overrides)
         )
-        manifest = build_manifest(DIGITS, None, protocol, command=recipe)
+        spec = {s.name: s for s in (DIGITS, DIGITS_0_4, DIGITS_5_9)}[entry.dataset]
+        manifest = build_manifest(spec, None, protocol, command=recipe)
         if manifest.sha256 != FROZEN_DIGITS_SHA256[filename]:
             raise ManifestError(
                 f"rebuilt {filename} has sha256 {manifest.sha256[:16]}..., not the frozen "

@@ -37,7 +37,7 @@ CLIP = (
     "clip-cub",
     "clip-plantdoc",
 )
-EMBEDDED = ("digits",)
+EMBEDDED = ("digits", "digits-0-4", "digits-5-9")
 
 
 def manifest_command(
@@ -111,4 +111,5 @@ FROZEN: tuple[FrozenManifest, ...] = (
     FrozenManifest("fewtrans-search", "cub"),
     *(FrozenManifest("bscd", d, {"shots": k}) for d in BSCD for k in (5, 20, 50)),
     *(FrozenManifest("clip-kshot", d) for d in CLIP),
+    FrozenManifest("clip-kshot", "digits-5-9"),
 )

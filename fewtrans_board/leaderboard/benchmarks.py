@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fewtrans_board.episodes.frozen import FEWTRANS_TEST, FROZEN
+from fewtrans_board.episodes.frozen import CLIP, FEWTRANS_TEST, FROZEN
+from fewtrans_board.models.unlearned_names import split_name, unlearned_name
+from fewtrans_board.unlearning.sets import FORGET_DATASETS, MINIATURE_FORGET
+
+MODEL_RULES = ("any", "original", "unlearned-target")
+"""``any``: one model everywhere; ``original``: one model, never an unlearned one;
+``unlearned-target``: on each dataset D the submission's model unlearned on D
+(``MODEL+unlearn:D``), so CLIP has never seen the classes it is tested on."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,9 @@ class Benchmark:
             ``"base-to-novel"`` (base, novel and their harmonic mean, each with a CI) or
             ``"per-shot"`` (CoOp-style: per K the mean over seeds with their spread; the
             headline averages over shots and datasets).
+        model_rule: which model each dataset's results must come from (:data:`MODEL_RULES`).
+        paired_with: the benchmark under the other CLIP setting (the site compares the
+            two on the datasets they share).
     """
 
     name: str
@@ -36,6 +46,37 @@ class Benchmark:
     reference_adapter: str = "finetune"
     statistic_ddof: int = 1
     reporting: Literal["episodes", "base-to-novel", "per-shot"] = "episodes"
+    model_rule: str = "any"
+    paired_with: str = ""
+
+    def expected_model(self, model: str, dataset: str) -> str:
+        """The model name results on ``dataset`` must carry for a submission of ``model``.
+
+        Raises:
+            ValueError: ``model`` breaks the rule (an unlearned model where the original is
+                required, or the reverse).
+        """
+        if split_name(model)[1] is not None:
+            raise ValueError(
+                f"benchmark {self.name!r}: submit the base model name, not {model!r}"
+                + (
+                    "; results carry MODEL+unlearn:DATASET"
+                    if self.model_rule == "unlearned-target"
+                    else ""
+                )
+            )
+        if self.model_rule == "unlearned-target":
+            return unlearned_name(model, dataset)
+        return model
+
+    def accepts(self, model: str, dataset: str) -> bool:
+        """Whether results of ``model`` on ``dataset`` belong to this benchmark's setting."""
+        forget = split_name(model)[1]
+        if self.model_rule == "unlearned-target":
+            return forget == dataset
+        if self.model_rule == "original":
+            return forget is None
+        return True
 
 
 FEWTRANS_MANIFESTS = tuple(f"fewtrans-varied--{d}.parquet" for d in FEWTRANS_TEST)
@@ -44,6 +85,22 @@ FEWTRANS_BASE2NOVEL_MANIFESTS = tuple(f"fewtrans-base2novel--{d}.parquet" for d 
 
 def _frozen(protocol: str) -> tuple[str, ...]:
     return tuple(m.filename for m in FROZEN if m.protocol == protocol)
+
+
+CLIP_KSHOT_MANIFESTS = tuple(f"clip-kshot--{d}.parquet" for d in CLIP)
+FORGET_MANIFESTS = tuple(f"clip-kshot--{d}.parquet" for d in FORGET_DATASETS)
+MINIATURE_MANIFESTS = (f"clip-kshot--{MINIATURE_FORGET}.parquet",)
+CLIP_HELD_OUT = ("fungi",)
+"""Where CLIP methods search their HPE centre: not CUB (FewTrans's held-out set), whose
+images are clip-cub's, a test dataset here; a fine-grained FewTrans dataset disjoint from
+the twelve CLIP datasets instead."""
+CLIP_SETTINGS = {
+    "original": "CLIP as downloaded, which has likely seen these classes (partially transductive).",
+    "unlearned-target": (
+        "CLIP with the target dataset unlearned by SSD (the paper's retain set, alpha 30, "
+        "lambda 1), so it has not seen the classes it is tested on (inductive)."
+    ),
+}
 
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -117,14 +174,55 @@ BENCHMARKS: dict[str, Benchmark] = {
             title="CLIP few-shot (partially transductive)",
             description=(
                 "Few-shot CLIP methods, K in 1/2/4/8/16 with seeds 1-3, on the twelve CLIP "
-                "datasets. In the inductive-CLIP paper's terms this setting is partially "
-                "transductive: CLIP's pretraining has almost surely seen these classes. "
-                "Reported per K (mean over seeds, with their spread), headline the average "
-                "over shots and datasets."
+                "datasets, with CLIP as downloaded. In the inductive-CLIP paper's terms this "
+                "setting is partially transductive: CLIP's pretraining has almost surely seen "
+                "these classes. Reported per K (mean over seeds, with their spread), headline "
+                "the average over shots and datasets."
             ),
-            manifests=_frozen("clip-kshot"),
+            manifests=CLIP_KSHOT_MANIFESTS,
+            hpe_protocols=("fewtrans-paper", "fewtrans-reference", "single"),
+            held_out=CLIP_HELD_OUT,
             reference_adapter="finetune-clip-both",
             reporting="per-shot",
+            model_rule="original",
+            paired_with="clip-inductive",
+        ),
+        Benchmark(
+            name="clip-inductive",
+            title="CLIP few-shot: inductive (per-target unlearned CLIP)",
+            description="K in 1/2/4/8/16, seeds 1-3, on the seven forget datasets. "
+            + CLIP_SETTINGS["unlearned-target"],
+            manifests=FORGET_MANIFESTS,
+            hpe_protocols=("fewtrans-paper", "fewtrans-reference", "single"),
+            held_out=CLIP_HELD_OUT,
+            reference_adapter="coop",
+            reporting="per-shot",
+            model_rule="unlearned-target",
+            paired_with="clip-partially-transductive",
+        ),
+        Benchmark(
+            name="demo-clip-partially-transductive",
+            title="Demo: digits 5-9 with the original demo CLIP",
+            description="The inductive miniature, K in 1/2/4/8/16: demo-clip.digits has seen the digits 5-9.",
+            manifests=MINIATURE_MANIFESTS,
+            hpe_protocols=("fewtrans-paper", "fewtrans-reference", "single"),
+            held_out=("digits",),
+            reference_adapter="coop",
+            reporting="per-shot",
+            model_rule="original",
+            paired_with="demo-clip-inductive",
+        ),
+        Benchmark(
+            name="demo-clip-inductive",
+            title="Demo: digits 5-9 with the digits 5-9 unlearned",
+            description="The inductive miniature: demo-clip.digits+unlearn:digits-5-9 (SSD, retain digits 0-4).",
+            manifests=MINIATURE_MANIFESTS,
+            hpe_protocols=("fewtrans-paper", "fewtrans-reference", "single"),
+            held_out=("digits",),
+            reference_adapter="coop",
+            reporting="per-shot",
+            model_rule="unlearned-target",
+            paired_with="demo-clip-partially-transductive",
         ),
     )
 }

@@ -68,17 +68,50 @@ class ValidationReport:
         }
 
 
+def _check_unlearning(run: RunResults, record: dict[str, Any] | None) -> None:
+    """The recorded unlearning must follow the benchmark's recipe for this target."""
+    from fewtrans_board.unlearning.sets import ALPHA, IMPORTANCE_BATCH, LAMBDA, default_retain
+
+    if not record:
+        raise SubmissionError(
+            "unlearning-record-missing",
+            f"{run.dataset}: the model carries no unlearning record; create it with "
+            "'fewtrans-board unlearn' and evaluate MODEL+unlearn:DATASET",
+        )
+    expected = {
+        "forget": run.dataset,
+        "retain": list(default_retain(run.dataset)),
+        "alpha": ALPHA,
+        "lambda": LAMBDA,
+        "importance_batch_size": IMPORTANCE_BATCH,
+    }
+    wrong = {k: record.get(k) for k, v in expected.items() if record.get(k) != v}
+    if wrong:
+        raise SubmissionError(
+            "unlearning-recipe",
+            f"{run.dataset}: the model was unlearned with {wrong}; the benchmark requires "
+            f"{ {k: expected[k] for k in wrong} }",
+        )
+
+
 def _norm(distribution: str) -> str:
     return distribution.lower().replace("_", "-")
 
 
-def _check_provenance(meta: SubmissionMeta, run: RunResults) -> None:
+def _check_provenance(meta: SubmissionMeta, run: RunResults, benchmark: Benchmark) -> None:
     m = run.meta
-    if m["model"]["name"] != meta.model:
+    try:
+        expected = benchmark.expected_model(meta.model, run.dataset)
+    except ValueError as exc:
+        raise SubmissionError("model-rule", str(exc)) from exc
+    if m["model"]["name"] != expected:
         raise SubmissionError(
             "model-mismatch",
-            f"{run.dataset}: results are for model {m['model']['name']!r}, submission.toml says {meta.model!r}",
+            f"{run.dataset}: results are for model {m['model']['name']!r}; benchmark "
+            f"{benchmark.name!r} with model {meta.model!r} requires {expected!r}",
         )
+    if benchmark.model_rule == "unlearned-target":
+        _check_unlearning(run, m["model"].get("info", {}).get("unlearning"))
     if m["adapter"]["name"] != meta.adapter:
         raise SubmissionError(
             "adapter-mismatch",
@@ -429,7 +462,7 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
             raise
         except Exception as exc:
             raise SubmissionError("bad-results-schema", f"{path.name}: {exc}") from exc
-        _check_provenance(meta, run)
+        _check_provenance(meta, run, benchmark)
         schema = _recorded_schema(run, meta)
         try:
             check_schema_fits(protocol, schema)

@@ -272,7 +272,7 @@ def verify_contents(
         environment = run.meta.get("environment", {})
         try:
             worker = IsolatedAdapter(
-                meta.model,
+                run.meta["model"]["name"],  # validated: the benchmark's model for this dataset
                 meta.adapter,
                 weights=weights,
                 device=device,

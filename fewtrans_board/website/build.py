@@ -12,9 +12,11 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from fewtrans_board import __version__
 from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, get_hpe_protocol
+from fewtrans_board.leaderboard.benchmarks import CLIP_SETTINGS
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.stats.base_novel import harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
+from fewtrans_board.website.clip_settings import comparisons
 from fewtrans_board.website.data import (
     COLUMN_SETS,
     BenchmarkView,
@@ -168,7 +170,21 @@ def build_site(
         path.write_text(env.get_template(template).render(**context), encoding="utf-8")
         written.append(path)
 
-    render("index.html", "index.html", benchmarks=data.benchmarks, datasets=sorted(data.datasets))
+    settings = comparisons(data.benchmarks)
+    render(
+        "index.html",
+        "index.html",
+        benchmarks=data.benchmarks,
+        datasets=sorted(data.datasets),
+        clip_settings=settings,
+    )
+    for cmp in settings:
+        render(
+            "clip-settings.html",
+            f"clip-settings-{cmp.inductive.benchmark.name}.html",
+            cmp=cmp,
+            settings=CLIP_SETTINGS,
+        )
     for view in data.benchmarks:
         render(
             "benchmark.html", f"benchmark-{view.benchmark.name}.html", **_benchmark_context(view)

@@ -237,23 +237,30 @@ def _load_methods(store: LeaderboardStore) -> list[MethodView]:
 def local_methods(run_dirs: list[Path]) -> list[MethodView]:
     """Unsubmitted local runs (e.g. the demo's) shown as entries with status ``local``.
 
-    Each run joins the benchmark whose manifests include its manifest; runs on other
-    manifests are skipped.
+    Each run joins the first benchmark whose manifests include its manifest and whose
+    model rule accepts its model (original vs unlearned CLIP); other runs are skipped.
     """
-    by_manifest = {m: b.name for b in BENCHMARKS.values() for m in b.manifests}
     views: dict[str, MethodView] = {}
     for path in find_runs(run_dirs):
         run = load_run(path)
         manifest = run.meta["manifest"]["file"]
-        if manifest not in by_manifest:
-            continue
         model, adapter = run.meta["model"]["name"], run.meta["adapter"]["name"]
+        benchmark = next(
+            (
+                b.name
+                for b in BENCHMARKS.values()
+                if manifest in b.manifests and b.accepts(model, run.dataset)
+            ),
+            None,
+        )
+        if benchmark is None:
+            continue
         ident = f"local-{adapter}--{model}".replace(":", "-").replace("/", "-").lower()
         meta = {
             "method": adapter,
             "model": model,
             "adapter": adapter,
-            "benchmark": by_manifest[manifest],
+            "benchmark": benchmark,
             "hpe_protocol": run.meta["hpe"]["name"],
             "authors": ["local run"],
             "hardware": run.meta["environment"]["device"],

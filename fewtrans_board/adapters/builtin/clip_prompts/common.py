@@ -94,6 +94,9 @@ class PromptSession(ABC):
     def predictor(self) -> NamePredictor:
         """The predictor of the current state (also scores arbitrary class names)."""
 
+    def finish(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Called once after training, before :meth:`predictor` (PromptSRC averages prompts)."""
+
 
 def new_parameter(tensor: torch.Tensor, device: str) -> torch.Tensor:
     """A float32 leaf parameter on ``device`` (created on CPU first, for seed stability)."""
@@ -173,4 +176,5 @@ class PromptAdapter(Adapter):
         check_training_config(self.name, config)
         session = self.session(backbone, support, class_names, config)
         train_clip(self.name, config, session.trainable, session.loss, len(support))
+        session.finish()
         return session.predictor()

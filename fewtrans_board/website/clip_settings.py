@@ -1,0 +1,142 @@
+"""The inductive vs partially-transductive CLIP comparison page.
+
+A pair of sub-benchmarks differs in the model: CLIP as downloaded (partially
+transductive) and CLIP with each target unlearned (inductive). A method is one adapter on
+one base model; on the datasets both settings share, for every method in both the page
+shows its average over shots and datasets in each (per-K reporting: no interval pooled over
+shots), the gap, its rank in each and the pairs of methods whose order flips, plus the
+paper's scatter of inductive (x) against original (y) accuracy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from markupsafe import Markup, escape
+
+from fewtrans_board.models.unlearned_names import split_name
+from fewtrans_board.results.per_shot import PerShot, average_over_datasets
+
+if TYPE_CHECKING:
+    from fewtrans_board.website.data import BenchmarkView, MethodView
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One method in one setting: its average over shots and the shared datasets."""
+
+    method: MethodView
+    average: PerShot
+
+
+@dataclass(frozen=True)
+class MethodPair:
+    """One method under both settings (headline aggregation, average over shots)."""
+
+    key: str
+    original: Setting
+    inductive: Setting
+    rank_original: int
+    rank_inductive: int
+
+    @property
+    def gap(self) -> float:
+        """Original minus inductive average accuracy (points)."""
+        return self.original.average.average - self.inductive.average.average
+
+
+@dataclass(frozen=True)
+class SettingsComparison:
+    """Both settings' views, the datasets they share and the methods present in both."""
+
+    original: BenchmarkView
+    inductive: BenchmarkView
+    datasets: list[str]
+    pairs: list[MethodPair]
+    flips: list[tuple[str, str]]
+    scatter: Markup
+
+
+def method_key(method: MethodView) -> str:
+    """``adapter on base model`` (the unlearned suffix removed)."""
+    return f"{method.meta['adapter']} on {split_name(method.meta['model'])[0]}"
+
+
+def _settings(view: BenchmarkView, datasets: list[str]) -> dict[str, Setting]:
+    """Each method's headline average over shots and ``datasets`` (those it covers all of)."""
+    out = {}
+    for method in view.methods:
+        results = method.per_shot("hpe")
+        if all(d in results for d in datasets):
+            average = average_over_datasets({d: results[d] for d in datasets})
+            out[method_key(method)] = Setting(method, average)
+    return out
+
+
+def _ranks(settings: dict[str, Setting]) -> dict[str, int]:
+    order = sorted(settings, key=lambda k: (-settings[k].average.average, k))
+    return {k: i + 1 for i, k in enumerate(order)}
+
+
+def compare(original: BenchmarkView, inductive: BenchmarkView) -> SettingsComparison:
+    """Match methods across the two settings on their shared datasets; find rank flips."""
+    datasets = sorted(set(original.datasets) & set(inductive.datasets))
+    first, second = _settings(original, datasets), _settings(inductive, datasets)
+    shared = sorted(set(first) & set(second)) if datasets else []
+    rank_a = _ranks({k: first[k] for k in shared})
+    rank_b = _ranks({k: second[k] for k in shared})
+    pairs = [MethodPair(k, first[k], second[k], rank_a[k], rank_b[k]) for k in shared]
+    pairs.sort(key=lambda p: (p.rank_inductive, p.key))
+    flips = [
+        (a, b) for a in shared for b in shared if rank_a[a] < rank_a[b] and rank_b[a] > rank_b[b]
+    ]
+    points = [(p.key, p.inductive.average.average, p.original.average.average) for p in pairs]
+    return SettingsComparison(original, inductive, datasets, pairs, flips, scatter(points))
+
+
+def scatter(points: list[tuple[str, float, float]], size: int = 420) -> Markup:
+    """SVG scatter: x = inductive accuracy, y = original accuracy, with the diagonal."""
+    if not points:
+        return Markup("")
+    left, top, span = 50, 20, size - 80
+    values = [v for _, x, y in points for v in (x, y)]
+    low, high = max(0.0, min(values) - 5), min(100.0, max(values) + 5)
+    scale = span / max(high - low, 1e-6)
+
+    def sx(v: float) -> float:
+        return left + (v - low) * scale
+
+    def sy(v: float) -> float:
+        return top + span - (v - low) * scale
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{size}" height="{size}" role="img">',
+        "<title>Inductive (x) vs partially transductive (y) average accuracy</title>",
+        f'<rect x="{left}" y="{top}" width="{span}" height="{span}" fill="none" stroke="#999"/>',
+        f'<line x1="{sx(low)}" y1="{sy(low)}" x2="{sx(high)}" y2="{sy(high)}" stroke="#ccc" stroke-dasharray="4"/>',
+        f'<text x="{left + span / 2}" y="{size - 25}" text-anchor="middle" font-size="12">inductive (unlearned CLIP), %</text>',
+        f'<text x="14" y="{top + span / 2}" transform="rotate(-90 14 {top + span / 2})" text-anchor="middle" font-size="12">original CLIP, %</text>',
+        f'<text x="{left}" y="{size - 40}" font-size="10">{low:.0f}</text>',
+        f'<text x="{left + span}" y="{size - 40}" font-size="10" text-anchor="end">{high:.0f}</text>',
+    ]
+    for label, x, y in points:
+        name = escape(label)
+        parts.append(
+            f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="5" fill="#3366cc">'
+            f"<title>{name}: inductive {x:.1f}, original {y:.1f}</title></circle>"
+            f'<text x="{sx(x) + 7:.1f}" y="{sy(y) + 4:.1f}" font-size="10">{name}</text>'
+        )
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def comparisons(views: list[BenchmarkView]) -> list[SettingsComparison]:
+    """One comparison per (original, inductive) pair of sub-benchmarks present in ``views``."""
+    by_name = {v.benchmark.name: v for v in views}
+    out = []
+    for view in views:
+        partner = by_name.get(view.benchmark.paired_with)
+        if view.benchmark.model_rule == "unlearned-target" and partner is not None:
+            out.append(compare(partner, view))
+    return out
