@@ -113,3 +113,14 @@ def datasets_registry() -> dict[str, Any]:
     """Built-in dataset specs by name."""
     registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
     return {e.name: e.obj for e in registry.datasets}
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print (and, with FEWTRANS_FUZZ_REPORT, save) the fault-injection tally if any ran."""
+    from tests.faults import TALLY
+
+    if TALLY.counts:
+        terminalreporter.section("fault injection")
+        for line in TALLY.lines():
+            terminalreporter.write_line(line)
+        TALLY.write()
