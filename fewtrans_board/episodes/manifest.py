@@ -18,7 +18,7 @@ from typing import Any
 from fewtrans_board import __version__
 from fewtrans_board.atomic import write_bytes_atomic, write_with
 from fewtrans_board.canonical import canonical_json, sha256_text
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.errors import FewtransError, describe
 from fewtrans_board.models.weights import file_sha256
 
 SCHEMA_VERSION = 1
@@ -195,7 +195,7 @@ class Manifest:
         except ManifestError:
             raise
         except Exception as exc:  # whatever the decoders raise, the file is damaged
-            raise corrupt_manifest(path, f"{type(exc).__name__}: {exc}") from exc
+            raise corrupt_manifest(path, describe(exc)) from exc
         manifest.meta["built_with"] = built_with
         return manifest
 
@@ -207,9 +207,7 @@ class Manifest:
             table = pq.read_table(path, page_checksum_verification=True)
             table.validate(full=True)
         except Exception as exc:
-            raise corrupt_manifest(
-                path, f"not a readable Parquet file: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise corrupt_manifest(path, f"not a readable Parquet file: {describe(exc)}") from exc
         raw = (table.schema.metadata or {}).get(METADATA_KEY)
         if raw is None:
             raise corrupt_manifest(path, "no fewtrans-board manifest metadata")

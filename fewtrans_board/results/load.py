@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from fewtrans_board.errors import describe
 from fewtrans_board.results.schema import CONFIG_KIND, ENSEMBLE_KIND, ENSEMBLES
 from fewtrans_board.results.shards import ResultsError, read_shard, shard_file_name
 
@@ -161,7 +162,7 @@ def read_run_record(path: Path) -> dict[str, Any]:
         raise ResultsError(f"{path} is not a results folder (no run.json)") from exc
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ResultsError(
-            f"{marker} is unreadable ({type(exc).__name__}: {exc}); it was damaged: restore it "
+            f"{marker} is unreadable ({describe(exc)}); it was damaged: restore it "
             "or evaluate into a new folder"
         ) from exc
     identity = record.get("identity") if isinstance(record, dict) else None

@@ -20,7 +20,7 @@ import numpy as np
 
 from fewtrans_board.atomic import write_with
 from fewtrans_board.canonical import canonical_json
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.errors import FewtransError, describe
 from fewtrans_board.results.schema import METADATA_KEY, SCHEMA_VERSION, arrow_schema
 
 CHECKSUM_KEY = "checksum"
@@ -174,14 +174,14 @@ def read_shard(path: Path) -> tuple[Any, dict[str, Any]]:
     except FileNotFoundError as exc:
         raise ResultsError(f"results shard {path} does not exist") from exc
     except Exception as exc:  # any decoder error means a damaged file
-        raise CorruptShardError(path, f"unreadable Parquet: {type(exc).__name__}: {exc}") from exc
+        raise CorruptShardError(path, f"unreadable Parquet: {describe(exc)}") from exc
     raw = (table.schema.metadata or {}).get(METADATA_KEY)
     if raw is None:
         raise CorruptShardError(path, "no fewtrans-board results metadata")
     try:
         meta = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise CorruptShardError(path, f"unreadable metadata: {exc}") from exc
+        raise CorruptShardError(path, f"unreadable metadata: {describe(exc)}") from exc
     if not isinstance(meta, dict):
         raise CorruptShardError(path, "metadata is not a JSON object")
     if meta.get("schema_version") != SCHEMA_VERSION:
@@ -198,7 +198,7 @@ def read_shard(path: Path) -> tuple[Any, dict[str, Any]]:
     except CorruptShardError:
         raise
     except Exception as exc:  # decoding a damaged column while hashing it
-        raise CorruptShardError(path, f"undecodable rows: {type(exc).__name__}: {exc}") from exc
+        raise CorruptShardError(path, f"undecodable rows: {describe(exc)}") from exc
     return table, meta
 
 

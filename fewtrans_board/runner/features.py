@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fewtrans_board.atomic import remove_stale_temps, write_bytes_atomic
+from fewtrans_board.atomic import TEMP_SUFFIX, write_bytes_atomic
 from fewtrans_board.canonical import canonical_json
+from fewtrans_board.errors import describe
 from fewtrans_board.models.backbone import Backbone, Preprocessing
 from fewtrans_board.runner.images import ImageStore
 from fewtrans_board.runner.locks import FileLock
@@ -108,7 +109,7 @@ def decode_entry(
             items = [str(i) for i in archive["items"].tolist()]
             matrix = np.asarray(archive["features"], dtype=np.float32)
     except Exception as exc:  # any decoder failure: the entry is damaged
-        return f"unreadable ({type(exc).__name__}: {exc})"
+        return f"unreadable ({describe(exc)})"
     if not isinstance(header, dict):
         return "its header is not a JSON object"
     differing = sorted(k for k in fields if header.get(k) != fields[k])
@@ -164,7 +165,9 @@ class FeatureCache:
         try:
             data = self.path.read_bytes()
         except OSError as exc:
-            LOG.warning("feature cache %s is unreadable (%s); recomputing it", self.path, exc)
+            LOG.warning(
+                "feature cache %s is unreadable (%s); recomputing it", self.path, describe(exc)
+            )
             return
         entry = decode_entry(data, self.fields, self.backbone.feature_dim)
         if isinstance(entry, str):
@@ -208,13 +211,15 @@ class FeatureCache:
         data = encode_entry(self.fields, order, self._matrix[[self._rows[i] for i in order]])
         try:
             with FileLock(self.path.parent / ".lock", "writing the feature cache"):
-                for entry in self.path.parent.glob("*.npz"):
-                    remove_stale_temps(entry)
-                remove_stale_temps(self.path)
+                # Every writer holds the lock, so temporary files seen now are from dead ones.
+                for stale in self.path.parent.glob(f".*{TEMP_SUFFIX}"):
+                    stale.unlink(missing_ok=True)
                 write_bytes_atomic(self.path, data)
         except OSError as exc:  # the run goes on with the features in memory
             LOG.warning(
-                "cannot write feature cache %s (%s); features stay in memory", self.path, exc
+                "cannot write feature cache %s (%s); features stay in memory",
+                self.path,
+                describe(exc),
             )
 
     def features(self, items: Sequence[str]) -> torch.Tensor:
