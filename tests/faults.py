@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, settings
@@ -138,3 +139,13 @@ def equal_tables(a: Any, b: Any) -> bool:
     return bool(a.schema.remove_metadata().equals(b.schema.remove_metadata())) and bool(
         a.to_pylist() == b.to_pylist()
     )
+
+
+def rewrite_column(path: Path, name: str, array: Any, target: Path) -> None:
+    """Write a shard with one column replaced, keeping its original metadata and checksum."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    index = table.column_names.index(name)
+    edited = table.set_column(index, table.schema.field(index).with_type(array.type), array)
+    pq.write_table(edited.replace_schema_metadata(table.schema.metadata), target)

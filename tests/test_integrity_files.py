@@ -29,30 +29,15 @@ from fewtrans_board.results.shards import (
     verify_shard_checksum,
 )
 from fewtrans_board.runner.features import decode_entry, encode_entry
-from tests.faults import FUZZ, Mutation, check_outcome, equal_tables, mutations
-
-ROOT = Path(__file__).resolve().parents[1]
-DIGITS = ROOT / "leaderboard" / "manifests" / "fewtrans-varied--digits.parquet"
-
-
-def evaluate_args(out: Path, *extra: str) -> list[str]:
-    return [
-        "evaluate",
-        "--model",
-        "demo-cnn.digits",
-        "--adapter",
-        "mean-centroid",
-        "--manifest",
-        str(DIGITS),
-        "--out",
-        str(out),
-        "--quiet",
-        "--limit",
-        "3",
-        "--shards",
-        "1",
-        *extra,
-    ]
+from tests.faults import (
+    FUZZ,
+    Mutation,
+    check_outcome,
+    equal_tables,
+    mutations,
+    rewrite_column,
+)
+from tests.test_runner import evaluate_args
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +47,8 @@ def pristine_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RunRes
     from fewtrans_board.cli import make_cli
 
     out = tmp_path_factory.mktemp("fuzz") / "run"
-    result = CliRunner().invoke(
-        make_cli(get_plugin_manager(entry_points=False)), evaluate_args(out)
-    )
+    args = evaluate_args(out, "mean-centroid", "--limit", "3", "--shards", "1")
+    result = CliRunner().invoke(make_cli(get_plugin_manager(entry_points=False)), args)
     assert result.exit_code == 0, result.output
     return out, load_run(out)
 
@@ -136,14 +120,6 @@ def test_fuzz_run_json_bytes(
     marker = scratch_run / "run.json"
     mutation = Mutation(data.kind, data.position % marker.stat().st_size, data.payload)
     damage_and_load("run.json", marker, mutation, scratch_run, pristine_run[1])
-
-
-def rewrite_column(path: Path, name: str, array: pa.Array, target: Path) -> None:
-    """Write the shard with one column replaced, keeping its original metadata and checksum."""
-    table = pq.read_table(path)
-    index = table.column_names.index(name)
-    edited = table.set_column(index, table.schema.field(index).with_type(array.type), array)
-    pq.write_table(edited.replace_schema_metadata(table.schema.metadata), target)
 
 
 def column_edits(column: pa.ChunkedArray) -> list[tuple[str, pa.Array]]:

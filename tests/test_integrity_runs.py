@@ -29,9 +29,8 @@ from fewtrans_board.results.shards import read_shard
 from fewtrans_board.runner.locks import FileLock
 from fewtrans_board.runner.run import run_evaluation
 from fewtrans_board.runner.spec import RunSpec
+from tests.test_runner import DIGITS, evaluate_args
 
-ROOT = Path(__file__).resolve().parents[1]
-DIGITS = ROOT / "leaderboard" / "manifests" / "fewtrans-varied--digits.parquet"
 # Fine-tuning keeps each one-episode shard busy for seconds: long enough to be killed.
 SLOW_RUN = (
     "finetune",
@@ -40,24 +39,6 @@ SLOW_RUN = (
 )
 FAST_RUN = ("mean-centroid", "--limit", "4", "--shards", "2")
 KILL_ROUNDS = int(os.environ.get("FEWTRANS_KILL_ROUNDS", "1"))
-
-
-def evaluate_args(out: Path, adapter: str, *extra: str) -> list[str]:
-    return [
-        "evaluate",
-        "--model",
-        "demo-cnn.digits",
-        "--adapter",
-        adapter,
-        "--manifest",
-        str(DIGITS),
-        "--out",
-        str(out),
-        "--device",
-        "cpu",
-        "--quiet",
-        *extra,
-    ]
 
 
 def command(out: Path, run: tuple[str, ...], *extra: str) -> list[str]:
@@ -290,17 +271,17 @@ def test_resume_sets_a_corrupt_shard_aside_and_recomputes_it(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from tests.faults import rewrite_column
+
     out = tmp_path / "run"
     shutil.copytree(fast_reference[0], out)
     shard = out / "shards" / "shard-00001-of-00002.parquet"
     if damage == "truncated":
         shard.write_bytes(shard.read_bytes()[:-100])
     else:  # what a flipped bit in the accuracy column does, metadata and checksum kept
-        table = pq.read_table(shard)
-        accuracy = table.column("accuracy").to_pylist()
+        accuracy = pq.read_table(shard).column("accuracy").to_pylist()
         accuracy[0] -= 0.01
-        index = table.column_names.index("accuracy")
-        pq.write_table(table.set_column(index, "accuracy", pa.array(accuracy)), shard)
+        rewrite_column(shard, "accuracy", pa.array(accuracy), shard)
     pm = get_plugin_manager(entry_points=False)
     summary = invoke(["results", "summary", str(out)], pm=pm)
     assert summary.exit_code == 1 and summary.output.count("\n") == 1
