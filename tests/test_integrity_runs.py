@@ -237,8 +237,13 @@ def test_stale_temp_files_of_dead_writers_are_removed_only_under_the_lock(
     dead.write_bytes(b"half a shard")
     other = shards / ".shard-00000-of-00002.parquet.999999.def.tmp"
     other.write_bytes(b"not ours to judge")  # shard 0 is finished: nobody locks it
+    dead_features = out / "features" / ".0123456789abcdef0123.npz.999999.ghi.tmp"
+    dead_marker = out / ".run.json.999999.jkl.tmp"
+    dead_features.write_bytes(b"half a cache entry")
+    dead_marker.write_bytes(b"half a run.json")
     assert invoke(evaluate_args(out, *FAST_RUN), pm=pm).exit_code == 0
     assert not dead.exists() and other.exists()
+    assert not dead_features.exists() and not dead_marker.exists()
 
 
 # --- corrupt files found by a resume -----------------------------------------------------
@@ -422,3 +427,20 @@ def test_resume_in_another_numeric_environment_is_refused(
     assert result.exit_code == 1 and "another numeric environment" in result.output
     assert f"torch: '1.0.0' -> '{stored_torch}'" in result.output
     assert not (out / "shards" / "shard-00001-of-00002.parquet").exists()
+
+
+def test_numeric_environment_of_gpu_runs_names_gpu_cuda_and_cudnn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    from fewtrans_board.runner.spec import environment_differences, numeric_environment
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91002)
+    gpu = numeric_environment("cuda:0", {"fewtrans-board": "0.1.0"})
+    assert gpu["gpu"] == "NVIDIA H200" and gpu["cudnn"] == 91002 and "cpu" not in gpu
+    cpu = numeric_environment("cpu", {"fewtrans-board": "0.1.0"})
+    assert cpu["cpu"] and "gpu" not in cpu and cpu["torch"] == torch.__version__
+    changed = environment_differences(cpu, {**cpu, "code": {"fewtrans-board": "0.2.0"}})
+    assert changed == ["code: {'fewtrans-board': '0.1.0'} -> {'fewtrans-board': '0.2.0'}"]

@@ -157,8 +157,10 @@ class FeatureCache:
         self._matrix = np.zeros((0, backbone.feature_dim), dtype=np.float32)
         self._universe = sorted(set(universe))
         self._chunk_of = {item: i // batch_size for i, item in enumerate(self._universe)}
-        if self.path is not None and self.path.is_file():
-            self._load()
+        if self.path is not None:
+            self._locked_write(None)
+            if self.path.is_file():
+                self._load()
 
     def _load(self) -> None:
         assert self.path is not None
@@ -209,12 +211,18 @@ class FeatureCache:
         order = sorted(self._rows, key=self._rows.__getitem__)
         # Rows re-embedded with their whole chunk leave stale copies in memory; save each once.
         data = encode_entry(self.fields, order, self._matrix[[self._rows[i] for i in order]])
+        self._locked_write(data)
+
+    def _locked_write(self, data: bytes | None) -> None:
+        """Under the folder's writer lock, clear dead writers' temp files and write ``data``."""
+        assert self.path is not None
         try:
             with FileLock(self.path.parent / ".lock", "writing the feature cache"):
                 # Every writer holds the lock, so temporary files seen now are from dead ones.
                 for stale in self.path.parent.glob(f".*{TEMP_SUFFIX}"):
                     stale.unlink(missing_ok=True)
-                write_bytes_atomic(self.path, data)
+                if data is not None:
+                    write_bytes_atomic(self.path, data)
         except OSError as exc:  # the run goes on with the features in memory
             LOG.warning(
                 "cannot write feature cache %s (%s); features stay in memory",

@@ -58,6 +58,8 @@ def unwritable(out: Path, exc: OSError) -> FewtransError:
 def prepare_output(ctx: RunContext, out: Path) -> None:
     """Create ``out/run.json`` exclusively, or check the existing one describes this run.
 
+    Call it holding the folder lock (:func:`claim_shards` does).
+
     Raises:
         FewtransError: the folder holds another run, was computed in another numeric
             environment, or its ``run.json`` is damaged.
@@ -66,6 +68,7 @@ def prepare_output(ctx: RunContext, out: Path) -> None:
     environment = ctx.numeric_environment()
     record = {"run_id": ctx.run_id(), "identity": identity, "environment": environment}
     text = json.dumps(record, indent=2, sort_keys=True) + "\n"
+    remove_stale_temps(out / "run.json")  # the caller holds the folder lock every creator takes
     if create_exclusive(out / "run.json", text.encode()):
         return
     existing = read_run_record(out)
