@@ -54,3 +54,9 @@ class ConfigError(FewtransError):
 
 class ContractError(FewtransError):
     """A plugin object broke the contract checked by :mod:`fewtrans_board.testing`."""
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception on one line (decoder messages span several)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -151,3 +151,14 @@ def installed_distribution(root: Path, name: str, version: str, module: str) -> 
         else:
             os.environ["PYTHONPATH"] = old_env
         importlib.invalidate_caches()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print (and, with FEWTRANS_FUZZ_REPORT, save) the fault-injection tally if any ran."""
+    from tests.faults import TALLY
+
+    if TALLY.counts:
+        terminalreporter.section("fault injection")
+        for line in TALLY.lines():
+            terminalreporter.write_line(line)
+        TALLY.write()

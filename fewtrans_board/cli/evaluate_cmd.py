@@ -57,7 +57,10 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
 )
 @click.option("--shard", "shard", default=None, metavar="I/N", help="Run only shard I of N.")
 @click.option(
-    "--shards", type=int, default=None, help="Number of shards (default: one per 50 episodes)."
+    "--shards",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Number of shards (default: one per 50 episodes).",
 )
 @click.option("--limit", type=int, default=None, help="Evaluate only the first N episodes.")
 @device_option()
@@ -68,12 +71,19 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     show_default=True,
     help="Where shards run.",
 )
-@click.option("--workers", type=int, default=1, show_default=True, help="Parallel shard workers.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Parallel shard workers.",
+)
 @click.option(
     "--threads",
-    type=int,
+    type=click.IntRange(min=1),
     default=None,
-    help="Torch CPU threads per worker; CPU results are bit-identical only for equal values.",
+    help="Torch CPU threads per worker, any executor (default 1). Part of the run identity: "
+    "CPU results are bit-identical only for equal values.",
 )
 @click.option(
     "--no-feature-cache",

@@ -18,7 +18,7 @@ from typing import Any
 from fewtrans_board import __version__
 from fewtrans_board.atomic import write_bytes_atomic, write_with
 from fewtrans_board.canonical import canonical_json, sha256_text
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.errors import FewtransError, describe
 from fewtrans_board.models.weights import file_sha256
 
 SCHEMA_VERSION = 1
@@ -137,18 +137,7 @@ class Manifest:
         """Return the rows as a ``pyarrow.Table`` with the metadata attached."""
         import pyarrow as pa
 
-        schema = pa.schema(
-            [
-                pa.field("dataset", pa.dictionary(pa.int32(), pa.string())),
-                pa.field("episode", pa.int32()),
-                pa.field("stream_index", pa.int32()),
-                pa.field("role", pa.dictionary(pa.int8(), pa.string())),
-                pa.field("item", pa.string()),
-                pa.field("label", pa.int16()),
-                pa.field("class_index", pa.int32()),
-                pa.field("class_id", pa.dictionary(pa.int32(), pa.string())),
-            ]
-        )
+        schema = manifest_schema()
         arrays = [
             pa.array(self.rows[f.name], type=f.type.value_type).dictionary_encode()
             if pa.types.is_dictionary(f.type)
@@ -185,29 +174,46 @@ class Manifest:
     def load(cls, path: Path | str, *, check_sidecar: bool = True) -> Manifest:
         """Read a manifest and refuse it if its content does not match its hash.
 
+        The bytes are checked against ``<path>.sha256`` before anything is decoded; any
+        decoding failure after that is reported as the same "corrupt manifest" error.
+
         Args:
             path: the Parquet file.
             check_sidecar: also compare the file bytes with ``<path>.sha256`` if present.
 
         Raises:
-            ManifestError: unreadable file, missing metadata, or a hash mismatch.
+            ManifestError: a missing, unreadable or altered file, or a hash mismatch.
         """
-        import pyarrow.parquet as pq
-
         path = Path(path)
         if not path.is_file():
             raise ManifestError(f"manifest {path} does not exist")
+        side = sidecar_path(path)
+        if check_sidecar and side.is_file():
+            _check_sidecar(path, side)
         try:
-            table = pq.read_table(path)
+            manifest, built_with = cls._decode(path)
+        except ManifestError:
+            raise
+        except Exception as exc:  # whatever the decoders raise, the file is damaged
+            raise corrupt_manifest(path, describe(exc)) from exc
+        manifest.meta["built_with"] = built_with
+        return manifest
+
+    @classmethod
+    def _decode(cls, path: Path) -> tuple[Manifest, Any]:
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path, page_checksum_verification=True)
+            table.validate(full=True)
         except Exception as exc:
-            raise ManifestError(
-                f"manifest {path} is not a readable Parquet file ({type(exc).__name__}: "
-                f"{exc}); it is corrupt or truncated: restore it or rebuild it"
-            ) from exc
+            raise corrupt_manifest(path, f"not a readable Parquet file: {describe(exc)}") from exc
         raw = (table.schema.metadata or {}).get(METADATA_KEY)
         if raw is None:
-            raise ManifestError(f"{path} has no fewtrans-board manifest metadata")
-        stored = json.loads(raw)
+            raise corrupt_manifest(path, "no fewtrans-board manifest metadata")
+        stored = json.loads(raw.decode("utf-8"))
+        if not isinstance(stored, dict):
+            raise corrupt_manifest(path, "its metadata is not a JSON object")
         if stored.get("schema_version") != SCHEMA_VERSION:
             raise ManifestError(
                 f"manifest {path} has schema version {stored.get('schema_version')}; "
@@ -215,26 +221,22 @@ class Manifest:
             )
         missing = [c for c in COLUMNS if c not in table.column_names]
         if missing:
-            raise ManifestError(f"manifest {path} lacks columns {missing}")
+            raise corrupt_manifest(path, f"it lacks columns {missing}")
+        expected = manifest_schema()
+        wrong = [f.name for f in expected if not table.schema.field(f.name).type.equals(f.type)]
+        if wrong:
+            raise corrupt_manifest(path, f"columns {wrong} have unexpected types")
         rows = {name: table.column(name).to_pylist() for name in COLUMNS}
         meta = {k: v for k, v in stored.items() if k not in UNHASHED_KEYS}
-        manifest = cls(rows=rows, meta=meta, sha256=stored.get("sha256", ""))
+        manifest = cls(rows=rows, meta=meta, sha256=str(stored.get("sha256", "")))
         actual = manifest.compute_sha256()
         if actual != manifest.sha256:
-            raise ManifestError(
-                f"manifest {path} content does not match its sha256 (stored "
-                f"{manifest.sha256[:16]}..., computed {actual[:16]}...): the file was modified "
-                "after it was built. Restore the frozen copy or rebuild it."
+            raise corrupt_manifest(
+                path,
+                f"its content does not match its sha256 (stored {manifest.sha256[:16]}..., "
+                f"computed {actual[:16]}...): it was modified after it was built",
             )
-        side = sidecar_path(path)
-        if check_sidecar and side.is_file():
-            expected = side.read_text().split()[0]
-            if file_sha256(path) != expected:
-                raise ManifestError(
-                    f"manifest {path} bytes do not match {side.name}: the file was modified"
-                )
-        manifest.meta["built_with"] = stored.get("built_with")
-        return manifest
+        return manifest, stored.get("built_with")
 
     # --- views --------------------------------------------------------------------------
 
@@ -319,6 +321,41 @@ def _finish(current: dict[str, Any]) -> ManifestEpisode:
         novel_class_ids=tuple(current["novel_classes"][c][1] for c in novel),
         novel_query=tuple(current["novel"]),
     )
+
+
+def manifest_schema() -> Any:
+    """The pyarrow schema of manifest files."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("dataset", pa.dictionary(pa.int32(), pa.string())),
+            pa.field("episode", pa.int32()),
+            pa.field("stream_index", pa.int32()),
+            pa.field("role", pa.dictionary(pa.int8(), pa.string())),
+            pa.field("item", pa.string()),
+            pa.field("label", pa.int16()),
+            pa.field("class_index", pa.int32()),
+            pa.field("class_id", pa.dictionary(pa.int32(), pa.string())),
+        ]
+    )
+
+
+def corrupt_manifest(path: Path, reason: str) -> ManifestError:
+    """The one error for a manifest whose bytes cannot be trusted."""
+    return ManifestError(
+        f"manifest {path} is corrupt ({reason}). Restore the frozen copy (e.g. git checkout) "
+        "or rebuild it with 'fewtrans-board manifest build'."
+    )
+
+
+def _check_sidecar(path: Path, side: Path) -> None:
+    try:
+        expected = side.read_bytes().decode("ascii").split()[0]
+    except (OSError, UnicodeDecodeError, IndexError) as exc:
+        raise corrupt_manifest(path, f"its checksum file {side.name} is unreadable") from exc
+    if file_sha256(path) != expected:
+        raise corrupt_manifest(path, f"its bytes do not match {side.name}: the file was modified")
 
 
 def sidecar_path(path: Path) -> Path:

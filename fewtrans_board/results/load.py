@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from fewtrans_board.errors import describe
 from fewtrans_board.results.schema import CONFIG_KIND, ENSEMBLE_KIND, ENSEMBLES
-from fewtrans_board.results.shards import ResultsError, read_shard
+from fewtrans_board.results.shards import ResultsError, read_shard, shard_file_name
 
 
 @dataclass
@@ -144,29 +145,81 @@ def find_runs(paths: list[Path]) -> list[Path]:
     return found
 
 
+def read_run_record(path: Path) -> dict[str, Any]:
+    """Read and check ``run.json`` of a run folder.
+
+    Its ``run_id`` is a hash of its ``identity``, so the record checks itself.
+
+    Raises:
+        ResultsError: missing, unreadable, or not matching its own hash.
+    """
+    from fewtrans_board.runner.spec import run_id_of
+
+    marker = path / "run.json"
+    try:
+        record = json.loads(marker.read_bytes().decode("utf-8"))
+    except FileNotFoundError as exc:
+        raise ResultsError(f"{path} is not a results folder (no run.json)") from exc
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ResultsError(
+            f"{marker} is unreadable ({describe(exc)}); it was damaged: restore it "
+            "or evaluate into a new folder"
+        ) from exc
+    identity = record.get("identity") if isinstance(record, dict) else None
+    if not isinstance(identity, dict) or run_id_of(identity) != record.get("run_id"):
+        raise ResultsError(
+            f"{marker} is corrupt: its run_id does not match its identity; restore it or "
+            "evaluate into a new folder"
+        )
+    shards = identity.get("shards")
+    if not isinstance(shards, int) or shards < 1:
+        raise ResultsError(f"{marker} is corrupt: shard count {shards!r}")
+    checked: dict[str, Any] = record
+    return checked
+
+
 def load_run(path: Path) -> RunResults:
-    """Read every shard of a run folder and check they belong to the same run."""
+    """Read every shard of a run folder, verifying checksums and that they belong together.
+
+    Raises:
+        ResultsError: a damaged ``run.json``; a corrupt shard (:class:`CorruptShardError`,
+            naming the file); a shard of another run or with another index than its name.
+    """
     import pyarrow as pa
 
-    marker = json.loads((path / "run.json").read_text())
+    marker = read_run_record(path)
     files = sorted((path / "shards").glob("shard-*.parquet"))
     if not files:
         raise ResultsError(f"{path} has no finished shards yet")
+    count = int(marker["identity"]["shards"])
     tables, present, meta = [], [], None
     for file in files:
         table, shard_meta = read_shard(file)
-        if shard_meta["run_id"] != marker["run_id"]:
+        if shard_meta.get("run_id") != marker["run_id"]:
             raise ResultsError(
-                f"{file} belongs to run {shard_meta['run_id']}, not {marker['run_id']}"
+                f"{file} belongs to run {shard_meta.get('run_id')}, not {marker['run_id']}; "
+                "move it out of this folder"
+            )
+        position = shard_meta.get("shard")
+        position = position if isinstance(position, dict) else {}
+        index = position.get("index")
+        if (
+            not isinstance(index, int)
+            or position.get("count") != count
+            or (file.name != shard_file_name(index, count))
+        ):
+            raise ResultsError(
+                f"{file} holds shard {index} of {position.get('count')}, not what its name says "
+                f"(this run has {count} shards); move it out of this folder"
             )
         meta = meta or shard_meta
         tables.append(table)
-        present.append(int(shard_meta["shard"]["index"]))
+        present.append(int(index))
     assert meta is not None
     return RunResults(
         path=path,
         meta=meta,
         table=pa.concat_tables(tables),
         shards_present=sorted(present),
-        shards_total=int(marker["identity"]["shards"]),
+        shards_total=count,
     )

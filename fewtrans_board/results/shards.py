@@ -1,23 +1,64 @@
-"""Write and read result shards atomically."""
+"""Write and read result shards atomically, with a content checksum verified on every read.
+
+A shard's metadata carries ``checksum``: the sha256 of its canonical content, that is
+the provenance metadata (everything but the checksum itself) and every row, decoded
+column by column into a byte form that does not depend on the Parquet encoder
+(dictionary strings decoded, numbers little-endian, list offsets rebased). A flipped
+byte, a truncation or an edited row is then refused with an error naming the file,
+whether or not the Parquet decoder notices it first.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fewtrans_board.atomic import write_with
 from fewtrans_board.canonical import canonical_json
-from fewtrans_board.errors import FewtransError
-from fewtrans_board.results.schema import COLUMNS, METADATA_KEY, SCHEMA_VERSION, arrow_schema
+from fewtrans_board.errors import FewtransError, describe
+from fewtrans_board.results.schema import METADATA_KEY, SCHEMA_VERSION, arrow_schema
+
+CHECKSUM_KEY = "checksum"
+CHECKSUM_ALGORITHM = "sha256/fewtrans-shard-v1"
 
 
 class ResultsError(FewtransError):
     """A results file or folder is unreadable or inconsistent."""
 
 
+class CorruptShardError(ResultsError):
+    """A shard file is unreadable or its content does not match its checksum.
+
+    Attributes:
+        path: the shard file.
+        reason: what is wrong, without the file name.
+    """
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            f"results shard {path} is corrupt ({reason}). Run the same 'fewtrans-board evaluate' "
+            "command on this folder to recompute it (resume sets corrupt shards aside), or "
+            "delete the file."
+        )
+
+    def __reduce__(self) -> tuple[type[CorruptShardError], tuple[Path, str]]:
+        return (type(self), (self.path, self.reason))  # picklable across worker processes
+
+
+def shard_file_name(index: int, count: int) -> str:
+    """File name of shard ``index`` of ``count``."""
+    return f"shard-{index:05d}-of-{count:05d}.parquet"
+
+
 def rows_to_table(rows: list[dict[str, Any]], metadata: dict[str, Any]) -> Any:
-    """Build a pyarrow table with the v1 schema and the provenance metadata."""
+    """Build a pyarrow table with the v1 schema, the provenance metadata and its checksum."""
     import pyarrow as pa
 
     schema = arrow_schema()
@@ -28,45 +69,168 @@ def rows_to_table(rows: list[dict[str, Any]], metadata: dict[str, Any]) -> Any:
             arrays.append(pa.array(values, type=field.type.value_type).dictionary_encode())
         else:
             arrays.append(pa.array(values, type=field.type))
-    table = pa.Table.from_arrays(arrays, schema=schema)
-    meta = {**metadata, "schema_version": SCHEMA_VERSION}
+    return seal_table(pa.Table.from_arrays(arrays, schema=schema), metadata)
+
+
+def seal_table(table: Any, metadata: dict[str, Any]) -> Any:
+    """Attach provenance metadata, the schema version and the content checksum to rows."""
+    # Through JSON first, so the checksum sees exactly what a reader decodes (str keys ...).
+    meta = json.loads(canonical_json({k: v for k, v in metadata.items() if k != CHECKSUM_KEY}))
+    meta["schema_version"] = SCHEMA_VERSION
+    meta[CHECKSUM_KEY] = {
+        "algorithm": CHECKSUM_ALGORITHM,
+        "rows": table.num_rows,
+        "sha256": shard_checksum(table, meta),
+    }
     return table.replace_schema_metadata({METADATA_KEY: canonical_json(meta).encode()})
 
 
 def write_shard(path: Path, rows: list[dict[str, Any]], metadata: dict[str, Any]) -> None:
-    """Write a shard atomically (temp file, fsync, rename): never visible half-written."""
+    """Write a shard atomically (temp file, fsync, rename): never visible half-written.
+
+    Parquet page checksums are written too, so the decoder itself refuses most damaged
+    pages before the content checksum is computed.
+    """
+    write_table(path, rows_to_table(rows, metadata))
+
+
+def write_table(path: Path, table: Any) -> None:
+    """Write a sealed shard table atomically, with Parquet page checksums."""
     import pyarrow.parquet as pq
 
-    table = rows_to_table(rows, metadata)
-    write_with(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    write_with(
+        path,
+        lambda tmp: pq.write_table(table, tmp, compression="zstd", write_page_checksum=True),
+    )
+
+
+def shard_checksum(table: Any, meta: dict[str, Any]) -> str:
+    """Sha256 of a shard's canonical content: metadata (minus the checksum) and rows.
+
+    Args:
+        table: the shard's rows (any pyarrow table with the results schema).
+        meta: the shard's metadata; its ``checksum`` entry, if any, is ignored.
+
+    Returns:
+        The hex digest.
+    """
+    digest = hashlib.sha256()
+    content = {k: v for k, v in meta.items() if k != CHECKSUM_KEY}
+    digest.update(canonical_json(content).encode())
+    digest.update(f"\nrows={table.num_rows}\n".encode())
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        digest.update(f"{name}:{type_name(column.type)}\n".encode())
+        for part in _canonical_parts(column.combine_chunks()):
+            digest.update(len(part).to_bytes(8, "little"))
+            digest.update(part)
+    return digest.hexdigest()
+
+
+def verify_shard_checksum(table: Any, meta: dict[str, Any], path: Path) -> None:
+    """Check a decoded shard against the checksum in its metadata.
+
+    Bundle validation and every reader call this (through :func:`read_shard`).
+
+    Args:
+        table: the decoded rows.
+        meta: the decoded metadata.
+        path: the file (named in the error).
+
+    Raises:
+        CorruptShardError: no checksum, an unknown algorithm, or a mismatch.
+    """
+    stored = meta.get(CHECKSUM_KEY)
+    if not isinstance(stored, dict) or not isinstance(stored.get("sha256"), str):
+        raise CorruptShardError(
+            path,
+            "it carries no content checksum; shards written by fewtrans-board before checksums "
+            "existed must be recomputed",
+        )
+    if stored.get("algorithm") != CHECKSUM_ALGORITHM:
+        raise CorruptShardError(path, f"unknown checksum algorithm {stored.get('algorithm')!r}")
+    if stored.get("rows") != table.num_rows:
+        raise CorruptShardError(
+            path, f"it holds {table.num_rows} rows, its checksum covers {stored.get('rows')}"
+        )
+    actual = shard_checksum(table, meta)
+    if actual != stored["sha256"]:
+        raise CorruptShardError(
+            path,
+            f"content sha256 {actual[:16]}... differs from the stored {stored['sha256'][:16]}...",
+        )
 
 
 def read_shard(path: Path) -> tuple[Any, dict[str, Any]]:
-    """Read a shard table and its metadata, checking the schema version."""
+    """Read a shard table and its metadata, verifying structure, schema and checksum.
+
+    Raises:
+        CorruptShardError: anything wrong with the file, whatever the decoder raised.
+    """
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
-    except Exception as exc:  # any decoder error means a corrupt file
-        raise ResultsError(f"results shard {path} is unreadable: {exc}") from exc
+        table = pq.read_table(path, page_checksum_verification=True)
+        table.validate(full=True)
+    except FileNotFoundError as exc:
+        raise ResultsError(f"results shard {path} does not exist") from exc
+    except Exception as exc:  # any decoder error means a damaged file
+        raise CorruptShardError(path, f"unreadable Parquet: {describe(exc)}") from exc
     raw = (table.schema.metadata or {}).get(METADATA_KEY)
     if raw is None:
-        raise ResultsError(f"{path} is not a fewtrans-board results shard (no metadata)")
-    meta = json.loads(raw)
+        raise CorruptShardError(path, "no fewtrans-board results metadata")
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CorruptShardError(path, f"unreadable metadata: {describe(exc)}") from exc
+    if not isinstance(meta, dict):
+        raise CorruptShardError(path, "metadata is not a JSON object")
     if meta.get("schema_version") != SCHEMA_VERSION:
-        raise ResultsError(
-            f"{path}: results schema version {meta.get('schema_version')}, "
-            f"expected {SCHEMA_VERSION}"
+        raise CorruptShardError(
+            path,
+            f"results schema version {meta.get('schema_version')!r}, expected {SCHEMA_VERSION}",
         )
-    if "split" not in table.column_names:  # shards written before base-to-novel existed
-        import pyarrow as pa
-
-        table = table.add_column(
-            table.column_names.index("kind"),
-            "split",
-            pa.array(["base"] * table.num_rows).dictionary_encode(),
-        )
-    missing = [c for c in COLUMNS if c not in table.column_names]
-    if missing:
-        raise ResultsError(f"{path}: missing columns {missing}")
+    if [(f.name, type_name(f.type)) for f in table.schema] != [
+        (f.name, type_name(f.type)) for f in arrow_schema()
+    ]:
+        raise CorruptShardError(path, f"columns or types differ from schema v{SCHEMA_VERSION}")
+    try:
+        verify_shard_checksum(table, meta, path)
+    except CorruptShardError:
+        raise
+    except Exception as exc:  # decoding a damaged column while hashing it
+        raise CorruptShardError(path, f"undecodable rows: {describe(exc)}") from exc
     return table, meta
+
+
+def type_name(data_type: Any) -> str:
+    """A column type as text, independent of how a writer named list elements."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(data_type):
+        return f"dictionary<{type_name(data_type.value_type)}>"
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        return f"list<{type_name(data_type.value_type)}>"
+    return str(data_type)
+
+
+def _canonical_parts(array: Any) -> Iterator[bytes]:
+    """Encoder-independent bytes of an array: validity, then values."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    yield np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=np.uint8).tobytes()
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        yield canonical_json(array.to_pylist()).encode()
+    elif pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+        offsets = array.offsets.to_numpy(zero_copy_only=False).astype("<i8")
+        yield (offsets - offsets[0]).astype("<i8").tobytes()
+        values = array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+        yield from _canonical_parts(values)
+    elif pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
+        if array.null_count:
+            array = array.fill_null(0)
+        values = array.to_numpy(zero_copy_only=False)
+        yield values.astype(values.dtype.newbyteorder("<")).tobytes()
+    else:
+        raise TypeError(f"no canonical form for column type {array.type}")

@@ -23,7 +23,13 @@ from fewtrans_board.runner.evaluate import evaluate_episode
 from fewtrans_board.runner.features import FeatureCache
 from fewtrans_board.runner.images import ImageStore
 from fewtrans_board.runner.rows import episode_rows
-from fewtrans_board.runner.spec import RunSpec, load_centre_file, run_id_of, run_identity
+from fewtrans_board.runner.spec import (
+    RunSpec,
+    load_centre_file,
+    numeric_environment,
+    run_id_of,
+    run_identity,
+)
 
 EPISODES_PER_SHARD = 50
 
@@ -97,9 +103,12 @@ class RunContext:
         if check_items:
             self._check_items()
         n = len(self.episodes)
-        self.shard_count = spec.shards or max(1, math.ceil(n / EPISODES_PER_SHARD))
+        default_shards = max(1, math.ceil(n / EPISODES_PER_SHARD))
+        self.shard_count = spec.shards if spec.shards is not None else default_shards
         if not 1 <= self.shard_count <= max(n, 1):
             raise FewtransError(f"--shards must be between 1 and {n}, got {self.shard_count}")
+        if spec.threads is not None and spec.threads < 1:
+            raise FewtransError(f"--threads must be at least 1, got {spec.threads}")
         self._backbone: Backbone | None = None
         self._images: ImageStore | None = None
         self._features: FeatureCache | None = None
@@ -189,6 +198,14 @@ class RunContext:
             [c.to_dict() for c in self.grid],
             self.shard_count,
         )
+
+    def numeric_environment(self) -> dict[str, Any]:
+        """Libraries, processor and plugin versions that change this run's numbers."""
+        code = {"fewtrans-board": __version__}
+        for entry in (self.adapter_entry, self.model):
+            provenance = entry.provenance()
+            code[str(provenance["distribution"])] = str(provenance["version"])
+        return numeric_environment(self.spec.device, code)
 
     def run_id(self) -> str:
         """Short hash of the identity."""

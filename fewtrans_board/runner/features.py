@@ -1,32 +1,129 @@
 """Feature cache for frozen-backbone adapters: each image is embedded once per dataset.
 
-Keys are (backbone weights id, preprocessing digest, item id). The cache lives in memory
-and, when given a folder, in one ``.npy`` file per key prefix, written atomically so that
-parallel shard workers and resumed runs reuse it.
+An entry is content-addressed: its file name hashes everything that determines the
+features (backbone weights id, preprocessing, dataset, device, embedding batch size,
+torch threads), and the file repeats those fields next to sha256 checksums of the item
+order and of the feature matrix. An entry that is unreadable, truncated, reordered, or
+made for other inputs is ignored and recomputed (with a warning), never trusted.
+
+Entries are single ``.npz`` files written atomically, so parallel shard workers and
+resumed runs reuse them; a writer holds ``<folder>/.lock`` while it replaces an entry
+and clears temporary files that killed writers left behind.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fewtrans_board.atomic import write_with
+from fewtrans_board.atomic import TEMP_SUFFIX, write_bytes_atomic
+from fewtrans_board.canonical import canonical_json
+from fewtrans_board.errors import describe
 from fewtrans_board.models.backbone import Backbone, Preprocessing
 from fewtrans_board.runner.images import ImageStore
+from fewtrans_board.runner.locks import FileLock
 
 if TYPE_CHECKING:
     import torch
 
+FORMAT = 2
+LOG = logging.getLogger(__name__)
 
-def cache_key(backbone: Backbone, preprocessing: Preprocessing) -> str:
-    """Stable key of a (weights, preprocessing) pair."""
-    text = f"{backbone.weights_id}|{preprocessing.digest()}"
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+def cache_fields(
+    backbone: Backbone, preprocessing: Preprocessing, dataset: str = "", batch_size: int = 256
+) -> dict[str, Any]:
+    """Everything that determines the cached features of an item."""
+    import torch
+
+    return {
+        "format": FORMAT,
+        "weights_id": backbone.weights_id,
+        "preprocessing": preprocessing.to_dict(),
+        "dataset": dataset,
+        "device": str(backbone.device),
+        "batch_size": batch_size,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def entry_key(fields: dict[str, Any]) -> str:
+    """File name stem of the entry computed from ``fields`` (:func:`cache_fields`)."""
+    return hashlib.sha256(canonical_json(fields).encode()).hexdigest()[:20]
+
+
+def items_sha256(items: Sequence[str]) -> str:
+    """Checksum of an ordered item list."""
+    return hashlib.sha256(canonical_json(list(items)).encode()).hexdigest()
+
+
+def matrix_sha256(matrix: np.ndarray) -> str:
+    """Checksum of a float32 feature matrix (shape and little-endian bytes)."""
+    digest = hashlib.sha256(repr(matrix.shape).encode())
+    digest.update(np.ascontiguousarray(matrix, dtype="<f4").tobytes())
+    return digest.hexdigest()
+
+
+def encode_entry(fields: dict[str, Any], items: Sequence[str], matrix: np.ndarray) -> bytes:
+    """The bytes of a cache entry (an uncompressed ``.npz``)."""
+    header = {
+        **fields,
+        "items": len(items),
+        "dim": int(matrix.shape[1]),
+        "items_sha256": items_sha256(items),
+        "features_sha256": matrix_sha256(matrix),
+    }
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        header=np.array(canonical_json(header)),
+        items=np.array(list(items), dtype=str),
+        features=np.ascontiguousarray(matrix, dtype="<f4"),
+    )
+    return buffer.getvalue()
+
+
+def decode_entry(
+    data: bytes, fields: dict[str, Any], dim: int
+) -> tuple[list[str], np.ndarray] | str:
+    """Check and decode a cache entry.
+
+    Args:
+        data: the file's bytes.
+        fields: what the entry must have been computed from (:func:`cache_fields`).
+        dim: the feature dimension.
+
+    Returns:
+        ``(items, features)`` if every check passes, else the reason it was refused.
+    """
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            header = json.loads(str(archive["header"][()]))
+            items = [str(i) for i in archive["items"].tolist()]
+            matrix = np.asarray(archive["features"], dtype=np.float32)
+    except Exception as exc:  # any decoder failure: the entry is damaged
+        return f"unreadable ({describe(exc)})"
+    if not isinstance(header, dict):
+        return "its header is not a JSON object"
+    differing = sorted(k for k in fields if header.get(k) != fields[k])
+    if differing:
+        return f"computed with other inputs ({', '.join(differing)})"
+    if matrix.ndim != 2 or matrix.shape != (len(items), dim) or header.get("items") != len(items):
+        return f"features of shape {matrix.shape} for {len(items)} items of dimension {dim}"
+    if len(set(items)) != len(items):
+        return "repeated items"
+    if header.get("items_sha256") != items_sha256(items):
+        return "the item list does not match its checksum"
+    if header.get("features_sha256") != matrix_sha256(matrix):
+        return "the features do not match their checksum"
+    return items, matrix
 
 
 class FeatureCache:
@@ -53,19 +150,32 @@ class FeatureCache:
         self.backbone = backbone
         self.images = images
         self.batch_size = batch_size
-        self.key = cache_key(backbone, images.preprocessing)
-        self.path = folder / f"{self.key}.npy" if folder is not None else None
+        self.fields = cache_fields(backbone, images.preprocessing, images.spec.name, batch_size)
+        self.key = entry_key(self.fields)
+        self.path = folder / f"{self.key}.npz" if folder is not None else None
         self._rows: dict[str, int] = {}
         self._matrix = np.zeros((0, backbone.feature_dim), dtype=np.float32)
         self._universe = sorted(set(universe))
         self._chunk_of = {item: i // batch_size for i, item in enumerate(self._universe)}
-        if self.path is not None and self.path.is_file():
-            self._load()
+        if self.path is not None:
+            self._locked_write(None)
+            if self.path.is_file():
+                self._load()
 
     def _load(self) -> None:
         assert self.path is not None
-        items = json.loads(self.path.with_suffix(".json").read_text())
-        self._matrix = np.load(self.path)
+        try:
+            data = self.path.read_bytes()
+        except OSError as exc:
+            LOG.warning(
+                "feature cache %s is unreadable (%s); recomputing it", self.path, describe(exc)
+            )
+            return
+        entry = decode_entry(data, self.fields, self.backbone.feature_dim)
+        if isinstance(entry, str):
+            LOG.warning("feature cache %s is not trusted: %s; recomputing it", self.path, entry)
+            return
+        items, self._matrix = entry
         self._rows = {item: i for i, item in enumerate(items)}
 
     def ensure(self, items: Sequence[str], progress: bool = False) -> None:
@@ -99,9 +209,26 @@ class FeatureCache:
         if self.path is None:
             return
         order = sorted(self._rows, key=self._rows.__getitem__)
-        matrix = self._matrix
-        write_with(self.path, lambda tmp: np.save(tmp.open("wb"), matrix))
-        write_with(self.path.with_suffix(".json"), lambda tmp: _write_text(tmp, json.dumps(order)))
+        # Rows re-embedded with their whole chunk leave stale copies in memory; save each once.
+        data = encode_entry(self.fields, order, self._matrix[[self._rows[i] for i in order]])
+        self._locked_write(data)
+
+    def _locked_write(self, data: bytes | None) -> None:
+        """Under the folder's writer lock, clear dead writers' temp files and write ``data``."""
+        assert self.path is not None
+        try:
+            with FileLock(self.path.parent / ".lock", "writing the feature cache"):
+                # Every writer holds the lock, so temporary files seen now are from dead ones.
+                for stale in self.path.parent.glob(f".*{TEMP_SUFFIX}"):
+                    stale.unlink(missing_ok=True)
+                if data is not None:
+                    write_bytes_atomic(self.path, data)
+        except OSError as exc:  # the run goes on with the features in memory
+            LOG.warning(
+                "cannot write feature cache %s (%s); features stay in memory",
+                self.path,
+                describe(exc),
+            )
 
     def features(self, items: Sequence[str]) -> torch.Tensor:
         """Features ``[N, D]`` of ``items`` on the backbone's device (embedding any missing)."""
@@ -110,7 +237,3 @@ class FeatureCache:
         self.ensure(items)
         rows = [self._rows[i] for i in items]
         return torch.from_numpy(self._matrix[rows]).to(self.backbone.device)
-
-
-def _write_text(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")

@@ -8,12 +8,12 @@ Folder layout::
 
 A shard file is written atomically when all its episodes and configurations are done, so a
 crash or ``kill -9`` loses at most the shards in flight; running the same command again
-skips finished shards and produces identical results.
+skips finished shards (after verifying their checksums) and produces identical results.
+Locks, ``run.json`` and corrupt-shard handling live in :mod:`fewtrans_board.runner.run_folder`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -22,20 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.atomic import write_bytes_atomic
 from fewtrans_board.canonical import canonical_json
 from fewtrans_board.errors import FewtransError
 from fewtrans_board.registry import Registry
 from fewtrans_board.results.shards import write_shard
 from fewtrans_board.runner.context import RunContext
-from fewtrans_board.runner.spec import RunSpec
+from fewtrans_board.runner.run_folder import claim_shards, shard_path, unwritable
+from fewtrans_board.runner.spec import RunSpec, environment_differences, resolved_threads
 
 ProgressCallback = Callable[[int], None]
-
-
-def shard_path(out: Path, index: int, count: int) -> Path:
-    """File of shard ``index`` of ``count``."""
-    return out / "shards" / f"shard-{index:05d}-of-{count:05d}.parquet"
 
 
 @dataclass
@@ -50,26 +45,6 @@ class RunReport:
     episodes: int
     configurations: int
     seconds: float
-
-
-def prepare_output(ctx: RunContext, out: Path) -> None:
-    """Create ``out`` with ``run.json``, or check an existing one describes the same run."""
-    identity = ctx.identity()
-    marker = out / "run.json"
-    if marker.exists():
-        existing = json.loads(marker.read_text())
-        if existing.get("identity") != identity:
-            differing = sorted(
-                k for k in identity if existing.get("identity", {}).get(k) != identity[k]
-            )
-            raise FewtransError(
-                f"{out} holds results of a different run (differs in: {', '.join(differing)}); "
-                "use another --out folder"
-            )
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    record = {"run_id": ctx.run_id(), "identity": identity}
-    write_bytes_atomic(marker, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
 
 
 def run_shard(
@@ -94,12 +69,23 @@ def run_shard(
         },
     }
     path = shard_path(out, index, ctx.shard_count)
-    write_shard(path, rows, metadata)
+    try:
+        write_shard(path, rows, metadata)
+    except OSError as exc:
+        raise unwritable(out, exc) from exc
     return path
 
 
-def _worker_run_shard(spec_dict: dict[str, Any], out: str, index: int, threads: int) -> str:
-    """Process-pool / Ray entry point: build a context in the worker and run one shard."""
+def _worker_run_shard(
+    spec_dict: dict[str, Any], out: str, index: int, threads: int, environment: dict[str, Any]
+) -> str:
+    """Process-pool / Ray entry point: build a context in the worker and run one shard.
+
+    Refuses to compute when the worker's numeric environment differs from the run's (a
+    Ray node with another GPU or library version would otherwise mix numbers silently).
+    """
+    import socket
+
     import torch
 
     from fewtrans_board.plugins import get_plugin_manager
@@ -112,6 +98,13 @@ def _worker_run_shard(spec_dict: dict[str, Any], out: str, index: int, threads: 
         registry = Registry.from_plugin_manager(get_plugin_manager())
         ctx = RunContext(spec, registry, check_items=False)
         ctx.feature_folder = Path(out) / "features"
+        differences = environment_differences(environment, ctx.numeric_environment())
+        if differences:
+            raise FewtransError(
+                f"worker on {socket.gethostname()} has another numeric environment than the "
+                f"run ({'; '.join(differences)}); give every worker the same libraries and "
+                "hardware"
+            )
         _WORKER_CONTEXTS[key] = ctx
     return str(run_shard(ctx, Path(out), index))
 
@@ -149,8 +142,8 @@ def run_evaluation(
 
     started = time.time()
     previous_threads = torch.get_num_threads()
-    if spec.threads is not None:
-        torch.set_num_threads(spec.threads)
+    # Every executor computes with the same per-worker thread count (part of the identity).
+    torch.set_num_threads(resolved_threads(spec))
     try:
         return _run(spec, registry, out, shard, executor, workers, progress, started)
     finally:
@@ -167,19 +160,43 @@ def _run(
     progress: bool,
     started: float,
 ) -> RunReport:
-    from tqdm import tqdm
-
     progress = progress and sys.stderr.isatty()
     ctx = RunContext(spec, registry)
     ctx.feature_folder = out / "features"
-    prepare_output(ctx, out)
-    for stale in (out / "shards").glob(".shard-*.tmp"):
-        stale.unlink()  # left by a killed run; never readable as a shard
-    indices = [shard] if shard is not None else list(range(ctx.shard_count))
     if shard is not None and not 0 <= shard < ctx.shard_count:
         raise FewtransError(f"--shard {shard} is outside 0..{ctx.shard_count - 1}")
-    done = [i for i in indices if shard_path(out, i, ctx.shard_count).exists()]
-    todo = [i for i in indices if i not in done]
+    if executor not in ("inline", "process", "ray"):
+        raise FewtransError(f"unknown executor {executor!r}; use inline, process or ray")
+    if workers < 1:
+        raise FewtransError(f"--workers must be at least 1, got {workers}")
+    indices = [shard] if shard is not None else list(range(ctx.shard_count))
+    with claim_shards(ctx, out, indices) as claim:
+        _execute(ctx, spec, out, claim.todo, executor, workers, progress)
+    todo, done = claim.todo, claim.done
+    return RunReport(
+        out=out,
+        run_id=ctx.run_id(),
+        shards_total=ctx.shard_count,
+        shards_run=todo,
+        shards_skipped=done,
+        episodes=sum(len(ctx.shard_episodes(i)) for i in indices),
+        configurations=len(ctx.grid),
+        seconds=time.time() - started,
+    )
+
+
+def _execute(
+    ctx: RunContext,
+    spec: RunSpec,
+    out: Path,
+    todo: list[int],
+    executor: str,
+    workers: int,
+    progress: bool,
+) -> None:
+    """Compute the shards ``todo`` (their locks are held by the caller)."""
+    from tqdm import tqdm
+
     if todo:
         ctx.prefetch_features([ep for i in todo for ep in ctx.shard_episodes(i)], progress)
     total = sum(len(ctx.shard_episodes(i)) for i in todo)
@@ -195,26 +212,10 @@ def _run(
                 run_shard(ctx, out, index, bar.update)
         elif executor == "process":
             _run_process_pool(spec, out, todo, workers, bar, ctx)
-        elif executor == "ray":
-            _run_ray(spec, out, todo, workers, bar, ctx)
         else:
-            raise FewtransError(f"unknown executor {executor!r}; use inline, process or ray")
+            _run_ray(spec, out, todo, workers, bar, ctx)
     finally:
         bar.close()
-    return RunReport(
-        out=out,
-        run_id=ctx.run_id(),
-        shards_total=ctx.shard_count,
-        shards_run=todo,
-        shards_skipped=done,
-        episodes=sum(len(ctx.shard_episodes(i)) for i in indices),
-        configurations=len(ctx.grid),
-        seconds=time.time() - started,
-    )
-
-
-def _threads_per_worker(spec: RunSpec, workers: int) -> int:
-    return spec.threads or max(1, (os.cpu_count() or 1) // max(workers, 1))
 
 
 def _run_process_pool(
@@ -223,16 +224,28 @@ def _run_process_pool(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    threads = _threads_per_worker(spec, workers)
-    with ProcessPoolExecutor(
-        max_workers=workers, mp_context=multiprocessing.get_context("spawn")
-    ) as pool:
+    from fewtrans_board.runner.worker_guard import guard_worker, stop_pool
+
+    threads = resolved_threads(spec)
+    environment = ctx.numeric_environment()
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=guard_worker,
+        initargs=(os.getpid(),),
+    )
+    try:
         futures = {
-            pool.submit(_worker_run_shard, spec.to_dict(), str(out), i, threads): i for i in todo
+            pool.submit(_worker_run_shard, spec.to_dict(), str(out), i, threads, environment): i
+            for i in todo
         }
         for future in as_completed(futures):
             future.result()
             bar.update(len(ctx.shard_episodes(futures[future])))
+    except BaseException:
+        stop_pool(pool)  # an error or Ctrl-C: no worker goes on through the queue
+        raise
+    pool.shutdown(wait=True)
 
 
 def _run_ray(
@@ -250,12 +263,20 @@ def _run_ray(
     try:
         gpus = 1 if spec.device.startswith("cuda") else 0
         remote = ray.remote(num_cpus=1, num_gpus=gpus)(_worker_run_shard)
-        pending = {remote.remote(spec.to_dict(), str(out), i, spec.threads or 1): i for i in todo}
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                ray.get(ref)
-                bar.update(len(ctx.shard_episodes(pending.pop(ref))))
+        threads, environment = resolved_threads(spec), ctx.numeric_environment()
+        pending = {
+            remote.remote(spec.to_dict(), str(out), i, threads, environment): i for i in todo
+        }
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    ray.get(ref)
+                    bar.update(len(ctx.shard_episodes(pending.pop(ref))))
+        except BaseException:
+            for ref in pending:  # an error or Ctrl-C: cancel every shard still queued or running
+                ray.cancel(ref, force=True)
+            raise
     finally:
         if started_here:
             ray.shutdown()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,9 @@ class RunSpec:
         shards: number of shards the episodes are split into (``None``: one per 50).
         device: torch device.
         feature_cache: serve frozen features from the per-dataset cache.
-        threads: torch intra-op threads per worker (``None``: torch's default inline,
-            cores / workers in pools). CPU reductions depend on it, so runs meant to be
-            bit-identical must use the same value.
+        threads: torch intra-op threads per worker, whatever the executor (``None``:
+            :data:`DEFAULT_THREADS`). CPU reductions depend on it, so it is part of the
+            run identity: shards computed with different values never mix.
     """
 
     model: str
@@ -69,6 +70,17 @@ def load_centre_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+DEFAULT_THREADS = 1
+"""Torch threads per worker when ``--threads`` is not given: the same for every executor
+and every machine, so an inline run and a process pool produce the same bits (and a
+resume may switch executors), and single-threaded kernels do not depend on core count."""
+
+
+def resolved_threads(spec: RunSpec) -> int:
+    """Torch threads each worker of ``spec`` uses."""
+    return spec.threads if spec.threads is not None else DEFAULT_THREADS
+
+
 def run_identity(
     spec: RunSpec, manifest_sha256: str, weights_id: str, grid: list[dict[str, Any]], shards: int
 ) -> dict[str, Any]:
@@ -84,9 +96,59 @@ def run_identity(
         "shards": shards,
         "device": spec.device,
         "feature_cache": spec.feature_cache,
+        "threads": resolved_threads(spec),
     }
 
 
 def run_id_of(identity: dict[str, Any]) -> str:
     """Short hash naming a run."""
     return sha256_text(canonical_json(identity))[:16]
+
+
+def numeric_environment(device: str, code: dict[str, str]) -> dict[str, Any]:
+    """What, besides the identity, changes the numbers a run computes.
+
+    Library versions and the processor (the CPU model for CPU runs; GPU, CUDA and cuDNN
+    for GPU runs) select different kernels. A resume must match the ``run.json`` copy.
+
+    Args:
+        device: the run's torch device.
+        code: versions of the distributions whose code computes the results.
+    """
+    import numpy
+    import torch
+
+    env: dict[str, Any] = {
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "machine": platform.machine(),
+        "code": dict(sorted(code.items())),
+    }
+    if device.startswith("cuda"):
+        env["cuda"] = torch.version.cuda
+        env["cudnn"] = torch.backends.cudnn.version()  # type: ignore[no-untyped-call]
+        env["gpu"] = torch.cuda.get_device_name(device)
+    else:
+        env["cpu"] = cpu_model()
+    return env
+
+
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo`` on Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``key: stored -> current`` for every entry that differs."""
+    return [
+        f"{key}: {stored.get(key)!r} -> {current.get(key)!r}"
+        for key in sorted(set(stored) | set(current))
+        if stored.get(key) != current.get(key)
+    ]
