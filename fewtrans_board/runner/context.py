@@ -104,6 +104,8 @@ class RunContext:
         self._features: FeatureCache | None = None
         self._run_id: str | None = None
         self.feature_folder: Path | None = None
+        # Per-episode choices adapters report (``predictor.record``), until a shard stores them.
+        self.adapter_records: dict[str, dict[str, Any]] = {}
 
     def _check_items(self) -> None:
         check = verify_manifest(self.manifest, self.dataset.obj, self.root)
@@ -271,6 +273,9 @@ class RunContext:
         """Evaluate every configuration on an episode and return its result rows."""
         inputs = self.inputs(episode)
         outcomes = evaluate_episode(adapter, self.backbone, inputs, self.grid, self.manifest.sha256)
+        records = {str(o.index): o.record for o in outcomes if o.record is not None}
+        if records:
+            self.adapter_records[str(episode.index)] = records
         return episode_rows(
             self.run_id(), self.manifest.dataset, self.manifest.sha256, inputs, outcomes
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,13 @@ from fewtrans_board.adapters.base import Adapter, AdapterConfig
 from fewtrans_board.errors import FewtransError
 from fewtrans_board.models.backbone import Backbone
 from fewtrans_board.runner.episodes import EpisodeInputs
+
+Observer = Callable[[int, AdapterConfig, Any], None]
+"""``observe(config index, config, predictor)``: an opt-in look at each fitted predictor.
+
+Analyses that need adapted weights (``analyze delta-w``, ``analyze cka``) pass one for the
+episodes they sample; normal runs pass none and keep nothing.
+"""
 
 
 class EvaluationError(FewtransError):
@@ -29,6 +37,17 @@ class ConfigOutcome:
     logits: np.ndarray
     seconds: float
     novel_logits: np.ndarray | None = None
+    record: dict[str, Any] | None = None
+
+
+def predictor_record(predictor: Any) -> dict[str, Any] | None:
+    """What a predictor asks to keep in the results' provenance (its ``record`` dict).
+
+    Adapters whose fit makes data-dependent choices (IMS-f's layer selection) expose them as
+    a JSON-friendly ``record`` attribute; the runner stores it per episode and configuration.
+    """
+    record = getattr(predictor, "record", None)
+    return dict(record) if isinstance(record, dict) else None
 
 
 def config_seed(manifest_sha256: str, episode: int, config: AdapterConfig) -> int:
@@ -86,11 +105,21 @@ def evaluate_episode(
     inputs: EpisodeInputs,
     configs: list[AdapterConfig],
     manifest_sha256: str,
+    observe: Observer | None = None,
 ) -> list[ConfigOutcome]:
     """Fit and predict every configuration on one episode.
 
     Each configuration is seeded from (manifest, episode, configuration), so results do
     not depend on order, sharding or resumption.
+
+    Args:
+        adapter: the adapter instance.
+        backbone: the loaded backbone.
+        inputs: the episode's support set, query images and hidden labels.
+        configs: the HPE grid.
+        manifest_sha256: the manifest's content hash (part of every seed).
+        observe: called with each fitted predictor after it predicted (opt-in; it does not
+            change what is computed).
 
     Raises:
         EvaluationError: wrong shape, wrong type or non-finite logits, naming the episode
@@ -116,7 +145,10 @@ def evaluate_episode(
             start = time.perf_counter()
             logits, novel = _predict(predictor, inputs, where(i))
             seconds = fit_seconds + time.perf_counter() - start
-            outcomes.append(ConfigOutcome(i, configs[i], seeds[i], logits, seconds, novel))
+            record = predictor_record(predictor)
+            outcomes.append(ConfigOutcome(i, configs[i], seeds[i], logits, seconds, novel, record))
+            if observe is not None:
+                observe(i, configs[i], predictor)
         return outcomes
     for i, (config, seed) in enumerate(zip(configs, seeds, strict=True)):
         start = time.perf_counter()
@@ -128,6 +160,10 @@ def evaluate_episode(
             raise
         except FewtransError as exc:
             raise EvaluationError(f"{where(i)}: {exc}") from exc
+        seconds = time.perf_counter() - start
+        record = predictor_record(predictor)
+        if observe is not None:
+            observe(i, config, predictor)
         del predictor
-        outcomes.append(ConfigOutcome(i, config, seed, logits, time.perf_counter() - start, novel))
+        outcomes.append(ConfigOutcome(i, config, seed, logits, seconds, novel, record))
     return outcomes
