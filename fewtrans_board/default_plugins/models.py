@@ -36,6 +36,18 @@ def _demo_random(weights: Path | None, device: str) -> Backbone:
     return load_random(weights, device)
 
 
+def _library(argument: str, weights: Path | None, device: str) -> Backbone:
+    from fewtrans_board.models.library import load_library
+
+    return load_library(argument, weights, device)
+
+
+def _meta_trained(weights: Path | None, device: str) -> Backbone:
+    from fewtrans_board.meta.model import load_meta_trained
+
+    return load_meta_trained(weights, device)
+
+
 def _curated_timm(architecture: str, name: str, weights: Path | None, device: str) -> Backbone:
     from fewtrans_board.models.timm_family import load_timm_backbone
 
@@ -79,6 +91,16 @@ MODELS: tuple[ModelSpec, ...] = (
         description="Random-init twin of demo-cnn.digits, to show what pretraining buys.",
     ),
     ModelSpec(
+        name="meta-trained",
+        loader=_meta_trained,
+        family="meta",
+        architecture="base model named in the checkpoint",
+        source="--weights CHECKPOINT written by 'fewtrans-board meta-train'",
+        license="per base model",
+        description="A meta-trained checkpoint (ProtoNet, MatchingNet, ...) on its base model.",
+        paper="Guo et al., BSCD-FSL, ECCV 2020 (meta-learning baselines)",
+    ),
+    ModelSpec(
         name="timm",
         loader=None,
         family="timm",
@@ -103,6 +125,18 @@ MODELS: tuple[ModelSpec, ...] = (
         modalities=("image", "text"),
         family_loader=_open_clip,
         argument_help="ARCH/TAG as in open_clip.list_pretrained(), e.g. ViT-B-16/openai",
+    ),
+    ModelSpec(
+        name="library",
+        loader=None,
+        family="library",
+        architecture="several models",
+        source="each member's own source",
+        license="per member",
+        description="Several models as one backbone (IMS-f, all embeddings): library:M1+M2[+...].",
+        paper="Guo et al., BSCD-FSL, ECCV 2020 (transfer from multiple pre-trained models)",
+        family_loader=_library,
+        argument_help="models joined by '+', each optionally MODEL=CHECKPOINT, e.g. demo-cnn.digits+demo-cnn.random",
     ),
     ModelSpec(
         name="clip-vit-b16.openai",

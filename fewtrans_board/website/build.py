@@ -14,6 +14,7 @@ from fewtrans_board import __version__
 from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, get_hpe_protocol
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.stats.intervals import mean_ci
+from fewtrans_board.website.analyses import analysis_pages
 from fewtrans_board.website.data import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
@@ -152,6 +153,16 @@ def build_site(
         written.append(path)
 
     render("index.html", "index.html", benchmarks=data.benchmarks, datasets=sorted(data.datasets))
+    analyses = analysis_pages(data.benchmarks, leaderboard)
+    env.globals["analysis_pages"] = sorted(analyses)  # benchmark pages link to theirs
+    for view in data.benchmarks:
+        if view.benchmark.name in analyses:
+            render(
+                "analyses.html",
+                f"analyses-{view.benchmark.name}.html",
+                view=view,
+                sections=analyses[view.benchmark.name],
+            )
     for view in data.benchmarks:
         render(
             "benchmark.html", f"benchmark-{view.benchmark.name}.html", **_benchmark_context(view)
