@@ -311,3 +311,28 @@ def test_zipf_on_digits_runs_matches_an_independent_spearman(tmp_path: Path) -> 
     oracle = scipy.stats.spearmanr(zipf_means, gains)
     assert data["spearman"]["coefficient"] == pytest.approx(oracle.statistic, abs=1e-12)
     assert data["spearman"]["pvalue"] == pytest.approx(oracle.pvalue, rel=1e-9, nan_ok=True)
+
+
+def test_site_has_an_analyses_page_only_where_data_exist(tmp_path: Path, refit_reports) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+
+    from fewtrans_board.website.build import build_site
+
+    store = tmp_path / "leaderboard"
+    shutil.copytree(ROOT / "leaderboard", store)
+    folder = store / "analyses" / "demo"
+    folder.mkdir(parents=True)
+    (folder / "cka.json").write_text(json.dumps(refit_reports["cka"]))
+    out = tmp_path / "site"
+    build_site(store, out)
+    page = (out / "analyses-demo.html").read_text()
+    assert "Hyperparameter sensitivity vs HPE penalty" in page  # derived from the demo entries
+    assert "Feature similarity (linear CKA)" in page and "<svg" in page
+    assert 'href="analyses-demo.html"' in (out / "benchmark-demo.html").read_text()
+    assert not (out / "analyses-bscd.html").exists()  # no entries, no analysis files
+    assert 'href="analyses-' not in (out / "benchmark-bscd.html").read_text()
+    (folder / "cka.json").write_text(json.dumps({"analysis": "zipf"}))
+    from fewtrans_board.errors import FewtransError
+
+    with pytest.raises(FewtransError, match=r"cka\.json is malformed"):
+        build_site(store, tmp_path / "site2")

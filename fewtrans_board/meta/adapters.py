@@ -4,8 +4,9 @@ ProtoNet, MatchingNet, RelationNet and MetaOpt classify with their episode head 
 features (so the runner's feature cache serves them); MAML adapts a copy of the encoder and
 its head with a few SGD steps on the support set. With a ``meta-trained`` checkpoint the
 learned head comes from it; ProtoNet, MatchingNet, MetaOpt (scale 1) and MAML also run on
-any backbone (MAML then adapts from the backbone's own weights), RelationNet needs the
-relation module of its own checkpoint.
+any backbone (MAML then adapts from the backbone's own weights). RelationNet needs the
+relation module of its own checkpoint; without one it runs an untrained module and says so in
+each episode's record.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from fewtrans_board.adapters.base import Adapter, AdapterConfig, hparam
-from fewtrans_board.errors import FewtransError
 from fewtrans_board.meta.methods import METHODS
 
 if TYPE_CHECKING:
@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
     from fewtrans_board.models.backbone import Backbone
 
-META_TRAIN_HINT = "fewtrans-board evaluate --model meta-trained --weights CHECKPOINT"
+META_TRAIN_HINT = (
+    "meta-train --method relationnet, then evaluate --model meta-trained --weights CHECKPOINT"
+)
 
 
 def learned_head(backbone: Backbone, method: str) -> dict[str, torch.Tensor] | None:
@@ -55,6 +57,7 @@ class EpisodeHeadPredictor:
         self.support = support
         self.labels = labels
         self.n_way = n_way
+        self.record: dict[str, Any] | None = None
 
     def predict(self, query: ImageSet) -> torch.Tensor:
         """Episode-head logits of the query images (each query scored on its own)."""
@@ -125,18 +128,34 @@ class RelationNetAdapter(_EpisodeHeadAdapter):
     )
 
     def head_for(self, backbone: Backbone) -> dict[str, torch.Tensor]:
-        """The relation module of a relationnet checkpoint (there is no head-only version).
+        """The relation module of a relationnet checkpoint, else an untrained one.
 
-        Raises:
-            FewtransError: the backbone was not meta-trained with RelationNet.
+        RelationNet has no head-only version: without its checkpoint the module is freshly
+        initialised (seeded by the runner per configuration), which is the untrained twin;
+        the predictor's ``record`` says so in the results' provenance.
         """
+        from fewtrans_board.meta.methods import METHODS
+
         head = learned_head(backbone, self.method)
-        if head is None:
-            raise FewtransError(
-                "relationnet needs the relation module of a 'meta-train --method relationnet' "
-                f"checkpoint: {META_TRAIN_HINT}"
-            )
-        return head
+        if head is not None:
+            return head
+        fresh = METHODS[self.method].init_head(backbone.feature_dim)
+        return {k: v.detach().to(backbone.device) for k, v in fresh.items()}
+
+    def fit(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        config: Any,
+    ) -> EpisodeHeadPredictor:
+        """Embed the support set and record whether the relation module was meta-trained."""
+        predictor = super().fit(backbone, support, class_names, config)
+        trained = learned_head(backbone, self.method) is not None
+        predictor.record = {
+            "relation_module": "meta-trained" if trained else f"untrained: {META_TRAIN_HINT}"
+        }
+        return predictor
 
 
 class MetaOptAdapter(_EpisodeHeadAdapter):

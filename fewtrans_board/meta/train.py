@@ -196,6 +196,7 @@ def _maml_step(spec: MetaTrainSpec, encoder: nn.Module, episodes: list[TrainingE
         fast.zero_grad(set_to_none=True)
         for row in rows.values():
             row.grad = None
+        fast.train()  # like the other methods: the training loss sees batch statistics
         logits = fast(episode.query.to(spec.device)).float() @ rows["weight"].T + rows["bias"]
         loss = F.cross_entropy(logits, episode.query_labels.to(spec.device))
         loss.backward()  # type: ignore[no-untyped-call]
