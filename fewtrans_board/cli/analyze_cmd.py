@@ -150,17 +150,27 @@ def _refit_options(function: Callable[..., Any]) -> Callable[..., Any]:
     return function
 
 
-def _refit_all(
+def _refit_analysis(
+    name: str,
     app: App,
     runs: tuple[Path, ...],
     manifests: tuple[Path, ...],
-    measure: Callable[..., dict[str, Any]],
+    out: Path,
+    as_json: bool,
     **options: Any,
-) -> list[dict[str, Any]]:
+) -> None:
+    """Re-fit sampled episodes of every run, measure them, write and print the report."""
+    from fewtrans_board.analysis.cka import cka_report, cka_run
+    from fewtrans_board.analysis.delta_w import delta_w_report, delta_w_run
     from fewtrans_board.analysis.refit import refit_episodes
     from fewtrans_board.episodes.manifest import Manifest
     from fewtrans_board.errors import FewtransError
 
+    measure, report, key, label = {
+        "delta-w": (delta_w_run, delta_w_report, "l2", "||dW|| per block"),
+        "cka": (cka_run, cka_report, "cka", "CKA per block"),
+    }[name]
+    options["device"] = resolve_device(options["device"])
     by_sha = {Manifest.load(m).sha256: m for m in manifests}
     results = []
     for run in _load(runs):
@@ -172,7 +182,13 @@ def _refit_all(
             )
         description, episodes = refit_episodes(run, app.registry, manifest, **options)
         results.append(measure(description, episodes))
-    return results
+    data, svg = report(results)
+    lines = [
+        f"{r['adapter']} on {r['dataset']}: {label} "
+        + " ".join(_fmt(v, ".4g") for v in r[key]["mean"])
+        for r in results
+    ]
+    _finish(name, data, svg, out, as_json, "\n".join(lines))
 
 
 @analyze_group.command("delta-w")
@@ -182,14 +198,9 @@ def analyze_delta_w(
     app: App,
     runs: tuple[Path, ...],
     manifests: tuple[Path, ...],
-    root: Path | None,
-    weights: Path | None,
-    episodes: int,
-    seed: int,
-    config_index: int | None,
-    device: str | None,
     out: Path,
     as_json: bool,
+    **options: Any,
 ) -> None:
     """L2 norm of W_adapted - W_initial per block, re-fitting sampled episodes of RUNS.
 
@@ -197,27 +208,7 @@ def analyze_delta_w(
     keep no adapted weights); 'agreement' reports how many stored predictions the re-fit
     reproduces.
     """
-    from fewtrans_board.analysis.delta_w import delta_w_report, delta_w_run
-
-    results = _refit_all(
-        app,
-        runs,
-        manifests,
-        delta_w_run,
-        episodes=episodes,
-        seed=seed,
-        config_index=config_index,
-        root=root,
-        weights=weights,
-        device=resolve_device(device),
-    )
-    data, svg = delta_w_report(results)
-    lines = [
-        f"{r['adapter']} on {r['dataset']}: ||dW|| per block "
-        + " ".join(_fmt(v, ".4g") for v in r["l2"]["mean"])
-        for r in results
-    ]
-    _finish("delta-w", data, svg, out, as_json, "\n".join(lines))
+    _refit_analysis("delta-w", app, runs, manifests, out, as_json, **options)
 
 
 @analyze_group.command("cka")
@@ -227,37 +218,12 @@ def analyze_cka(
     app: App,
     runs: tuple[Path, ...],
     manifests: tuple[Path, ...],
-    root: Path | None,
-    weights: Path | None,
-    episodes: int,
-    seed: int,
-    config_index: int | None,
-    device: str | None,
     out: Path,
     as_json: bool,
+    **options: Any,
 ) -> None:
     """Linear CKA of pretrained vs adapted features per block on query images of RUNS.
 
     Sampled episodes are re-fitted with the run's seeds, as for delta-w.
     """
-    from fewtrans_board.analysis.cka import cka_report, cka_run
-
-    results = _refit_all(
-        app,
-        runs,
-        manifests,
-        cka_run,
-        episodes=episodes,
-        seed=seed,
-        config_index=config_index,
-        root=root,
-        weights=weights,
-        device=resolve_device(device),
-    )
-    data, svg = cka_report(results)
-    lines = [
-        f"{r['adapter']} on {r['dataset']}: CKA per block "
-        + " ".join(_fmt(v) for v in r["cka"]["mean"])
-        for r in results
-    ]
-    _finish("cka", data, svg, out, as_json, "\n".join(lines))
+    _refit_analysis("cka", app, runs, manifests, out, as_json, **options)

@@ -39,10 +39,9 @@ def finetuned_member(
     from fewtrans_board.models.library import resize_pixels
 
     encoder = copy.deepcopy(member.encoder).to(device).eval()
-    trainable = train_only(encoder.parameters(), list(encoder.parameters()))
     if not config.finetune:
-        encoder.requires_grad_(False)
-        return encoder
+        return encoder.requires_grad_(False)
+    trainable = train_only(encoder.parameters(), list(encoder.parameters()))
     head = make_head(member.feature_dim, support.n_way, device)
     resized = SupportSet(
         ImageSet(resize_pixels(support.images.pixels, member.image_size)),
@@ -150,10 +149,9 @@ class AllEmbeddingsAdapter(Adapter):
     ) -> MultiModelPredictor:
         """Fine-tune the members, choose layers, train the head on their concatenation."""
         import torch
-        import torch.nn.functional as F
 
         from fewtrans_board.adapters.builtin.layer_selection import concatenate
-        from fewtrans_board.adapters.builtin.training import make_head, run_adam
+        from fewtrans_board.adapters.builtin.random_embedding import fit_probe_head
         from fewtrans_board.models.library import library_members
 
         device = backbone.device
@@ -165,20 +163,7 @@ class AllEmbeddingsAdapter(Adapter):
         features = torch.as_tensor(
             concatenate([candidates[m][layer] for m, layer in selected]), device=device
         ).float()
-        head = make_head(features.shape[1], support.n_way, device)
-        targets = support.labels.to(device)
-
-        def loss_of(batch: Any) -> torch.Tensor:
-            return F.cross_entropy(head(features[batch]), targets[batch])
-
-        run_adam(
-            [(list(head.parameters()), config.lr_head)],
-            loss_of,
-            len(targets),
-            config.batch_size,
-            config.epochs,
-        )
-        head.requires_grad_(False)
+        head = fit_probe_head(features, support.labels.to(device), support.n_way, config, device)
         record = {
             **record,
             "models": [m.name for m in library],

@@ -51,6 +51,33 @@ def reinitialized(encoder: nn.Module, seed: int) -> nn.Module:
     return fresh.eval()
 
 
+def fit_probe_head(
+    features: torch.Tensor, labels: torch.Tensor, n_way: int, config: Any, device: str
+) -> nn.Module:
+    """The FewTrans linear head trained on fixed features, frozen afterwards.
+
+    Args:
+        features: L2-normalised support features ``[N, D]`` on ``device``.
+        labels: support labels ``[N]`` on ``device``.
+        n_way: number of classes.
+        config: a config with ``lr_head``, ``epochs`` and ``batch_size``.
+        device: torch device.
+    """
+    import torch.nn.functional as F
+
+    from fewtrans_board.adapters.builtin.training import make_head, run_adam
+
+    head = make_head(features.shape[1], n_way, device)
+
+    def loss_of(batch: Any) -> torch.Tensor:
+        return F.cross_entropy(head(features[batch]), labels[batch])
+
+    parameters = [(list(head.parameters()), config.lr_head)]
+    run_adam(parameters, loss_of, len(labels), config.batch_size, config.epochs)
+    head.requires_grad_(False)
+    return head
+
+
 class RandomEmbeddingPredictor:
     """The trained head on features of the fixed random encoder."""
 
@@ -107,25 +134,11 @@ class RandomEmbeddingAdapter(Adapter):
         config: Any,
     ) -> RandomEmbeddingPredictor:
         """Train the FewTrans linear head on the random features of the support set."""
-        import torch.nn.functional as F
-
         from fewtrans_board.adapters.builtin.clip_common import batched_images
-        from fewtrans_board.adapters.builtin.training import make_head, normalized, run_adam
+        from fewtrans_board.adapters.builtin.training import normalized
 
         encoder = self.encoder_for(backbone, config.init_seed)
         features = normalized(batched_images(encoder, support.images.pixels, backbone.device))
         labels = support.labels.to(features.device)
-        head = make_head(features.shape[1], support.n_way, backbone.device)
-
-        def loss_of(batch: Any) -> Any:
-            return F.cross_entropy(head(features[batch]), labels[batch])
-
-        run_adam(
-            [(list(head.parameters()), config.lr_head)],
-            loss_of,
-            len(labels),
-            config.batch_size,
-            config.epochs,
-        )
-        head.requires_grad_(False)
+        head = fit_probe_head(features, labels, support.n_way, config, backbone.device)
         return RandomEmbeddingPredictor(encoder, head, backbone.device)
