@@ -198,11 +198,11 @@ class MamlAdapter(Adapter):
     """MAML: a few SGD steps from the meta-learned initialisation on the support set."""
 
     name = "maml"
-    description = "First-order MAML: SGD steps on the support set from the meta-learned init."
+    description = "First-order MAML: SGD steps on the support set from the meta-learned init (Proto-MAML head)."
     paper = METHODS["maml"].paper
     code = METHODS["maml"].code
     trains = (
-        "all encoder parameters + head for a few SGD steps (init from 'meta-train --method maml')"
+        "encoder + prototype-initialised head, a few SGD steps (init: 'meta-train --method maml')"
     )
 
     @dataclass(frozen=True)
