@@ -16,7 +16,7 @@ FIVE_WAY = ROOT / "leaderboard" / "manifests" / "fewtrans-fixed-5w1s--digits.par
 METHODS = ("protonet", "matchingnet", "relationnet", "metaopt", "maml")
 # CI-sized schedule: the paper's is 400 epochs x 100 episodes, 5-shot, 16 queries, augmented.
 CI_SCHEDULE = {"epochs": 5, "episodes_per_epoch": 20, "shots": 1, "queries": 5, "augment": False}
-EVAL_EPISODES = 40
+EVAL_EPISODES = 60
 
 
 def toy(seed: int = 0) -> tuple:  # type: ignore[type-arg]
@@ -188,8 +188,9 @@ def test_meta_training_on_digits_0_4_beats_the_random_init_twin_on_5_9(
     baseline = evaluate(registry, twin, method, tmp_path / "twin")
     test = paired_ttest(ours, baseline)
     assert test.n == EVAL_EPISODES
-    # Measured margins (points): ProtoNet 26, MatchingNet 24, RelationNet 33, MetaOpt 13, MAML 8;
-    # p-values 1e-6 or smaller at 40 episodes.
+    # Measured on 40 episodes (points, p): ProtoNet +26 (1e-26), MatchingNet +24 (1e-18),
+    # RelationNet +33 (1e-19), MetaOpt +13 (1e-13), MAML +10 (1e-7); MAML with training seeds
+    # 1 and 2: +8 (2e-6) and +5.6 (6e-4), hence 60 episodes here.
     assert ours.mean() - baseline.mean() > 3.0, (ours.mean(), baseline.mean())
     assert test.pvalue < 1e-3, test
 
