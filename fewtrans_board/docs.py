@@ -90,6 +90,7 @@ ADAPTER_GROUPS = {
     "fewtrans_board.adapters.builtin.vision_peft": "vision PEFT",
     "fewtrans_board.adapters.builtin.clip_prompts": "CLIP prompts",
     "fewtrans_board.adapters.builtin.clip_tuning": "CLIP tuning",
+    "fewtrans_board.meta": "meta-learning (BSCD-FSL)",
 }
 
 

@@ -18,7 +18,7 @@ LAYERS: list[set[str]] = [
     {"episodes", "hpe", "stats"},
     {"results"},
     {"runner"},
-    {"unlearning"},
+    {"unlearning", "meta", "analysis"},
     {"validation", "leaderboard"},
     {"website"},
     {"demo", "inductive_demo", "docs"},

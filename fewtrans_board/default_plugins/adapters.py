@@ -20,11 +20,14 @@ def register_adapters(register: Callable[[type[Adapter]], None]) -> None:
         TransductiveFinetuneAdapter,
     )
     from fewtrans_board.adapters.builtin.heads import CosineClassifierAdapter, LinearProbeAdapter
+    from fewtrans_board.adapters.builtin.multi_model import AllEmbeddingsAdapter, ImsfAdapter
     from fewtrans_board.adapters.builtin.prototypes import MeanCentroidAdapter
+    from fewtrans_board.adapters.builtin.random_embedding import RandomEmbeddingAdapter
     from fewtrans_board.adapters.builtin.vision_peft import ADAPTERS as VISION_PEFT
     from fewtrans_board.adapters.builtin.zeroshot import ZeroShotClipAdapter
+    from fewtrans_board.meta.adapters import ADAPTERS as META_LEARNERS
 
-    for adapter in (
+    builtins: tuple[type[Adapter], ...] = (
         MeanCentroidAdapter,
         CosineClassifierAdapter,
         LinearProbeAdapter,
@@ -32,9 +35,14 @@ def register_adapters(register: Callable[[type[Adapter]], None]) -> None:
         FinetuneLastKAdapter,
         TransductiveFinetuneAdapter,
         ZeroShotClipAdapter,
+        RandomEmbeddingAdapter,
+        AllEmbeddingsAdapter,
+        ImsfAdapter,
         *VISION_PEFT,
         *CLIP_PROMPTS,
         *CLIP_TUNING,
         *INDUCTIVE_PAPER_ADAPTERS,
-    ):
+        *META_LEARNERS,
+    )
+    for adapter in builtins:
         register(adapter)

@@ -10,6 +10,7 @@ from fewtrans_board.hookspecs import hookimpl
 @hookimpl
 def register_commands(cli: click.Group) -> None:
     """Attach the built-in commands."""
+    from fewtrans_board.cli.analyze_cmd import analyze_group
     from fewtrans_board.cli.demo_cmd import demo_command
     from fewtrans_board.cli.evaluate_cmd import evaluate_command, results_group
     from fewtrans_board.cli.hpe_cmd import hpe_group
@@ -25,6 +26,7 @@ def register_commands(cli: click.Group) -> None:
         plugins_command,
     )
     from fewtrans_board.cli.manifest_cmd import datasets_check, manifest_group
+    from fewtrans_board.cli.meta_cmd import meta_train_command
     from fewtrans_board.cli.site_cmd import site_group
     from fewtrans_board.cli.unlearn_cmd import tkl_command, unlearn_command
     from fewtrans_board.cli.validate_cmd import validate_command
@@ -47,5 +49,7 @@ def register_commands(cli: click.Group) -> None:
         site_group,
         unlearn_command,
         tkl_command,
+        analyze_group,
+        meta_train_command,
     ):
         cli.add_command(command)

@@ -11,12 +11,13 @@ from fewtrans_board.hookspecs import hookimpl
 @hookimpl
 def register_datasets(register: Callable[[DatasetSpec], None]) -> None:
     """Register every built-in dataset spec."""
-    from fewtrans_board.datasets.builtin_bscd import bscd_datasets
+    from fewtrans_board.datasets.builtin_bscd import bscd_datasets, miniimagenet
     from fewtrans_board.datasets.builtin_clip import clip_datasets
     from fewtrans_board.datasets.builtin_fewtrans import fewtrans_datasets
     from fewtrans_board.datasets.digits import DIGITS
     from fewtrans_board.datasets.digits_subsets import DIGITS_0_4, DIGITS_5_9
 
     embedded = (DIGITS, DIGITS_0_4, DIGITS_5_9)
-    for spec in (*embedded, *fewtrans_datasets(), *bscd_datasets(), *clip_datasets()):
+    local = (*fewtrans_datasets(), *bscd_datasets(), miniimagenet(), *clip_datasets())
+    for spec in (*embedded, *local):
         register(spec)

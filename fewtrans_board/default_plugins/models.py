@@ -42,6 +42,25 @@ def _demo_clip(name: str, weights: Path | None, device: str) -> Backbone:
     return load_demo_clip(name, weights, device)
 
 
+def _library(argument: str, weights: Path | None, device: str) -> Backbone:
+    from fewtrans_board.models.library import load_library
+    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.registry import Registry
+
+    registry = Registry.from_plugin_manager(get_plugin_manager())
+
+    def load_member(name: str, path: Path | None, member_device: str) -> Backbone:
+        return registry.model(name).obj.load(path, member_device)
+
+    return load_library(argument, weights, device, load_member)
+
+
+def _meta_trained(weights: Path | None, device: str) -> Backbone:
+    from fewtrans_board.meta.model import load_meta_trained
+
+    return load_meta_trained(weights, device)
+
+
 def _curated_timm(architecture: str, name: str, weights: Path | None, device: str) -> Backbone:
     from fewtrans_board.models.timm_family import load_timm_backbone
 
@@ -105,6 +124,16 @@ MODELS: tuple[ModelSpec, ...] = (
         modalities=("image", "text"),
     ),
     ModelSpec(
+        name="meta-trained",
+        loader=_meta_trained,
+        family="meta",
+        architecture="base model named in the checkpoint",
+        source="--weights CHECKPOINT written by 'fewtrans-board meta-train'",
+        license="per base model",
+        description="A meta-trained checkpoint (ProtoNet, MatchingNet, ...) on its base model.",
+        paper="Guo et al., BSCD-FSL, ECCV 2020 (meta-learning baselines)",
+    ),
+    ModelSpec(
         name="timm",
         loader=None,
         family="timm",
@@ -129,6 +158,18 @@ MODELS: tuple[ModelSpec, ...] = (
         modalities=("image", "text"),
         family_loader=_open_clip,
         argument_help="ARCH/TAG as in open_clip.list_pretrained(), e.g. ViT-B-16/openai",
+    ),
+    ModelSpec(
+        name="library",
+        loader=None,
+        family="library",
+        architecture="several models",
+        source="each member's own source",
+        license="per member",
+        description="Several models as one backbone (IMS-f, all embeddings): library:M1+M2[+...].",
+        paper="Guo et al., BSCD-FSL, ECCV 2020 (transfer from multiple pre-trained models)",
+        family_loader=_library,
+        argument_help="models joined by '+', each optionally MODEL=CHECKPOINT, e.g. demo-cnn.digits+demo-cnn.random",
     ),
     ModelSpec(
         name="clip-vit-b16.openai",

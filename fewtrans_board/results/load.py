@@ -153,7 +153,7 @@ def read_run_record(path: Path) -> dict[str, Any]:
     Raises:
         ResultsError: missing, unreadable, or not matching its own hash.
     """
-    from fewtrans_board.runner.spec import run_id_of
+    from fewtrans_board.results.schema import run_id_of
 
     marker = path / "run.json"
     try:

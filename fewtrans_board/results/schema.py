@@ -82,3 +82,10 @@ def storable_logits(logits: np.ndarray) -> np.ndarray:
 def accuracy_percent(predictions: np.ndarray, labels: np.ndarray) -> float:
     """Share of correct predictions, in percent (FewTrans reports per-task percentages)."""
     return float((predictions == labels).mean() * 100.0)
+
+
+def run_id_of(identity: dict[str, Any]) -> str:
+    """Short hash naming a run (of its identity, as ``run.json`` records it)."""
+    from fewtrans_board.canonical import canonical_json, sha256_text
+
+    return sha256_text(canonical_json(identity))[:16]

@@ -18,6 +18,7 @@ from fewtrans_board.errors import ConfigError, FewtransError
 from fewtrans_board.hpe.protocols import check_schema_fits, get_hpe_protocol, hpe_roles
 from fewtrans_board.models.backbone import Backbone, Preprocessing
 from fewtrans_board.registry import Registry
+from fewtrans_board.results.schema import run_id_of
 from fewtrans_board.runner.episodes import EpisodeInputs, Serve, episode_inputs
 from fewtrans_board.runner.evaluate import evaluate_episode
 from fewtrans_board.runner.features import FeatureCache
@@ -27,7 +28,6 @@ from fewtrans_board.runner.spec import (
     RunSpec,
     load_centre_file,
     numeric_environment,
-    run_id_of,
     run_identity,
 )
 
@@ -114,6 +114,8 @@ class RunContext:
         self._features: FeatureCache | None = None
         self._run_id: str | None = None
         self.feature_folder: Path | None = None
+        # Per-episode choices adapters report (``predictor.record``), until a shard stores them.
+        self.adapter_records: dict[str, dict[str, Any]] = {}
 
     def _check_items(self) -> None:
         check = verify_manifest(self.manifest, self.dataset.obj, self.root)
@@ -301,6 +303,9 @@ class RunContext:
         """Evaluate every configuration on an episode and return its result rows."""
         inputs = self.inputs(episode)
         outcomes = evaluate_episode(adapter, self.backbone, inputs, self.grid, self.manifest.sha256)
+        records = {str(o.index): o.record for o in outcomes if o.record is not None}
+        if records:
+            self.adapter_records[str(episode.index)] = records
         return episode_rows(
             self.run_id(), self.manifest.dataset, self.manifest.sha256, inputs, outcomes
         )

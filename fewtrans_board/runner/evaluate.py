@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,13 @@ from fewtrans_board.runner.episodes import EpisodeInputs, in_manifest_order
 
 if TYPE_CHECKING:
     from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
+
+Observer = Callable[[int, AdapterConfig, Any], None]
+"""``observe(config index, config, predictor)``: an opt-in look at each fitted predictor.
+
+Analyses that need adapted weights (``analyze delta-w``, ``analyze cka``) pass one for the
+episodes they sample; normal runs pass none and keep nothing.
+"""
 
 
 class EvaluationError(FewtransError):
@@ -45,6 +52,17 @@ class ConfigOutcome:
     seconds: float
     novel_logits: np.ndarray | None = None
     probe_logits: list[np.ndarray] = field(default_factory=list)
+    record: dict[str, Any] | None = None
+
+
+def predictor_record(predictor: Any) -> dict[str, Any] | None:
+    """What a predictor asks to keep in the results' provenance (its ``record`` dict).
+
+    Adapters whose fit makes data-dependent choices (IMS-f's layer selection) expose them as
+    a JSON-friendly ``record`` attribute; the runner stores it per episode and configuration.
+    """
+    record = getattr(predictor, "record", None)
+    return dict(record) if isinstance(record, dict) else None
 
 
 def config_seed(manifest_sha256: str, episode: int, config_digest: str) -> int:
@@ -190,6 +208,7 @@ def evaluate_episode(
     *,
     probes: Sequence[np.ndarray] = (),
     loop: bool = False,
+    observe: Observer | None = None,
 ) -> list[ConfigOutcome]:
     """Fit and predict every configuration on one episode.
 
@@ -205,6 +224,8 @@ def evaluate_episode(
         probes: manifest query indices of subsets to predict on as well, each on its own
             (the inductiveness check of ``validate``).
         loop: fit with ``fit`` per configuration, never ``fit_many``.
+        observe: called with each fitted predictor after it predicted (opt-in; it does not
+            change what is computed).
 
     Raises:
         EvaluationError: wrong shape, wrong type or non-finite logits, naming the episode
@@ -260,6 +281,9 @@ def evaluate_episode(
                 fit_seconds + time.perf_counter() - start,
                 novel,
                 probe_logits,
+                predictor_record(predictor),
             )
         )
+        if observe is not None:
+            observe(i, configs[i], predictor)
     return outcomes

@@ -68,6 +68,13 @@ def run_shard(
             "seconds": round(time.time() - started, 3),
         },
     }
+    records = {
+        key: ctx.adapter_records.pop(key)
+        for key in [str(e.index) for e in episodes]
+        if key in ctx.adapter_records
+    }
+    if records:  # only adapters that report choices (IMS-f) add this key
+        metadata["adapter_records"] = records
     path = shard_path(out, index, ctx.shard_count)
     try:
         write_shard(path, rows, metadata)

@@ -8,7 +8,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.canonical import canonical_json, sha256_text
 from fewtrans_board.errors import FewtransError
 
 
@@ -98,11 +97,6 @@ def run_identity(
         "feature_cache": spec.feature_cache,
         "threads": resolved_threads(spec),
     }
-
-
-def run_id_of(identity: dict[str, Any]) -> str:
-    """Short hash naming a run."""
-    return sha256_text(canonical_json(identity))[:16]
 
 
 def numeric_environment(device: str, code: dict[str, str]) -> dict[str, Any]:

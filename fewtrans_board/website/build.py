@@ -16,6 +16,7 @@ from fewtrans_board.leaderboard.benchmarks import CLIP_SETTINGS
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.stats.base_novel import harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
+from fewtrans_board.website.analyses import analysis_pages
 from fewtrans_board.website.clip_settings import comparisons
 from fewtrans_board.website.data import (
     COLUMN_SETS,
@@ -185,6 +186,16 @@ def build_site(
             cmp=cmp,
             settings=CLIP_SETTINGS,
         )
+    analyses = analysis_pages(data.benchmarks, leaderboard)
+    env.globals["analysis_pages"] = sorted(analyses)  # benchmark pages link to theirs
+    for view in data.benchmarks:
+        if view.benchmark.name in analyses:
+            render(
+                "analyses.html",
+                f"analyses-{view.benchmark.name}.html",
+                view=view,
+                sections=analyses[view.benchmark.name],
+            )
     for view in data.benchmarks:
         render(
             "benchmark.html", f"benchmark-{view.benchmark.name}.html", **_benchmark_context(view)

@@ -1,0 +1,168 @@
+"""Inline SVG figures of the analyses: a labelled scatter and per-layer line charts.
+
+Text is escaped; every figure has a ``<title>`` and every point a tooltip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+from markupsafe import Markup, escape
+
+PALETTE = ("#3366cc", "#dc3912", "#109618", "#ff9900", "#990099", "#0099c6", "#dd4477", "#66aa00")
+WIDTH, HEIGHT = 520, 320
+LEFT, RIGHT, TOP, BOTTOM = 60, 20, 30, 45
+
+
+def _scale(
+    low: float, high: float, start: float, end: float
+) -> tuple[float, float, Callable[[float], float]]:
+    if not np.isfinite(low) or not np.isfinite(high):
+        low, high = 0.0, 1.0
+    if high - low < 1e-12:
+        low, high = low - 0.5, high + 0.5
+    pad = 0.05 * (high - low)
+    low, high = low - pad, high + pad
+
+    def to_px(value: float) -> float:
+        return start + (value - low) / (high - low) * (end - start)
+
+    return low, high, to_px
+
+
+def _frame(title: str, x_title: str, y_title: str) -> list[str]:
+    return [
+        f'<svg class="plot" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
+        f'height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
+        f'<text x="{WIDTH / 2:.0f}" y="16" text-anchor="middle" class="label">{escape(title)}</text>',
+        f'<line x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH - RIGHT}" y2="{HEIGHT - BOTTOM}" stroke="#444"/>',
+        f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{HEIGHT - BOTTOM}" stroke="#444"/>',
+        f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{HEIGHT - 8}" text-anchor="middle" class="label">{escape(x_title)}</text>',
+        f'<text x="14" y="{(TOP + HEIGHT - BOTTOM) / 2:.0f}" text-anchor="middle" class="label" '
+        f'transform="rotate(-90 14 {(TOP + HEIGHT - BOTTOM) / 2:.0f})">{escape(y_title)}</text>',
+    ]
+
+
+def _y_ticks(parts: list[str], low: float, high: float, to_px: Callable[[float], float]) -> None:
+    for tick in np.linspace(low, high, 5):
+        y = to_px(tick)
+        parts.append(
+            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">{tick:.3g}</text>'
+        )
+
+
+def scatter(
+    points: Sequence[tuple[str, float, float]],
+    *,
+    x_title: str,
+    y_title: str,
+    title: str,
+    fit_line: bool = True,
+) -> Markup:
+    """Labelled points ``(label, x, y)`` with an optional least-squares line.
+
+    Args:
+        points: one ``(label, x, y)`` per point; non-finite points are skipped.
+        x_title: x axis title.
+        y_title: y axis title.
+        title: figure title (also the accessible title).
+        fit_line: draw the least-squares line when there are two distinct x values.
+    """
+    finite = [(lab, x, y) for lab, x, y in points if np.isfinite(x) and np.isfinite(y)]
+    xs = np.array([x for _, x, _ in finite], dtype=float)
+    ys = np.array([y for _, _, y in finite], dtype=float)
+    parts = _frame(title, x_title, y_title)
+    x_low, x_high, px = _scale(
+        float(xs.min()) if xs.size else 0.0,
+        float(xs.max()) if xs.size else 1.0,
+        LEFT,
+        WIDTH - RIGHT,
+    )
+    y_low, y_high, py = _scale(
+        float(ys.min()) if ys.size else 0.0,
+        float(ys.max()) if ys.size else 1.0,
+        HEIGHT - BOTTOM,
+        TOP,
+    )
+    _y_ticks(parts, y_low, y_high, py)
+    for tick in np.linspace(x_low, x_high, 5):
+        parts.append(
+            f'<text x="{px(tick):.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle" class="tick">{tick:.3g}</text>'
+        )
+    if fit_line and xs.size >= 2 and np.ptp(xs) > 0:
+        slope, intercept = np.polyfit(xs, ys, 1)
+        x0, x1 = float(xs.min()), float(xs.max())
+        parts.append(
+            f'<line x1="{px(x0):.1f}" y1="{py(slope * x0 + intercept):.1f}" x2="{px(x1):.1f}" '
+            f'y2="{py(slope * x1 + intercept):.1f}" stroke="#dc3912" stroke-dasharray="4,3"/>'
+        )
+    for i, (label, x, y) in enumerate(finite):
+        parts.append(
+            f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="{PALETTE[i % len(PALETTE)]}">'
+            f"<title>{escape(label)}: ({x:.4g}, {y:.4g})</title></circle>"
+        )
+        if len(finite) <= 12:
+            short = label if len(label) <= 24 else label[:23] + "…"
+            parts.append(
+                f'<text x="{px(x) + 6:.1f}" y="{py(y) - 6:.1f}" class="tick">{escape(short)}</text>'
+            )
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def layer_lines(
+    series: Mapping[str, Sequence[float]],
+    *,
+    x_labels: Sequence[str],
+    x_title: str,
+    y_title: str,
+    title: str,
+) -> Markup:
+    """One polyline per series over layers (e.g. ΔW norm or CKA per block).
+
+    Args:
+        series: ``name -> value per layer`` (all the same length as ``x_labels``).
+        x_labels: the layer names.
+        x_title: x axis title.
+        y_title: y axis title.
+        title: figure title (also the accessible title).
+    """
+    values = np.array([v for vs in series.values() for v in vs], dtype=float)
+    values = values[np.isfinite(values)]
+    parts = _frame(title, x_title, y_title)
+    count = max(len(x_labels), 1)
+
+    def px(i: int) -> float:
+        return LEFT + (i + 0.5) / count * (WIDTH - RIGHT - LEFT)
+
+    y_low, y_high, py = _scale(
+        float(values.min()) if values.size else 0.0,
+        float(values.max()) if values.size else 1.0,
+        HEIGHT - BOTTOM,
+        TOP,
+    )
+    _y_ticks(parts, y_low, y_high, py)
+    for i, label in enumerate(x_labels):
+        parts.append(
+            f'<text x="{px(i):.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle" class="tick">{escape(label)}</text>'
+        )
+    for k, (name, ys) in enumerate(series.items()):
+        colour = PALETTE[k % len(PALETTE)]
+        coords = [(px(i), py(y)) for i, y in enumerate(ys) if np.isfinite(y)]
+        if len(coords) > 1:
+            path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
+            parts.append(
+                f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="2"/>'
+            )
+        for i, y in enumerate(ys):
+            if np.isfinite(y):
+                parts.append(
+                    f'<circle cx="{px(i):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}">'
+                    f"<title>{escape(name)}, {escape(x_labels[i])}: {y:.4g}</title></circle>"
+                )
+        parts.append(
+            f'<text x="{WIDTH - RIGHT - 4}" y="{TOP + 14 * (k + 1)}" text-anchor="end" class="tick" fill="{colour}">{escape(name)}</text>'
+        )
+    parts.append("</svg>")
+    return Markup("".join(parts))
