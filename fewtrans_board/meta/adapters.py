@@ -73,6 +73,7 @@ class _EpisodeHeadAdapter(Adapter):
 
     method: ClassVar[str]
     frozen_backbone = True
+    training_free = True  # the head is fixed by meta-training; nothing is fitted per episode
     code = "https://github.com/IBM/cdfsl-benchmark"
 
     @dataclass(frozen=True)
