@@ -30,7 +30,7 @@ FROZEN_DIGITS_SHA256 = {
         "7fe06c3accb650a7f68204497f02237a7d0f1ff2fc47c735015304c963cf0df4"
     ),
     "clip-kshot--digits-5-9.parquet": (
-        "42aea9237bd2700a5a87b4a4b138d76b215be8cac4931ec83a40d16610b4e468"
+        "5bb59a4503e9e94a85e238c41d4e88b7c6c82165378a0d345b628a1591401f31"
     ),
 }
 
