@@ -189,27 +189,33 @@ def rewrite(bundle: Path, out: Path, edit: Callable[[str, bytes], bytes]) -> Pat
 
 
 def edit_provenance(bundle: Path, out: Path, edit: Edit) -> Path:
-    """Rewrite the provenance metadata of every result shard (and run.json's identity)."""
+    """Rewrite the provenance metadata of every result shard (and run.json's identity).
+
+    The shards are sealed again: their checksum guards against damage, not forgery, so a
+    forger recomputes it and the rules must catch the forgery itself.
+    """
     import io
 
     import pyarrow.parquet as pq
 
-    from fewtrans_board.canonical import canonical_json
-    from fewtrans_board.results.schema import METADATA_KEY
+    from fewtrans_board.results.schema import METADATA_KEY, run_id_of
+    from fewtrans_board.results.shards import seal_table
+
+    def forged(meta: dict[str, Any]) -> dict[str, Any]:
+        edit(meta)
+        meta["run_id"] = run_id_of(meta["identity"])
+        return meta
 
     def change(name: str, data: bytes) -> bytes:
         if name.endswith(".parquet"):
             table = pq.read_table(io.BytesIO(data))
-            meta = json.loads(table.schema.metadata[METADATA_KEY])
-            edit(meta)
-            table = table.replace_schema_metadata({METADATA_KEY: canonical_json(meta).encode()})
+            meta = forged(json.loads(table.schema.metadata[METADATA_KEY]))
+            table = seal_table(table, meta)
             buffer = io.BytesIO()
             pq.write_table(table, buffer)
             return buffer.getvalue()
         if name.endswith("run.json"):
-            record = json.loads(data)
-            edit(record)
-            return json.dumps(record).encode()
+            return json.dumps(forged(json.loads(data))).encode()
         return data
 
     return rewrite(bundle, out, change)
