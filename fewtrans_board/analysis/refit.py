@@ -207,7 +207,8 @@ def _iterate(
     adapter = ctx.adapter_cls()
     config = ctx.grid[index]
     for episode_index in chosen:
-        inputs = ctx.inputs(by_index[episode_index])
+        # The analyses read query pixels, so they are served even to frozen-feature adapters.
+        inputs = ctx.inputs(by_index[episode_index], serve="pixels")
         kept: list[Any] = []
 
         def keep(_index: int, _config: Any, predictor: Any, store: list[Any] = kept) -> None:

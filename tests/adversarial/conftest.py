@@ -28,7 +28,9 @@ PINS = '["fewtrans-board==0.1.0", "fewtrans-redteam==0.1"]'
 VARIED, FIXED = "redteam-varied.parquet", "redteam-fixed.parquet"
 
 
-@pytest.fixture(scope="session")
+# Package scope: the fake distribution must be gone (sys.path and PYTHONPATH restored) before
+# the rest of the suite runs, whose subprocesses would otherwise load the cheaters.
+@pytest.fixture(scope="package")
 def redteam_dist(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Install ``tests/adversarial/cheaters.py`` as the entry point of ``fewtrans-redteam``."""
     root = tmp_path_factory.mktemp("redteam-dist")
@@ -36,7 +38,7 @@ def redteam_dist(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield root
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def redteam_pm(redteam_dist: Path) -> PluginManager:
     """Built-ins plus the cheaters (and nothing else that happens to be installed)."""
     return get_plugin_manager(allow=["fewtrans-redteam"])
