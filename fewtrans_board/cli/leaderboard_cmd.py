@@ -10,10 +10,19 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from fewtrans_board.cli.groups import echo_json, echo_table
+from fewtrans_board.cli.groups import (
+    DEVICE,
+    SEED,
+    FiniteFloatRange,
+    OutputPath,
+    echo_json,
+    echo_table,
+    threads_option,
+)
 
 if TYPE_CHECKING:
     from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.leaderboard.intake import Verification
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,15 +31,23 @@ LEADERBOARD_ENV = "FEWTRANS_BOARD_LEADERBOARD"
 leaderboard_option = click.option(
     "--leaderboard",
     "leaderboard",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=lambda: os.environ.get(LEADERBOARD_ENV, "leaderboard"),
     show_default="leaderboard (or $FEWTRANS_BOARD_LEADERBOARD)",
     help="The leaderboard store folder.",
 )
 
 
+def _executable(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not os.access(value, os.X_OK):
+        raise click.BadParameter(f"{value} is not an executable Python interpreter")
+    return value
+
+
 worker_python_option = click.option(
     "--worker-python",
+    type=click.Path(exists=True, dir_okay=False),
+    callback=_executable,
     default=None,
     metavar="PYTHON",
     help="Interpreter of the plugin worker, e.g. a virtualenv holding the submission's pinned "
@@ -39,13 +56,36 @@ worker_python_option = click.option(
 
 
 def _roots(values: tuple[str, ...]) -> dict[str, Path]:
-    roots = {}
+    """``--root DATASET=PATH`` values: built-in datasets (verification reads no plugin) and folders."""
+    from fewtrans_board.errors import UnknownNameError
+    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.registry import Registry
+
+    roots: dict[str, Path] = {}
+    if not values:
+        return roots
+    datasets = Registry.from_plugin_manager(get_plugin_manager(entry_points=False)).datasets
     for value in values:
         dataset, sep, path = value.partition("=")
-        if not sep:
+        if not sep or not dataset or not path:
             raise click.BadParameter(f"{value!r} is not DATASET=PATH", param_hint="--root")
+        try:
+            datasets.get(dataset)
+        except UnknownNameError as exc:
+            raise click.BadParameter(str(exc), param_hint="--root") from exc
+        if not Path(path).is_dir():
+            raise click.BadParameter(f"{path} is not a folder", param_hint="--root")
         roots[dataset] = Path(path)
     return roots
+
+
+def _verification(
+    sample: int, seed: int, roots: tuple[str, ...], worker_python: str | None
+) -> Verification:
+    """The verification options of ``leaderboard add``, ``check`` and ``check-pr``."""
+    from fewtrans_board.leaderboard.intake import Verification
+
+    return Verification(sample, seed, _roots(roots), worker_python)
 
 
 def _fail(error: SubmissionError, as_json: bool) -> NoReturn:
@@ -84,7 +124,7 @@ def verification_options(verify_help: str, root_help: str) -> Callable[[F], F]:
         ),
         click.option(
             "--seed",
-            type=int,
+            type=SEED,
             default=0,
             show_default=True,
             help="Seed choosing the verified episodes.",
@@ -136,7 +176,7 @@ def submission_template() -> None:
 )
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath(dir_okay=False),
     required=True,
     help="Bundle zip to write.",
 )
@@ -222,10 +262,10 @@ def _print_validation(report: dict[str, Any], as_json: bool) -> None:
     show_default=True,
     help="Episodes re-run per dataset.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed choosing the episodes.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed choosing the episodes.")
 @click.option(
     "--threshold",
-    type=click.FloatRange(0, 1),
+    type=FiniteFloatRange(0, 1),
     default=0.9,
     show_default=True,
     help="Minimum agreement.",
@@ -233,8 +273,18 @@ def _print_validation(report: dict[str, Any], as_json: bool) -> None:
 @click.option(
     "--root", "roots", multiple=True, metavar="DATASET=PATH", help="Local dataset copies."
 )
-@click.option("--weights", default=None, help="Local checkpoint for the model.")
-@click.option("--device", default="cpu", show_default=True, help="Torch device of the worker.")
+@click.option(
+    "--weights",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Local checkpoint for the model.",
+)
+@click.option(
+    "--device", type=DEVICE, default="cpu", show_default=True, help="Torch device of the worker."
+)
+@threads_option(
+    "Torch threads of the worker (default: the run's recorded count, capped at the cores here)."
+)
 @worker_python_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def submission_verify(
@@ -246,6 +296,7 @@ def submission_verify(
     roots: tuple[str, ...],
     weights: str | None,
     device: str,
+    threads: int | None,
     worker_python: str | None,
     as_json: bool,
 ) -> None:
@@ -269,6 +320,7 @@ def submission_verify(
             weights=weights,
             device=device,
             python=worker_python,
+            threads=threads,
         )
     except SubmissionError as exc:
         _fail(exc, as_json)
@@ -320,10 +372,10 @@ def leaderboard_add(
 ) -> None:
     """Validate (and optionally verify) a bundle, then merge it into the store. Entries are immutable."""
     from fewtrans_board.leaderboard.errors import SubmissionError
-    from fewtrans_board.leaderboard.intake import Verification, add_bundle
+    from fewtrans_board.leaderboard.intake import add_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
-    verification = Verification(verify_sample, seed, _roots(roots), worker_python)
+    verification = _verification(verify_sample, seed, roots, worker_python)
     try:
         result = add_bundle(bundle, LeaderboardStore(leaderboard), verification)
     except SubmissionError as exc:
@@ -354,10 +406,10 @@ def leaderboard_check(
 ) -> None:
     """Re-validate (and optionally verify) a stored entry; writes nothing (used by CI on PRs)."""
     from fewtrans_board.leaderboard.errors import SubmissionError
-    from fewtrans_board.leaderboard.intake import Verification, check_entry
+    from fewtrans_board.leaderboard.intake import check_entry
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
-    verification = Verification(verify_sample, seed, _roots(roots), worker_python)
+    verification = _verification(verify_sample, seed, roots, worker_python)
     try:
         result = check_entry(ident, LeaderboardStore(leaderboard), verification)
     except SubmissionError as exc:
@@ -408,9 +460,14 @@ def leaderboard_check_pr(
     the submitter's pinned plugins installed only in the --worker-python environment.
     """
     from fewtrans_board.leaderboard.errors import SubmissionError
-    from fewtrans_board.leaderboard.intake import Verification, check_pull_request
+    from fewtrans_board.leaderboard.intake import check_pull_request
 
-    verification = Verification(verify_sample, seed, _roots(roots), worker_python)
+    folder = (repo / store_folder).resolve()
+    if not folder.is_relative_to(repo.resolve()) or not folder.is_dir():
+        raise click.BadParameter(
+            f"{store_folder!r} is not a folder inside {repo}", param_hint="--store"
+        )
+    verification = _verification(verify_sample, seed, roots, worker_python)
     try:
         report = check_pull_request(repo, base, verification, head, store_folder)
     except SubmissionError as exc:
@@ -459,21 +516,37 @@ def leaderboard_rebuild(leaderboard: Path, check: bool) -> None:
 @click.command("compare")
 @click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Bootstrap seed.")
+@click.option(
+    "--allow-protocol-mismatch",
+    is_flag=True,
+    help="Compare runs scored under different HPE protocols (not a fair comparison).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def compare_command(run_a: Path, run_b: Path, seed: int, as_json: bool) -> None:
+def compare_command(
+    run_a: Path, run_b: Path, seed: int, allow_protocol_mismatch: bool, as_json: bool
+) -> None:
     """Paired comparison of RUN_A vs RUN_B on shared episodes (FewTrans Table VIII style).
 
-    RUN_A and RUN_B are run folders, or folders holding one run per dataset.
+    RUN_A and RUN_B are run folders, or folders holding one run per dataset. Both must be
+    scored under the same HPE protocol (grid and fusion) unless --allow-protocol-mismatch.
     """
     from fewtrans_board.leaderboard.compare import compare_runs
 
-    report = compare_runs(run_a, run_b, seed=seed)
+    report = compare_runs(run_a, run_b, seed=seed, allow_protocol_mismatch=allow_protocol_mismatch)
+    if report["protocol_mismatch"] and not as_json:
+        click.echo(
+            "WARNING: A and B were scored under different HPE protocols; the differences "
+            "below mix method and protocol effects.",
+            err=True,
+        )
     if as_json:
         echo_json(report)
         return
+    pa, pb = report["protocols"]["a"], report["protocols"]["b"]
     click.echo(
-        f"A = {report['a']}\nB = {report['b']}\n"
+        f"A = {report['a']} [HPE {pa['name']}, {pa['aggregation']}]\n"
+        f"B = {report['b']} [HPE {pb['name']}, {pb['aggregation']}]\n"
         "(HPE accuracy %, paired over shared episodes; p Holm-adjusted across datasets)"
     )
     rows = [

@@ -142,6 +142,7 @@ def adapters_list(app: App, pattern: str, show_options: bool, as_json: bool) -> 
             click.echo(f"  paper: {e.obj.paper}")
         for f in e.obj.Config.fields_info():
             role = f" [HPE {f.hpe}]" if f.hpe else ""
-            click.echo(f"  --{f.name} ({f.type}, default {f.default!r}){role}: {f.help}")
+            valid = f", {f.valid.text()}" if f.range else ""
+            click.echo(f"  --{f.name} ({f.type}, default {f.default!r}{valid}){role}: {f.help}")
         if not e.obj.Config.fields_info():
             click.echo("  (no options)")

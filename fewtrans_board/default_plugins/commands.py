@@ -10,6 +10,7 @@ from fewtrans_board.hookspecs import hookimpl
 @hookimpl
 def register_commands(cli: click.Group) -> None:
     """Attach the built-in commands."""
+    from fewtrans_board.cli.benchmarks_cmd import benchmarks_command
     from fewtrans_board.cli.demo_cmd import demo_command
     from fewtrans_board.cli.evaluate_cmd import evaluate_command, results_group
     from fewtrans_board.cli.hpe_cmd import hpe_group
@@ -42,6 +43,7 @@ def register_commands(cli: click.Group) -> None:
         demo_command,
         submission_group,
         leaderboard_group,
+        benchmarks_command,
         compare_command,
         site_group,
     ):
