@@ -1,29 +1,55 @@
-"""Torch CPU thread counts: a sensible default instead of one thread per core.
+"""Torch CPU thread counts: the cores this process may really use, shared among workers.
 
-Few-shot adapters run many tiny steps (a linear head on a few dozen support features),
-where torch's default of one intra-op thread per core costs far more in synchronisation
-than it gains: ``benchmarks/threads.py`` measures it. The default is therefore at most
-:data:`MAX_DEFAULT_THREADS`, shared out among parallel workers. CPU results are
-bit-identical only between runs with equal thread counts, so the count is recorded in
-every result's provenance.
+torch starts one intra-op thread per core of the host. In a container limited by a CPU
+quota (``docker --cpus 2`` on a 64-core host) or with several worker processes, that
+oversubscribes the CPUs, and the many tiny steps of few-shot adapters (an Adam step of a
+linear head) become many times slower. The default here counts the cores the process may
+use (its affinity mask and its cgroup CPU quota) and divides them among the workers;
+``--threads`` overrides it (``--threads 1`` on a machine busy with other jobs).
+``benchmarks/threads.py`` measures the effect. CPU results are bit-identical only between
+runs with equal thread counts, so the count is recorded in every result's provenance.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
-MAX_DEFAULT_THREADS = 4
-"""Upper bound of the default thread count (see ``benchmarks/threads.py``)."""
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cgroup_cpu_limit(root: Path = CGROUP_ROOT) -> int | None:
+    """CPUs allowed by the cgroup CPU quota (v2 ``cpu.max`` or v1 CFS), ``None`` if unlimited.
+
+    Args:
+        root: the cgroup file system mount.
+    """
+    try:
+        quota, _, period = (root / "cpu.max").read_text().partition(" ")
+        if quota.strip() != "max":
+            return max(1, math.ceil(int(quota) / int(period)))
+        return None
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return max(1, math.ceil(quota_us / period_us)) if quota_us > 0 and period_us > 0 else None
 
 
 def available_cores() -> int:
-    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    """Cores this process may use: its affinity mask, capped by its cgroup CPU quota."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # macOS and Windows have no affinity masks
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    limit = cgroup_cpu_limit()
+    return max(1, min(cores, limit) if limit is not None else cores)
 
 
 def default_threads(workers: int = 1) -> int:
@@ -33,9 +59,9 @@ def default_threads(workers: int = 1) -> int:
         workers: processes running at once on this machine.
 
     Returns:
-        ``min(MAX_DEFAULT_THREADS, cores // workers)``, at least 1.
+        ``available_cores() // workers``, at least 1.
     """
-    return max(1, min(MAX_DEFAULT_THREADS, available_cores() // max(1, workers)))
+    return max(1, available_cores() // max(1, workers))
 
 
 def replay_threads(recorded: object) -> int:

@@ -23,9 +23,8 @@ from click.testing import CliRunner
 
 from fewtrans_board.cli import make_cli
 from fewtrans_board.cli.groups import DeviceType, FiniteFloatRange, OutputPath
-from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark
 from fewtrans_board.plugins import get_plugin_manager
-from tests.conftest import REPO
+from tests.conftest import REPO, extra_benchmark
 
 MANIFESTS = REPO / "leaderboard" / "manifests"
 SEARCH = MANIFESTS / "fewtrans-search--digits.parquet"
@@ -55,21 +54,17 @@ def _ok(ws: Workspace, command: str) -> None:
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     """A tiny manifest, two runs, a bundle, a store with the entry, a git checkout."""
-    root = tmp_path_factory.mktemp("sweep")
+    with extra_benchmark("sweep", "sweep.parquet"):
+        yield from _workspace(tmp_path_factory.mktemp("sweep"))
+
+
+def _workspace(root: Path) -> Iterator[Workspace]:
     ws = Workspace(root, make_cli(get_plugin_manager(allow=["fewtrans-example"])))
     for folder in ("folder", "cwd", "store/manifests"):
         (root / folder).mkdir(parents=True)
     (root / "file.txt").write_text("not what anything expects\n")
     _ok(ws, "manifest build --protocol fewtrans-varied --dataset digits --episodes 3 "
         "--out {root}/store/manifests/sweep.parquet")  # fmt: skip
-    saved = dict(BENCHMARKS)
-    BENCHMARKS["sweep"] = Benchmark(
-        name="sweep",
-        title="Sweep",
-        description="One tiny digits manifest for the CLI input sweep.",
-        manifests=("sweep.parquet",),
-        held_out=("digits",),
-    )
     evaluate = (
         "evaluate --model demo-cnn.digits --manifest {root}/store/manifests/sweep.parquet "
         "--protocol fewtrans-reference --device cpu --threads 1 --quiet --adapter mean-centroid"
@@ -92,8 +87,6 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "base"], check=True)
     yield ws
-    BENCHMARKS.clear()
-    BENCHMARKS.update(saved)
 
 
 RUN = "--model demo-cnn.digits --device cpu --threads 1 --adapter linear-probe"

@@ -11,18 +11,20 @@ the real command line on small manifests of a test sub-benchmark.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
-from collections.abc import Iterator, Sequence
+import tomllib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
 
 from fewtrans_board.cli import make_cli, needs_plugins
-from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark
 from fewtrans_board.plugins import get_plugin_manager
-from tests.conftest import REPO, installed_distribution
+from tests.conftest import REPO, extra_benchmark, installed_distribution
 
 pytestmark = pytest.mark.slow
 
@@ -105,22 +107,33 @@ def make_plugin(folder: Path) -> Path:
     return folder
 
 
+def install_without_pip(project: Path) -> contextlib.AbstractContextManager[Path]:
+    """What ``pip install -e`` leaves behind: the distribution and its entry point, from
+    the project's own pyproject.toml, found on ``sys.path`` and by worker processes."""
+    meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+    ((entry_point, module),) = meta["entry-points"]["fewtrans_board"].items()
+    return installed_distribution(project, meta["name"], meta["version"], module, entry_point)
+
+
 class Journey:
     """The method author's shell: every command goes through the real command line."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def run(self, args: Sequence[object]) -> Result:
-        argv = [str(a) for a in args]
+    def run(self, command: str, **paths: object) -> Result:
+        argv = command.format(root=self.root, search=SEARCH, **paths).split()
         # As main() does: scoring commands load no third-party plugin at all.
         pm = get_plugin_manager(entry_points=needs_plugins(argv), allow=["fewtrans-ridge"])
         return CliRunner().invoke(make_cli(pm), argv, catch_exceptions=False)
 
-    def ok(self, args: Sequence[object]) -> Result:
-        result = self.run(args)
-        assert result.exit_code == 0, f"{args}\n{result.output}"
+    def ok(self, command: str, **paths: object) -> Result:
+        result = self.run(command, **paths)
+        assert result.exit_code == 0, f"{command}\n{result.output}"
         return result
+
+    def json(self, command: str, **paths: object) -> Any:
+        return json.loads(self.ok(command + " --json", **paths).output)
 
 
 @pytest.fixture(scope="module")
@@ -128,109 +141,70 @@ def journey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Journey]:
     """An empty folder, then the copied plugin installed and a store with a small manifest."""
     root = tmp_path_factory.mktemp("journey")
     assert not any(root.iterdir())
-    plugin = make_plugin(root / "fewtrans-ridge")
-    with installed_distribution(plugin, "fewtrans-ridge", "0.1.0", "fewtrans_ridge"):
+    with (
+        install_without_pip(make_plugin(root / "fewtrans-ridge")),
+        extra_benchmark("journey", MANIFEST),
+    ):
         journey = Journey(root)
-        store = root / "leaderboard"
-        journey.ok(["manifest", "build", "--protocol", "fewtrans-varied", "--dataset", "digits",
-                    "--episodes", "6", "--out", store / "manifests" / MANIFEST])  # fmt: skip
-        saved = dict(BENCHMARKS)
-        BENCHMARKS["journey"] = Benchmark(
-            name="journey",
-            title="Journey",
-            description="A small digits manifest for the submitter's journey test.",
-            manifests=(MANIFEST,),
-            held_out=("digits",),
+        journey.ok(
+            "manifest build --protocol fewtrans-varied --dataset digits --episodes 6 "
+            f"--out {{root}}/leaderboard/manifests/{MANIFEST}"
         )
         yield journey
-        BENCHMARKS.clear()
-        BENCHMARKS.update(saved)
+
+
+RUN = "--model demo-cnn.digits --adapter ridge-head --device cpu --threads 1"
 
 
 @pytest.fixture(scope="module")
 def centre(journey: Journey) -> Path:
-    """Steps 1-4: look at the plugin, validate it, search its centre on held-out tasks."""
-    plugins = json.loads(journey.ok(["plugins", "--json"]).output)
-    ridge = next(p for p in plugins if p["name"] == "ridge")
+    """Look at the installed plugin, validate it, search its centre on held-out tasks."""
+    ridge = next(p for p in journey.json("plugins") if p["name"] == "ridge")
     assert (ridge["distribution"], ridge["version"]) == ("fewtrans-ridge", "0.1.0")
-    options = journey.ok(["adapters", "list", "ridge-head", "--options"]).output
+    options = journey.ok("adapters list ridge-head --options").output
     assert "--lr (float, default 0.5, > 0) [HPE lr]" in options
     assert "--weight_decay (float, default 0.001, >= 0)" in options
-    report = json.loads(
-        journey.ok(
-            [
-                "validate",
-                "--model",
-                "demo-cnn.digits",
-                "--adapter",
-                "ridge-head",
-                "--manifest",
-                SEARCH,
-                "--episodes",
-                "1",
-                "--device",
-                "cpu",
-                "--threads",
-                "1",
-                "--json",
-            ]
-        ).output  # fmt: skip
+    report = journey.json(f"validate {RUN} --manifest {{search}} --episodes 1")
+    assert "importing fewtrans_ridge does not import torch" in report["checks"]
+    journey.ok(
+        f"hpe search {RUN} --manifest {{search}} --limit 2 --out {{root}}/centre.json --json"
     )
-    assert any("importing fewtrans_ridge" in check for check in report["checks"])
-    out = journey.root / "centre.json"
-    journey.ok(["hpe", "search", "--model", "demo-cnn.digits", "--adapter", "ridge-head",
-                "--manifest", SEARCH, "--limit", "2", "--device", "cpu", "--threads", "1",
-                "--out", out, "--json"])  # fmt: skip
-    return out
+    return journey.root / "centre.json"
 
 
 @pytest.mark.parametrize("protocol", ["fewtrans-paper", "fewtrans-reference"])
 def test_from_an_empty_folder_to_a_leaderboard_entry(
     journey: Journey, centre: Path, protocol: str
 ) -> None:
-    store, work = journey.root / "leaderboard", journey.root / protocol
-    evaluated = journey.ok(["evaluate", "--model", "demo-cnn.digits", "--adapter", "ridge-head",
-                            "--manifest", store / "manifests" / MANIFEST, "--protocol", protocol,
-                            "--centre", centre, "--out", work / "run", "--device", "cpu",
-                            "--threads", "1", "--leaderboard", store, "--quiet"])  # fmt: skip
+    work, ident = journey.root / protocol, f"ridge-head--{protocol}"
+    store = "--leaderboard {root}/leaderboard"
+    evaluated = journey.ok(
+        f"evaluate {RUN} --manifest {{root}}/leaderboard/manifests/{MANIFEST} --quiet "
+        f"--protocol {protocol} --centre {{root}}/centre.json --out {{work}}/run {store}",
+        work=work,
+    )
     assert "not submittable" not in evaluated.output, evaluated.output
-    ident = f"ridge-head--{protocol}"
-    template = journey.ok(["submission", "template"]).output
-    meta = work / "submission.toml"
-    meta.write_text(
+    template = journey.ok("submission template").output
+    (work / "submission.toml").write_text(
         template.replace('"linear-probe--demo-cnn"', f'"{ident}"')
         .replace('adapter = "linear-probe"', 'adapter = "ridge-head"')
         .replace('benchmark = "demo"', 'benchmark = "journey"')
         .replace('hpe_protocol = "fewtrans-paper"', f'hpe_protocol = "{protocol}"')
         .replace('["fewtrans-board==0.1.0"]', '["fewtrans-board==0.1.0", "fewtrans-ridge==0.1.0"]')
     )
-    bundle = work / "bundle.zip"
-    journey.ok(["submission", "pack", work / "run", "--meta", meta, "--out", bundle,
-                "--leaderboard", store])  # fmt: skip
-    valid = json.loads(
-        journey.ok(["submission", "validate", bundle, "--leaderboard", store, "--json"]).output
+    journey.ok(
+        f"submission pack {{work}}/run --meta {{work}}/submission.toml --out {{work}}/b.zip {store}",
+        work=work,
     )
+    valid = journey.json(f"submission validate {{work}}/b.zip {store}", work=work)
     assert valid["ok"] and valid["runs"][0]["configurations"] == (
         15 if protocol == "fewtrans-paper" else 3
     )
-    verified = json.loads(
-        journey.ok(
-            [
-                "submission",
-                "verify",
-                bundle,
-                "--leaderboard",
-                store,
-                "--sample",
-                "2",
-                "--threads",
-                "1",
-                "--json",
-            ]
-        ).output  # fmt: skip
+    verified = journey.json(
+        f"submission verify {{work}}/b.zip {store} --sample 2 --threads 1", work=work
     )
     assert verified["passed"] and len(verified["episodes"]) == 2
-    journey.ok(["leaderboard", "add", bundle, "--leaderboard", store])
-    journey.ok(["site", "build", "--leaderboard", store, "--out", work / "site"])
+    journey.ok(f"leaderboard add {{work}}/b.zip {store}", work=work)
+    journey.ok(f"site build {store} --out {{work}}/site", work=work)
     pages = "".join(p.read_text() for p in (work / "site").rglob("*.html"))
     assert ident in pages

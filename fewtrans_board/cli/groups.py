@@ -15,8 +15,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 DEVICE_HELP = "Torch device (default: cuda if available, else cpu)."
 THREADS_HELP = (
-    "Torch CPU threads (default: at most 4, shared among workers); CPU results are "
-    "bit-identical only for equal values."
+    "Torch CPU threads (default: the cores this process may use, CPU quota counted, shared "
+    "among workers; 1 on a machine busy with other jobs). CPU results are bit-identical only "
+    "for equal values."
 )
 
 

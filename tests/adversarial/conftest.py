@@ -28,15 +28,19 @@ PINS = '["fewtrans-board==0.1.0", "fewtrans-redteam==0.1"]'
 VARIED, FIXED = "redteam-varied.parquet", "redteam-fixed.parquet"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def redteam_dist(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Install ``tests/adversarial/cheaters.py`` as the entry point of ``fewtrans-redteam``."""
+    """Install ``tests/adversarial/cheaters.py`` as the entry point of ``fewtrans-redteam``.
+
+    Package-scoped: the cheaters (which import torch at import time) must not stay
+    installed for the rest of the session, where every CLI test would load them.
+    """
     root = tmp_path_factory.mktemp("redteam-dist")
     with installed_distribution(root, "fewtrans-redteam", "0.1", "tests.adversarial.cheaters"):
         yield root
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def redteam_pm(redteam_dist: Path) -> PluginManager:
     """Built-ins plus the cheaters (and nothing else that happens to be installed)."""
     return get_plugin_manager(allow=["fewtrans-redteam"])
