@@ -58,6 +58,7 @@ def describe_failure(
     if owner is not None:
         subject = f"{subject} ({origin(owner)})"
     lines = [f"{subject} raised {type(exc).__name__} in {call}: {_first_line(exc)}"]
+    context = context.removeprefix(f"{subject.split(' (')[0]}, ")
     if context:
         lines.append(f"  {context}")
     user, innermost = _frames(exc.__traceback__, _package_dir(owner))

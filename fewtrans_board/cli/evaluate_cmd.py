@@ -28,7 +28,7 @@ from fewtrans_board.cli.groups import (
     threads_option,
     weights_option,
 )
-from fewtrans_board.cli.leaderboard_cmd import LEADERBOARD_ENV
+from fewtrans_board.cli.store_options import LEADERBOARD_ENV
 from fewtrans_board.threads import default_threads
 
 if TYPE_CHECKING:

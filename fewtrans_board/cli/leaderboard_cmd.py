@@ -1,12 +1,10 @@
-"""``submission``, ``leaderboard`` and ``compare`` commands."""
+"""``submission`` and ``leaderboard`` commands."""
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -19,73 +17,16 @@ from fewtrans_board.cli.groups import (
     echo_table,
     threads_option,
 )
+from fewtrans_board.cli.store_options import (
+    leaderboard_option,
+    parse_roots,
+    verification_from,
+    verification_options,
+    worker_python_option,
+)
 
 if TYPE_CHECKING:
     from fewtrans_board.leaderboard.errors import SubmissionError
-    from fewtrans_board.leaderboard.intake import Verification
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-LEADERBOARD_ENV = "FEWTRANS_BOARD_LEADERBOARD"
-
-leaderboard_option = click.option(
-    "--leaderboard",
-    "leaderboard",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=lambda: os.environ.get(LEADERBOARD_ENV, "leaderboard"),
-    show_default="leaderboard (or $FEWTRANS_BOARD_LEADERBOARD)",
-    help="The leaderboard store folder.",
-)
-
-
-def _executable(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is not None and not os.access(value, os.X_OK):
-        raise click.BadParameter(f"{value} is not an executable Python interpreter")
-    return value
-
-
-worker_python_option = click.option(
-    "--worker-python",
-    type=click.Path(exists=True, dir_okay=False),
-    callback=_executable,
-    default=None,
-    metavar="PYTHON",
-    help="Interpreter of the plugin worker, e.g. a virtualenv holding the submission's pinned "
-    "plugins (default: this one).",
-)
-
-
-def _roots(values: tuple[str, ...]) -> dict[str, Path]:
-    """``--root DATASET=PATH`` values: built-in datasets (verification reads no plugin) and folders."""
-    from fewtrans_board.errors import UnknownNameError
-    from fewtrans_board.plugins import get_plugin_manager
-    from fewtrans_board.registry import Registry
-
-    roots: dict[str, Path] = {}
-    if not values:
-        return roots
-    datasets = Registry.from_plugin_manager(get_plugin_manager(entry_points=False)).datasets
-    for value in values:
-        dataset, sep, path = value.partition("=")
-        if not sep or not dataset or not path:
-            raise click.BadParameter(f"{value!r} is not DATASET=PATH", param_hint="--root")
-        try:
-            datasets.get(dataset)
-        except UnknownNameError as exc:
-            raise click.BadParameter(str(exc), param_hint="--root") from exc
-        if not Path(path).is_dir():
-            raise click.BadParameter(f"{path} is not a folder", param_hint="--root")
-        roots[dataset] = Path(path)
-    return roots
-
-
-def _verification(
-    sample: int, seed: int, roots: tuple[str, ...], worker_python: str | None
-) -> Verification:
-    """The verification options of ``leaderboard add``, ``check`` and ``check-pr``."""
-    from fewtrans_board.leaderboard.intake import Verification
-
-    return Verification(sample, seed, _roots(roots), worker_python)
 
 
 def _fail(error: SubmissionError, as_json: bool) -> NoReturn:
@@ -101,45 +42,6 @@ def _fail(error: SubmissionError, as_json: bool) -> NoReturn:
         sys.exit(1)
     # The root group reports it as "Error: <message>" with exit status 1.
     raise error
-
-
-def verification_options(verify_help: str, root_help: str) -> Callable[[F], F]:
-    """``--verify``, ``--seed``, ``--root``, ``--worker-python`` and ``--json`` options.
-
-    Args:
-        verify_help: help text of ``--verify``.
-        root_help: help text of ``--root``.
-
-    Returns:
-        A decorator adding the options, in that order.
-    """
-    options = [
-        click.option(
-            "--verify",
-            "verify_sample",
-            type=click.IntRange(0),
-            default=0,
-            show_default=True,
-            help=verify_help,
-        ),
-        click.option(
-            "--seed",
-            type=SEED,
-            default=0,
-            show_default=True,
-            help="Seed choosing the verified episodes.",
-        ),
-        click.option("--root", "roots", multiple=True, metavar="DATASET=PATH", help=root_help),
-        worker_python_option,
-        click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
-    ]
-
-    def decorate(command: F) -> F:
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return decorate
 
 
 @click.group("submission")
@@ -316,7 +218,7 @@ def submission_verify(
             sample=sample,
             seed=seed,
             threshold=threshold,
-            roots=_roots(roots),
+            roots=parse_roots(roots),
             weights=weights,
             device=device,
             python=worker_python,
@@ -375,7 +277,7 @@ def leaderboard_add(
     from fewtrans_board.leaderboard.intake import add_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
-    verification = _verification(verify_sample, seed, roots, worker_python)
+    verification = verification_from(verify_sample, seed, roots, worker_python)
     try:
         result = add_bundle(bundle, LeaderboardStore(leaderboard), verification)
     except SubmissionError as exc:
@@ -409,7 +311,7 @@ def leaderboard_check(
     from fewtrans_board.leaderboard.intake import check_entry
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
-    verification = _verification(verify_sample, seed, roots, worker_python)
+    verification = verification_from(verify_sample, seed, roots, worker_python)
     try:
         result = check_entry(ident, LeaderboardStore(leaderboard), verification)
     except SubmissionError as exc:
@@ -467,7 +369,7 @@ def leaderboard_check_pr(
         raise click.BadParameter(
             f"{store_folder!r} is not a folder inside {repo}", param_hint="--store"
         )
-    verification = _verification(verify_sample, seed, roots, worker_python)
+    verification = verification_from(verify_sample, seed, roots, worker_python)
     try:
         report = check_pull_request(repo, base, verification, head, store_folder)
     except SubmissionError as exc:
@@ -511,70 +413,3 @@ def leaderboard_rebuild(leaderboard: Path, check: bool) -> None:
         return
     store.write_index(index)
     click.echo(f"wrote {store.index_path}: {len(index['submissions'])} submissions")
-
-
-@click.command("compare")
-@click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--seed", type=SEED, default=0, show_default=True, help="Bootstrap seed.")
-@click.option(
-    "--allow-protocol-mismatch",
-    is_flag=True,
-    help="Compare runs scored under different HPE protocols (not a fair comparison).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def compare_command(
-    run_a: Path, run_b: Path, seed: int, allow_protocol_mismatch: bool, as_json: bool
-) -> None:
-    """Paired comparison of RUN_A vs RUN_B on shared episodes (FewTrans Table VIII style).
-
-    RUN_A and RUN_B are run folders, or folders holding one run per dataset. Both must be
-    scored under the same HPE protocol (grid and fusion) unless --allow-protocol-mismatch.
-    """
-    from fewtrans_board.leaderboard.compare import compare_runs
-
-    report = compare_runs(run_a, run_b, seed=seed, allow_protocol_mismatch=allow_protocol_mismatch)
-    if report["protocol_mismatch"] and not as_json:
-        click.echo(
-            "WARNING: A and B were scored under different HPE protocols; the differences "
-            "below mix method and protocol effects.",
-            err=True,
-        )
-    if as_json:
-        echo_json(report)
-        return
-    pa, pb = report["protocols"]["a"], report["protocols"]["b"]
-    click.echo(
-        f"A = {report['a']} [HPE {pa['name']}, {pa['aggregation']}]\n"
-        f"B = {report['b']} [HPE {pb['name']}, {pb['aggregation']}]\n"
-        "(HPE accuracy %, paired over shared episodes; p Holm-adjusted across datasets)"
-    )
-    rows = [
-        [
-            r["dataset"],
-            r["episodes"],
-            f"{r['a']:.2f}",
-            f"{r['b']:.2f}",
-            f"{r['difference']:+.2f}",
-            f"{r['t_p_holm']:.2g}{' *' if r['significant'] else ''}",
-            f"{r['wilcoxon_p']:.2g}",
-            f"{r['cohens_d']:+.2f}",
-        ]
-        for r in report["datasets"]
-    ]
-    o = report["overall"]
-    rows.append(
-        [
-            "overall",
-            o["episodes"],
-            f"{o['a']:.2f}",
-            f"{o['b']:.2f}",
-            f"{o['difference']:+.2f} [{o['difference_ci'][0]:+.2f}, {o['difference_ci'][1]:+.2f}]",
-            f"{o['t_p']:.2g}",
-            f"{o['wilcoxon_p']:.2g}",
-            f"{o['cohens_d']:+.2f}",
-        ]
-    )
-    echo_table(
-        ["dataset", "episodes", "A", "B", "A - B", "p (t)", "p (Wilcoxon)", "Cohen's d"], rows
-    )

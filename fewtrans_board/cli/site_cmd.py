@@ -8,7 +8,7 @@ import click
 
 from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import OutputPath
-from fewtrans_board.cli.leaderboard_cmd import leaderboard_option
+from fewtrans_board.cli.store_options import leaderboard_option
 
 
 @click.group("site")

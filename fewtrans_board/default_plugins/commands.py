@@ -11,14 +11,11 @@ from fewtrans_board.hookspecs import hookimpl
 def register_commands(cli: click.Group) -> None:
     """Attach the built-in commands."""
     from fewtrans_board.cli.benchmarks_cmd import benchmarks_command
+    from fewtrans_board.cli.compare_cmd import compare_command
     from fewtrans_board.cli.demo_cmd import demo_command
     from fewtrans_board.cli.evaluate_cmd import evaluate_command, results_group
     from fewtrans_board.cli.hpe_cmd import hpe_group
-    from fewtrans_board.cli.leaderboard_cmd import (
-        compare_command,
-        leaderboard_group,
-        submission_group,
-    )
+    from fewtrans_board.cli.leaderboard_cmd import leaderboard_group, submission_group
     from fewtrans_board.cli.listing import (
         adapters_group,
         datasets_group,
