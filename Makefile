@@ -10,11 +10,15 @@ STAMP := $(VENV)/.fewtrans-installed
 
 .PHONY: install test demo lint docs manifests clean
 
-$(STAMP): pyproject.toml plugins/fewtrans-example/pyproject.toml Makefile
+# setuptools explains every editable install in a banner ("Editable installation. Please be
+# careful with folders ..."); pip re-emits it as a BuildBackendWarning. It is informational.
+QUIET_BUILD := PYTHONWARNINGS="ignore:Editable installation"
+
+$(STAMP): pyproject.toml setup.py plugins/fewtrans-example/pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH_SPEC)
-	$(PY) -m pip install --quiet -e ".[dev,ray]" -e plugins/fewtrans-example $(TORCH_SPEC)
+	$(QUIET_BUILD) $(PY) -m pip install --quiet -e ".[dev,ray]" -e plugins/fewtrans-example $(TORCH_SPEC)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -11,6 +11,7 @@ import importlib
 import importlib.metadata
 import os
 import sys
+import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,12 +53,14 @@ class PluginSource:
         distribution: the installed distribution that provides it, if any.
         version: that distribution's version, if any.
         builtin: whether it is one of :data:`DEFAULT_PLUGINS`.
+        module: the imported module (an entry point's module), if the plugin is one.
     """
 
     name: str
     distribution: str | None
     version: str | None
     builtin: bool
+    module: str | None = None
 
     def describe(self) -> str:
         """Return ``"name (distribution version)"`` for messages."""
@@ -72,6 +75,8 @@ class PluginManager(pluggy.PluginManager):
     def __init__(self) -> None:
         super().__init__(hookspecs.PROJECT_NAME)
         self.sources: dict[str, PluginSource] = {}
+        self.warnings: list[str] = []
+        """Problems that do not stop the plugin from loading (the CLI prints them)."""
 
     def register_plugin(self, plugin: object, source: PluginSource) -> None:
         """Register ``plugin`` under ``source.name``, turning pluggy errors into ours.
@@ -96,10 +101,27 @@ class PluginManager(pluggy.PluginManager):
         except ValueError as exc:
             raise PluginError(f"cannot register plugin {source.describe()}: {exc}") from exc
         self.sources[source.name] = source
+        if not source.builtin and not self.get_hookcallers(plugin):
+            self.warnings.append(_no_hooks_warning(plugin, source))
 
     def source_of(self, plugin_name: str) -> PluginSource:
         """Return the provenance recorded for a plugin name."""
         return self.sources[plugin_name]
+
+
+def _no_hooks_warning(plugin: object, source: PluginSource) -> str:
+    unmarked = [name for name in hook_names() if callable(getattr(plugin, name, None))]
+    if unmarked:
+        why = (
+            f"its {', '.join(unmarked)} lack{'s' if len(unmarked) == 1 else ''} the @hookimpl "
+            "decorator"
+        )
+    else:
+        why = "it defines no hook function"
+    return (
+        f"plugin {source.describe()} registers nothing: {why}. Decorate each hook with "
+        "@hookimpl (from fewtrans_board import hookimpl)."
+    )
 
 
 def hook_names() -> list[str]:
@@ -156,6 +178,7 @@ def _load_entry_point(pm: PluginManager, ep: importlib.metadata.EntryPoint) -> N
         distribution=dist.metadata["Name"] if dist is not None else None,
         version=dist.version if dist is not None else None,
         builtin=False,
+        module=ep.value.partition(":")[0].strip(),
     )
     try:
         plugin = ep.load()
@@ -201,7 +224,7 @@ def get_plugin_manager(
     for module_name in DEFAULT_PLUGINS:
         pm.register_plugin(
             importlib.import_module(module_name),
-            PluginSource(module_name, DISTRIBUTION, __version__, builtin=True),
+            PluginSource(module_name, DISTRIBUTION, __version__, builtin=True, module=module_name),
         )
 
     if entry_points:
@@ -215,7 +238,8 @@ def get_plugin_manager(
             _load_entry_point(pm, ep)
 
     for name, plugin in (extra_plugins or {}).items():
-        pm.register_plugin(plugin, PluginSource(name, None, None, builtin=False))
+        module = plugin.__name__ if isinstance(plugin, types.ModuleType) else None
+        pm.register_plugin(plugin, PluginSource(name, None, None, builtin=False, module=module))
 
     _check_unknown_hooks(pm)
     return pm

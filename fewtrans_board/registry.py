@@ -17,7 +17,13 @@ from typing import Any, Generic, TypeVar
 
 from fewtrans_board.adapters.base import Adapter
 from fewtrans_board.datasets.spec import DatasetSpec
-from fewtrans_board.errors import DuplicateNameError, RegistrationError, UnknownNameError
+from fewtrans_board.errors import (
+    DuplicateNameError,
+    FewtransError,
+    PluginError,
+    RegistrationError,
+    UnknownNameError,
+)
 from fewtrans_board.models.spec import ModelSpec
 from fewtrans_board.plugins import PluginManager, PluginSource
 
@@ -234,6 +240,7 @@ class Registry:
         Raises:
             RegistrationError: an object is invalid; the message names the plugin.
             DuplicateNameError: two plugins used one name; the message names both.
+            PluginError: a plugin's hook raised; the message names the plugin.
         """
         registry = cls()
         hooks: list[tuple[str, Catalog[Any], Callable[[object], str]]] = [
@@ -264,5 +271,13 @@ class Registry:
                 # A caller restricted to this one plugin keeps pluggy's argument handling
                 # and tracing while attributing every registration to its plugin.
                 others = [p for p in pm.get_plugins() if p is not impl.plugin]
-                pm.subset_hook_caller(hook_name, remove_plugins=others)(register=register)
+                try:
+                    pm.subset_hook_caller(hook_name, remove_plugins=others)(register=register)
+                except FewtransError:
+                    raise
+                except Exception as exc:
+                    raise PluginError(
+                        f"plugin {source.describe()} raised {type(exc).__name__} in "
+                        f"{hook_name}: {exc}"
+                    ) from exc
         return registry

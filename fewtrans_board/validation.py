@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from fewtrans_board.errors import ContractError, FewtransError
-from fewtrans_board.registry import Registry
+from fewtrans_board.registry import Registered, Registry
 from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.evaluate import evaluate_episode
 from fewtrans_board.runner.inductive import (
@@ -21,7 +21,12 @@ from fewtrans_board.runner.inductive import (
 )
 from fewtrans_board.runner.rows import episode_rows
 from fewtrans_board.runner.spec import RunSpec
-from fewtrans_board.testing.contract import check_adapter, check_backbone
+from fewtrans_board.testing.contract import (
+    check_adapter,
+    check_backbone,
+    check_import_is_light,
+)
+from fewtrans_board.threads import torch_threads
 
 DEFAULT_MANIFEST = "fewtrans-varied--digits.parquet"
 
@@ -40,7 +45,7 @@ def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
     from fewtrans_board.episodes.embedded import digits_manifest
 
     checks: list[str] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, torch_threads(spec.threads):
         if not spec.manifest:
             spec = dataclasses.replace(
                 spec, manifest=str(digits_manifest(DEFAULT_MANIFEST, Path(tmp)))
@@ -111,6 +116,13 @@ def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
         else:
             _check_inductive(ctx, adapter, first)
             checks.append("inductive: each query's logits independent of the other queries")
+        modules = plugin_modules(ctx)
+        if modules:
+            try:
+                check_import_is_light(*modules)
+            except ContractError as exc:
+                raise ValidationError(str(exc)) from exc
+            checks.append(f"importing {', '.join(modules)} does not import torch")
     return {
         "model": ctx.model.name,
         "adapter": ctx.adapter_entry.name,
@@ -121,6 +133,26 @@ def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
         "hpe_accuracy": float(np.mean(hpe)),
         "checks": checks,
     }
+
+
+def plugin_modules(ctx: RunContext) -> list[str]:
+    """Modules of the third-party plugins that provide the run's model and adapter.
+
+    The entry-point module (imported by every ``fewtrans-board`` command) and the
+    adapter's own module; built-ins are covered by fewtrans-board's own tests.
+    """
+    modules: list[str] = []
+    entries: list[tuple[Registered[Any], str | None]] = [
+        (ctx.adapter_entry, ctx.adapter_cls.__module__),
+        (ctx.model, None),
+    ]
+    for entry, own_module in entries:
+        if entry.source.builtin or entry.source.distribution is None:
+            continue
+        for module in (entry.source.module, own_module):
+            if module and module != "__main__" and module not in modules:
+                modules.append(module)
+    return modules
 
 
 def _check_inductive(ctx: RunContext, adapter: Any, first: list[list[np.ndarray]]) -> None:

@@ -125,8 +125,12 @@ def datasets_registry() -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def installed_distribution(root: Path, name: str, version: str, module: str) -> Iterator[Path]:
+def installed_distribution(
+    root: Path, name: str, version: str, module: str, entry_point: str | None = None
+) -> Iterator[Path]:
     """Make ``module`` the ``fewtrans_board`` entry point of an installed distribution.
+
+    The entry point is called ``entry_point`` (default: the distribution name).
 
     Writes ``<name>-<version>.dist-info`` under ``root`` and puts ``root`` (and the repository,
     so ``tests.*`` modules import) on ``sys.path`` and ``PYTHONPATH``, so this process and the
@@ -135,7 +139,7 @@ def installed_distribution(root: Path, name: str, version: str, module: str) -> 
     info = root / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    (info / "entry_points.txt").write_text(f"[fewtrans_board]\n{name} = {module}\n")
+    (info / "entry_points.txt").write_text(f"[fewtrans_board]\n{entry_point or name} = {module}\n")
     old_path, old_env = list(sys.path), os.environ.get("PYTHONPATH")
     sys.path.insert(0, str(root))
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -162,3 +166,25 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         for line in TALLY.lines():
             terminalreporter.write_line(line)
         TALLY.write()
+
+
+@contextlib.contextmanager
+def extra_benchmark(
+    name: str, *manifests: str, held_out: tuple[str, ...] = ("digits",)
+) -> Iterator[None]:
+    """Add a small sub-benchmark to ``BENCHMARKS`` for a block; the table is restored after."""
+    from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark
+
+    saved = dict(BENCHMARKS)
+    BENCHMARKS[name] = Benchmark(
+        name=name,
+        title=name.title(),
+        description=f"The {name} test sub-benchmark.",
+        manifests=manifests,
+        held_out=held_out,
+    )
+    try:
+        yield
+    finally:
+        BENCHMARKS.clear()
+        BENCHMARKS.update(saved)

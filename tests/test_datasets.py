@@ -277,7 +277,7 @@ def test_datasets_check_reports_problems(
 
 def test_missing_root_gives_layout_help(invoke, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     result = invoke(["datasets", "check", "bscd-isic", "--root", str(tmp_path / "nope")])
-    assert result.exit_code == 1 and "does not exist" in result.output
+    assert result.exit_code == 2 and "does not exist" in result.output
     result = invoke(["datasets", "check", "bscd-isic"])
     assert (
         result.exit_code == 1

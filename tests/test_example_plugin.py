@@ -28,7 +28,8 @@ def test_example_appears_in_plugins_json(invoke) -> None:  # type: ignore[no-unt
     example = next(r for r in rows if r["name"] == "example")
     assert example["distribution"] == "fewtrans-example"
     assert example["version"] == importlib.metadata.version("fewtrans-example")
-    assert example["hooks"] == ["register_adapters", "register_models"] and not example["builtin"]
+    assert example["hooks"] == ["register_adapters", "register_commands", "register_models"]
+    assert not example["builtin"]
 
 
 def test_example_adapter_listed_with_provenance(invoke) -> None:  # type: ignore[no-untyped-def]

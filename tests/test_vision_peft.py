@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -269,7 +270,7 @@ def test_non_vit_encoders_fail_clearly(adapter) -> None:  # type: ignore[no-unty
 def test_tsa_untrained_head_is_prototype_cosine(backbones) -> None:  # type: ignore[no-untyped-def]
     backbone = backbones["open_clip"]
     episode = toy_episode()
-    config = TsaAdapter.Config().replace(epochs=0)
+    config = dataclasses.replace(TsaAdapter.Config(), epochs=0)  # below the user range: untrained
     logits = (
         TsaAdapter()
         .fit(backbone, episode.support, episode.class_names, config)
@@ -609,7 +610,7 @@ def test_tsa_predictor_transforms_prototypes_and_queries(transform, backbones, m
             return layer
 
         monkeypatch.setattr(ncc, "identity_transform", perturbed)
-        config = config.replace(epochs=0)
+        config = dataclasses.replace(config, epochs=0)
     predictor = TsaAdapter().fit(backbone, episode.support, episode.class_names, config)
     weight = predictor.head.transform.weight.detach()
     assert not torch.allclose(weight, torch.eye(32), atol=1e-3)

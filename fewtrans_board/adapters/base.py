@@ -18,6 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 
+from fewtrans_board.adapters.ranges import (
+    ROLE_RANGES,
+    Range,
+    bound_problem,
+    out_of_range,
+)
 from fewtrans_board.errors import ConfigError, RegistrationError
 
 if TYPE_CHECKING:
@@ -37,19 +43,35 @@ _SCALARS: dict[str, tuple[type, ...]] = {
 }
 
 
-def hparam(default: Any, help: str, *, hpe: HpeRole | None = None) -> Any:
-    """Declare a ``Config`` field with help text.
+def hparam(
+    default: Any,
+    help: str,
+    *,
+    hpe: HpeRole | None = None,
+    min: float | None = None,
+    max: float | None = None,
+    above: float | None = None,
+    below: float | None = None,
+) -> Any:
+    """Declare a ``Config`` field with help text and, for numbers, its valid range.
 
     Args:
         default: the default value (a JSON scalar).
         help: one sentence saying what the hyperparameter does.
         hpe: ``"lr"`` for a learning rate or ``"epochs"`` for the epoch count that the
             Hyperparameter Ensemble protocol varies around its centre; ``None`` otherwise.
+            A learning rate must also be above 0 and an epoch count at least 1.
+        min: smallest valid value (inclusive).
+        max: largest valid value (inclusive).
+        above: values must be greater than this (exclusive lower bound).
+        below: values must be smaller than this (exclusive upper bound).
 
     Returns:
-        A dataclass field carrying the metadata.
+        A dataclass field carrying the metadata. ``Config.from_dict`` refuses values
+        outside the range (and non-finite floats) with a :class:`ConfigError`.
     """
-    return dataclasses.field(default=default, metadata={"help": help, "hpe": hpe})
+    bounds = {"min": min, "above": above, "max": max, "below": below}
+    return dataclasses.field(default=default, metadata={"help": help, "hpe": hpe, "bounds": bounds})
 
 
 @dataclass(frozen=True)
@@ -61,6 +83,17 @@ class ConfigField:
     default: Any
     help: str
     hpe: HpeRole | None
+    range: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Effective valid range (declared and implied by the HPE role), e.g. ``{"above": 0}``."""
+
+    @property
+    def valid(self) -> Range:
+        """The range as a :class:`Range`."""
+        return Range.of(self.range)
+
+
+SCHEMA_FIELD_KEYS = ("name", "type", "default", "help", "hpe")
+"""Keys of a field in ``Adapter.schema()``: what the protocol reads and verification compares."""
 
 
 @dataclass(frozen=True)
@@ -79,13 +112,21 @@ class AdapterConfig:
         for f in dataclasses.fields(cls):
             hint = hints.get(f.name, Any)
             type_name = getattr(hint, "__name__", str(hint))
+            hpe = f.metadata.get("hpe")
+            declared = f.metadata.get("bounds") or {}
+            valid = Range()
+            if bound_problem(declared, type_name) is None:
+                valid = Range.of(declared)
+            if hpe in ROLE_RANGES and type_name in ("int", "float"):
+                valid = valid.intersect(ROLE_RANGES[hpe])
             info.append(
                 ConfigField(
                     name=f.name,
                     type=type_name,
                     default=f.default,
                     help=str(f.metadata.get("help", "")),
-                    hpe=f.metadata.get("hpe"),
+                    hpe=hpe,
+                    range=valid.to_dict(),
                 )
             )
         return info
@@ -101,7 +142,8 @@ class AdapterConfig:
             The config instance.
 
         Raises:
-            ConfigError: on an unknown key or a value of the wrong type.
+            ConfigError: on an unknown key, a value of the wrong type, a non-finite float
+                or a number outside the field's valid range.
         """
         fields = {f.name: f for f in cls.fields_info()}
         unknown = sorted(set(values) - set(fields))
@@ -119,6 +161,10 @@ class AdapterConfig:
                     f"{cls.__qualname__}.{key}: expected {fields[key].type}, "
                     f"got {value!r} ({type(value).__name__})"
                 )
+            if fields[key].type in ("int", "float"):
+                problem = out_of_range(value, fields[key].valid)
+                if problem is not None:
+                    raise ConfigError(f"{cls.__qualname__}.{key}: {problem}")
             clean[key] = float(value) if fields[key].type == "float" else value
         return cls(**clean)
 
@@ -280,6 +326,12 @@ class Adapter(ABC):
             raise RegistrationError(f"{where}: Config must subclass AdapterConfig")
         if not dataclasses.is_dataclass(config):
             raise RegistrationError(f"{where}: Config must be a @dataclass(frozen=True)")
+        hints = typing.get_type_hints(config)
+        for field in dataclasses.fields(config):
+            type_name = getattr(hints.get(field.name), "__name__", "")
+            problem = bound_problem(field.metadata.get("bounds") or {}, type_name)
+            if problem is not None:
+                raise RegistrationError(f"{where}: Config field {field.name!r}: {problem}")
         for info in config.fields_info():
             if not info.help:
                 raise RegistrationError(
@@ -299,6 +351,15 @@ class Adapter(ABC):
                 raise RegistrationError(
                     f"{where}: Config field {info.name!r} has hpe={info.hpe!r}; "
                     "use 'lr', 'epochs' or None"
+                )
+            bad_default = (
+                info.type in ("int", "float")
+                and isinstance(info.default, (int, float))
+                and out_of_range(info.default, info.valid)
+            )
+            if bad_default:
+                raise RegistrationError(
+                    f"{where}: Config field {info.name!r}: default {bad_default}"
                 )
         axes = [info.name for info in config.fields_info() if info.hpe is not None]
         if cls.training_free and axes:
@@ -332,7 +393,7 @@ class Adapter(ABC):
         """
         return {
             "name": cls.name,
-            "fields": cls.options(),
+            "fields": [{k: f[k] for k in SCHEMA_FIELD_KEYS} for f in cls.options()],
             "training_free": cls.training_free,
             "transductive": cls.transductive,
             "frozen_backbone": cls.frozen_backbone,
@@ -341,5 +402,5 @@ class Adapter(ABC):
 
     @classmethod
     def options(cls) -> list[dict[str, Any]]:
-        """Return the ``Config`` fields as JSON-friendly dicts."""
+        """Return the ``Config`` fields (with their valid ranges) as JSON-friendly dicts."""
         return [dataclasses.asdict(f) for f in cls.Config.fields_info()]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -20,9 +21,12 @@ import click
 from fewtrans_board import __version__
 from fewtrans_board.cli.app import App
 from fewtrans_board.errors import DuplicateNameError, FewtransError, PluginError
+from fewtrans_board.plugin_calls import PluginCallError
 from fewtrans_board.plugins import PluginManager, get_plugin_manager
 
-CORE_ONLY_COMMANDS = frozenset({"submission", "leaderboard", "site", "compare", "results"})
+CORE_ONLY_COMMANDS = frozenset(
+    {"submission", "leaderboard", "site", "compare", "results", "benchmarks"}
+)
 """Command groups that run with built-in plugins only.
 
 They validate, verify, store, summarise or publish results: the process that scores a
@@ -33,15 +37,56 @@ worker process), so an import-time monkeypatch of a plugin cannot change a verdi
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
+DEBUG_HINT = "run 'fewtrans-board --debug ...' for the full traceback"
+
+
 class RootGroup(click.Group):
-    """Root group that turns :class:`FewtransError` into a clean message and exit 1."""
+    """Root group that answers every failure with a short ``Error:`` message and exit 1.
+
+    A :class:`FewtransError` is a message for users and is printed as it is. Any other
+    exception is a bug (in fewtrans-board or a plugin): it is reported in one line naming
+    the command and the cause. ``--debug`` adds the full traceback to both.
+    """
 
     def invoke(self, ctx: click.Context) -> object:
-        """Invoke the selected command, reporting user errors without a traceback."""
+        """Invoke the selected command, reporting failures without a traceback."""
+        debug = bool(ctx.params.get("debug"))
         try:
             return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except BrokenPipeError:
+            raise  # output piped into e.g. 'head': click exits quietly
         except FewtransError as exc:
-            raise click.ClickException(str(exc)) from exc
+            if debug:
+                traceback.print_exception(exc, file=sys.stderr)
+            message = str(exc)
+            if isinstance(exc, PluginCallError) and not debug:
+                message += f"\n({DEBUG_HINT})"
+            raise click.ClickException(message) from exc
+        except Exception as exc:
+            if debug:
+                raise
+            command = _failing_command(exc) or ctx.command_path
+            raise click.ClickException(
+                f"'{command}' failed unexpectedly: {type(exc).__name__}: "
+                f"{_one_line(exc)} ({DEBUG_HINT}, and please report it)"
+            ) from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else "(no message)"
+
+
+def _failing_command(exc: BaseException) -> str | None:
+    """Command path of the innermost click context on the traceback (the failing command)."""
+    found = None
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        candidate = frame.f_locals.get("ctx")
+        if isinstance(candidate, click.Context):
+            found = candidate.command_path
+    return found
 
 
 def _walk(command: click.Command, path: str = "") -> Iterator[tuple[str, click.Command]]:
@@ -89,14 +134,19 @@ def make_cli(pm: PluginManager) -> click.Group:
 
     @click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
     @click.version_option(__version__, "--version", prog_name="fewtrans-board")
+    @click.option(
+        "--debug", is_flag=True, help="Print full tracebacks of errors (for bug reports)."
+    )
     @click.pass_context
-    def cli(ctx: click.Context) -> None:
+    def cli(ctx: click.Context, debug: bool) -> None:
         """Rigorous few-shot transfer benchmarks: frozen episodes, HPE, CIs, leaderboard.
 
         Datasets, models, adapters and extra commands come from plugins; run
         'fewtrans-board plugins' to see which are installed.
         """
-        ctx.obj = App(pm)
+        ctx.obj = App(pm, debug=debug)
+        for warning in pm.warnings:
+            click.echo(f"Warning: {warning}", err=True)
 
     owners: dict[str, str] = {}
     builtin_commands: dict[str, click.Command] = {}
@@ -135,16 +185,23 @@ def make_cli(pm: PluginManager) -> click.Group:
 
 def needs_plugins(argv: Sequence[str]) -> bool:
     """Whether the command line names a command that may load third-party plugins."""
-    command = next((arg for arg in argv if not arg.startswith("-")), None)
-    return command not in CORE_ONLY_COMMANDS
+    return _command(argv) not in CORE_ONLY_COMMANDS
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point: build the plugin manager and run the CLI."""
     args = list(argv) if argv is not None else sys.argv[1:]
+    command = _command(args)
+    debug = "--debug" in (args[: args.index(command)] if command else args)
     try:
         cli = make_cli(get_plugin_manager(entry_points=needs_plugins(args)))
     except FewtransError as exc:
+        if debug:
+            traceback.print_exception(exc, file=sys.stderr)
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)
     cli.main(args=args, prog_name="fewtrans-board")
+
+
+def _command(args: Sequence[str]) -> str | None:
+    return next((arg for arg in args if not arg.startswith("-")), None)

@@ -13,10 +13,12 @@ class App:
 
     Args:
         pm: the plugin manager the CLI was built from.
+        debug: whether ``--debug`` was given (full tracebacks).
     """
 
-    def __init__(self, pm: PluginManager) -> None:
+    def __init__(self, pm: PluginManager, debug: bool = False) -> None:
         self.pm = pm
+        self.debug = debug
         self._registry: Registry | None = None
 
     @property

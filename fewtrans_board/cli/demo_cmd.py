@@ -8,20 +8,26 @@ from typing import Any
 import click
 
 from fewtrans_board.cli.app import App, pass_app
-from fewtrans_board.cli.groups import echo_json, echo_table, print_summaries, show_progress
+from fewtrans_board.cli.groups import (
+    OutputPath,
+    echo_json,
+    echo_table,
+    print_summaries,
+    show_progress,
+)
 
 
 @click.command("demo")
 @click.option(
     "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutputPath(file_okay=False),
     default=Path("demo-output"),
     show_default=True,
     help="Folder for the manifest, results (and site).",
 )
 @click.option(
     "--episodes",
-    type=int,
+    type=click.IntRange(1, 600),
     default=200,
     show_default=True,
     help="Episodes of the frozen digits manifest to evaluate (600 = all; the inductive "
@@ -68,6 +74,10 @@ def demo_command(
 
     adapters = adapters or "mean-centroid,linear-probe,cosine-classifier"
     names = [a.strip() for a in adapters.split(",") if a.strip()]
+    if not names:
+        raise click.BadParameter("names no adapter", param_hint="--adapters")
+    for name in names:
+        app.registry.adapters.get(name)  # an unknown name fails here, before anything is written
     result = run_demo(
         app.registry,
         out,

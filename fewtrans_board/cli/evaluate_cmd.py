@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import (
+    OutputPath,
     adapter_option,
     centre_option,
     config_option,
@@ -22,7 +25,17 @@ from fewtrans_board.cli.groups import (
     resolve_device,
     root_option,
     show_progress,
+    threads_option,
     weights_option,
+)
+from fewtrans_board.cli.store_options import LEADERBOARD_ENV
+
+if TYPE_CHECKING:
+    from fewtrans_board.runner.spec import RunSpec
+
+EVALUATE_THREADS_HELP = (
+    "Torch CPU threads per worker, any executor (default 1, so every executor and machine "
+    "computes the same bits). Part of the run identity."
 )
 
 
@@ -47,7 +60,7 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
 @root_option("Local dataset copy (omit for embedded datasets).")
 @click.option(
     "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutputPath(file_okay=False),
     required=True,
     help="Results folder (created; reused to resume).",
 )
@@ -62,7 +75,12 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     default=None,
     help="Number of shards (default: one per 50 episodes).",
 )
-@click.option("--limit", type=int, default=None, help="Evaluate only the first N episodes.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Evaluate only the first N episodes (such a run cannot be submitted).",
+)
 @device_option()
 @click.option(
     "--executor",
@@ -78,17 +96,18 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     show_default=True,
     help="Parallel shard workers.",
 )
-@click.option(
-    "--threads",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Torch CPU threads per worker, any executor (default 1). Part of the run identity: "
-    "CPU results are bit-identical only for equal values.",
-)
+@threads_option(EVALUATE_THREADS_HELP)
 @click.option(
     "--no-feature-cache",
     is_flag=True,
     help="Recompute frozen features every time (slow; for checks).",
+)
+@click.option(
+    "--leaderboard",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Leaderboard store whose frozen manifests the run is checked against before it "
+    "starts (default: $FEWTRANS_BOARD_LEADERBOARD, or ./leaderboard if present).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the run report and summary as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
@@ -112,13 +131,16 @@ def evaluate_command(
     workers: int,
     threads: int | None,
     no_feature_cache: bool,
+    leaderboard: Path | None,
     as_json: bool,
     quiet: bool,
 ) -> None:
     """Evaluate ADAPTER on MODEL over a manifest with every configuration of the HPE grid.
 
     Results are written shard by shard (atomically) into OUT; running the same command
-    again resumes, skipping finished shards.
+    again resumes, skipping finished shards. It warns first when the results could not be
+    submitted to any sub-benchmark (limited run, manifest or protocol a sub-benchmark does
+    not accept, no held-out centre search).
     """
     from fewtrans_board.leaderboard.benchmarks import statistic_ddof_of_run
     from fewtrans_board.results.load import load_run
@@ -131,8 +153,6 @@ def evaluate_command(
         if shards is not None and shards != shard_choice[1]:
             raise click.BadParameter("--shards disagrees with --shard i/n", param_hint="--shards")
         shards = shard_choice[1]
-    if limit is not None and limit < 1:
-        raise click.BadParameter("must be positive", param_hint="--limit")
     spec = RunSpec(
         model=model,
         adapter=adapter,
@@ -148,6 +168,10 @@ def evaluate_command(
         feature_cache=not no_feature_cache,
         threads=threads,
     )
+    warnings = submission_warnings(app, spec, leaderboard)
+    if not as_json:
+        for warning in warnings:
+            click.echo(f"Warning: not submittable: {warning}", err=True)
     report = run_evaluation(
         spec,
         app.registry,
@@ -164,7 +188,13 @@ def evaluate_command(
         else None
     )
     if as_json:
-        echo_json({"report": {**report.__dict__, "out": str(report.out)}, "summary": summary})
+        echo_json(
+            {
+                "report": {**report.__dict__, "out": str(report.out)},
+                "summary": summary,
+                "warnings": warnings,
+            }
+        )
         return
     click.echo(
         f"{out}: {len(report.shards_run)} shard(s) run, {len(report.shards_skipped)} already done, "
@@ -174,6 +204,32 @@ def evaluate_command(
         print_summaries([summary])
     else:
         click.echo(f"{len(results.shards_present)}/{results.shards_total} shards finished so far.")
+
+
+def submission_warnings(app: App, spec: RunSpec, leaderboard: Path | None) -> list[str]:
+    """Why the run's results could not be submitted to any sub-benchmark (see eligibility)."""
+    from fewtrans_board.episodes.manifest import Manifest
+    from fewtrans_board.hpe.protocols import hpe_roles
+    from fewtrans_board.leaderboard.eligibility import submission_problems
+    from fewtrans_board.leaderboard.store import LeaderboardStore
+    from fewtrans_board.runner.context import resolve_centre
+    from fewtrans_board.runner.spec import load_centre_file
+
+    adapter_cls = app.registry.adapters.get(spec.adapter).obj
+    record = load_centre_file(spec.centre_file) if spec.centre_file else None
+    centre = resolve_centre(spec.adapter, adapter_cls, spec.config, record, spec.centre_file)
+    folder = leaderboard or Path(os.environ.get(LEADERBOARD_ENV, "leaderboard"))
+    store = LeaderboardStore(folder) if (folder / "manifests").is_dir() else None
+    return submission_problems(
+        Path(spec.manifest),
+        Manifest.load(spec.manifest),
+        spec.hpe,
+        roles=hpe_roles(adapter_cls),
+        centre=centre.to_dict(),
+        centre_record=record,
+        limit=spec.limit,
+        store=store,
+    )
 
 
 @click.group("results")

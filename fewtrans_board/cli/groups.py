@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -13,6 +15,11 @@ import click
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEVICE_HELP = "Torch device (default: cuda if available, else cpu)."
+THREADS_HELP = (
+    "Torch CPU threads (default: the cores this process may use, CPU quota counted, shared "
+    "among workers; 1 on a machine busy with other jobs). CPU results are bit-identical only "
+    "for equal values."
+)
 
 
 class DefaultGroup(click.Group):
@@ -171,6 +178,95 @@ def resolve_device(device: str | None) -> str:
     return device or default_device()
 
 
+def device_problem(device: str) -> str | None:
+    """Why torch cannot run on ``device`` here, or ``None`` when it can.
+
+    Args:
+        device: a torch device string (``cpu``, ``cuda``, ``cuda:1``, ``mps``).
+    """
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        return f"{device!r} is not a torch device; use cpu, cuda, cuda:N or mps"
+    if parsed.type == "cpu":
+        return None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            return "no CUDA device is available on this machine; use --device cpu"
+        count = torch.cuda.device_count()
+        if parsed.index is not None and parsed.index >= count:
+            return f"{device} does not exist: this machine has {count} CUDA device(s), cuda:0.."
+        return None
+    if parsed.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        return None if mps is not None and mps.is_available() else "MPS is not available here"
+    return f"device type {parsed.type!r} is not supported; use cpu, cuda, cuda:N or mps"
+
+
+class DeviceType(click.types.StringParamType):
+    """A torch device that exists on this machine (checked before any work starts)."""
+
+    name = "device"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        """Return the device string, or fail with why it cannot be used."""
+        text = str(value).strip()
+        problem = device_problem(text) if text else "the device name is empty"
+        if problem is not None:
+            self.fail(problem, param, ctx)
+        return text
+
+
+DEVICE = DeviceType()
+
+
+class OutputPath(click.Path):
+    """A file or folder a command will create.
+
+    Its nearest existing ancestor must be a writable folder, so a command refuses a path
+    it cannot create before it starts, not after hours of work.
+    """
+
+    def __init__(self, *, file_okay: bool = True, dir_okay: bool = True) -> None:
+        super().__init__(file_okay=file_okay, dir_okay=dir_okay, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """Check like ``click.Path``, then check that the path can be created."""
+        path = Path(os.fsdecode(super().convert(value, param, ctx)))
+        if not str(value).strip():
+            self.fail("the path is empty", param, ctx)
+        ancestor = path.absolute()
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if ancestor != path.absolute() and not ancestor.is_dir():
+            self.fail(f"cannot create {path}: {ancestor} is a file, not a folder", param, ctx)
+        if not os.access(ancestor, os.W_OK):
+            self.fail(f"cannot write to {ancestor}", param, ctx)
+        return path
+
+
+SEED = click.IntRange(0, 2**32 - 1)
+"""A random seed (numpy's ``RandomState`` accepts 0 .. 2**32 - 1)."""
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A ``FloatRange`` that also refuses ``nan`` (which compares as inside every range)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """Convert like ``FloatRange``; fail on ``nan``."""
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return number
+
+
+def threads_option(help_text: str) -> Callable[[F], F]:
+    """``--threads N`` (at least 1; ``None`` when not given: see ``fewtrans_board.threads``)."""
+    return click.option("--threads", type=click.IntRange(min=1), default=None, help=help_text)
+
+
 def optional_str(path: Path | None) -> str | None:
     """``str(path)``, or ``None`` for an option that was not given."""
     return str(path) if path else None
@@ -189,7 +285,7 @@ def weights_option(help_text: str) -> Callable[[F], F]:
     """``--weights FILE``: a local checkpoint."""
     return click.option(
         "--weights",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
         default=None,
         help=help_text,
     )
@@ -220,7 +316,7 @@ def root_option(help_text: str) -> Callable[[F], F]:
     """``--root DIR``: a local dataset copy."""
     return click.option(
         "--root",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
         default=None,
         help=help_text,
     )
@@ -236,12 +332,12 @@ def centre_option(help_text: str) -> Callable[[F], F]:
     return click.option(
         "--centre",
         "centre_file",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
         default=None,
         help=help_text,
     )
 
 
 def device_option(help_text: str = DEVICE_HELP) -> Callable[[F], F]:
-    """``--device NAME``; resolve with :func:`resolve_device`."""
-    return click.option("--device", default=None, help=help_text)
+    """``--device NAME`` (checked to exist here); resolve with :func:`resolve_device`."""
+    return click.option("--device", type=DEVICE, default=None, help=help_text)

@@ -8,6 +8,8 @@ import click
 
 from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import (
+    THREADS_HELP,
+    OutputPath,
     adapter_option,
     centre_option,
     config_option,
@@ -22,6 +24,7 @@ from fewtrans_board.cli.groups import (
     resolve_device,
     root_option,
     show_progress,
+    threads_option,
     weights_option,
 )
 
@@ -91,13 +94,19 @@ def hpe_grid(
 @manifest_option("An existing search manifest instead of --dataset.")
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath(dir_okay=False),
     required=True,
     help="Where to write the centre and the search log (JSON).",
 )
 @config_option("Start point override (repeatable).")
-@click.option("--limit", type=int, default=None, help="Use only the first N search episodes.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Use only the first N search episodes.",
+)
 @device_option()
+@threads_option(THREADS_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 @pass_app
 def hpe_search(
@@ -112,6 +121,7 @@ def hpe_search(
     config: tuple[str, ...],
     limit: int | None,
     device: str | None,
+    threads: int | None,
     as_json: bool,
 ) -> None:
     """Find an adapter's HPE centre on the 50 held-out search tasks (FewTrans's local search).
@@ -123,6 +133,7 @@ def hpe_search(
     from fewtrans_board.episodes.protocols import get_protocol
     from fewtrans_board.runner.centre_search import run_centre_search
     from fewtrans_board.runner.spec import RunSpec
+    from fewtrans_board.threads import torch_threads
 
     if manifest is None:
         name = dataset or "cub"
@@ -143,7 +154,8 @@ def hpe_search(
         limit=limit,
         device=resolve_device(device),
     )
-    record = run_centre_search(run, app.registry, out, progress=show_progress(not as_json))
+    with torch_threads(threads):
+        record = run_centre_search(run, app.registry, out, progress=show_progress(not as_json))
     if as_json:
         echo_json(record)
         return

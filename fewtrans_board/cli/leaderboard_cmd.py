@@ -1,51 +1,32 @@
-"""``submission``, ``leaderboard`` and ``compare`` commands."""
+"""``submission`` and ``leaderboard`` commands."""
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from fewtrans_board.cli.groups import echo_json, echo_table
+from fewtrans_board.cli.groups import (
+    DEVICE,
+    SEED,
+    FiniteFloatRange,
+    OutputPath,
+    echo_json,
+    echo_table,
+    threads_option,
+)
+from fewtrans_board.cli.store_options import (
+    leaderboard_option,
+    parse_roots,
+    verification_from,
+    verification_options,
+    worker_python_option,
+)
 
 if TYPE_CHECKING:
     from fewtrans_board.leaderboard.errors import SubmissionError
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-LEADERBOARD_ENV = "FEWTRANS_BOARD_LEADERBOARD"
-
-leaderboard_option = click.option(
-    "--leaderboard",
-    "leaderboard",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=lambda: os.environ.get(LEADERBOARD_ENV, "leaderboard"),
-    show_default="leaderboard (or $FEWTRANS_BOARD_LEADERBOARD)",
-    help="The leaderboard store folder.",
-)
-
-
-worker_python_option = click.option(
-    "--worker-python",
-    default=None,
-    metavar="PYTHON",
-    help="Interpreter of the plugin worker, e.g. a virtualenv holding the submission's pinned "
-    "plugins (default: this one).",
-)
-
-
-def _roots(values: tuple[str, ...]) -> dict[str, Path]:
-    roots = {}
-    for value in values:
-        dataset, sep, path = value.partition("=")
-        if not sep:
-            raise click.BadParameter(f"{value!r} is not DATASET=PATH", param_hint="--root")
-        roots[dataset] = Path(path)
-    return roots
 
 
 def _fail(error: SubmissionError, as_json: bool) -> NoReturn:
@@ -61,45 +42,6 @@ def _fail(error: SubmissionError, as_json: bool) -> NoReturn:
         sys.exit(1)
     # The root group reports it as "Error: <message>" with exit status 1.
     raise error
-
-
-def verification_options(verify_help: str, root_help: str) -> Callable[[F], F]:
-    """``--verify``, ``--seed``, ``--root``, ``--worker-python`` and ``--json`` options.
-
-    Args:
-        verify_help: help text of ``--verify``.
-        root_help: help text of ``--root``.
-
-    Returns:
-        A decorator adding the options, in that order.
-    """
-    options = [
-        click.option(
-            "--verify",
-            "verify_sample",
-            type=click.IntRange(0),
-            default=0,
-            show_default=True,
-            help=verify_help,
-        ),
-        click.option(
-            "--seed",
-            type=int,
-            default=0,
-            show_default=True,
-            help="Seed choosing the verified episodes.",
-        ),
-        click.option("--root", "roots", multiple=True, metavar="DATASET=PATH", help=root_help),
-        worker_python_option,
-        click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
-    ]
-
-    def decorate(command: F) -> F:
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return decorate
 
 
 @click.group("submission")
@@ -136,7 +78,7 @@ def submission_template() -> None:
 )
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath(dir_okay=False),
     required=True,
     help="Bundle zip to write.",
 )
@@ -222,10 +164,10 @@ def _print_validation(report: dict[str, Any], as_json: bool) -> None:
     show_default=True,
     help="Episodes re-run per dataset.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed choosing the episodes.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed choosing the episodes.")
 @click.option(
     "--threshold",
-    type=click.FloatRange(0, 1),
+    type=FiniteFloatRange(0, 1),
     default=0.9,
     show_default=True,
     help="Minimum agreement.",
@@ -233,8 +175,18 @@ def _print_validation(report: dict[str, Any], as_json: bool) -> None:
 @click.option(
     "--root", "roots", multiple=True, metavar="DATASET=PATH", help="Local dataset copies."
 )
-@click.option("--weights", default=None, help="Local checkpoint for the model.")
-@click.option("--device", default="cpu", show_default=True, help="Torch device of the worker.")
+@click.option(
+    "--weights",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Local checkpoint for the model.",
+)
+@click.option(
+    "--device", type=DEVICE, default="cpu", show_default=True, help="Torch device of the worker."
+)
+@threads_option(
+    "Torch threads of the worker (default: the run's recorded count, capped at the cores here)."
+)
 @worker_python_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def submission_verify(
@@ -246,6 +198,7 @@ def submission_verify(
     roots: tuple[str, ...],
     weights: str | None,
     device: str,
+    threads: int | None,
     worker_python: str | None,
     as_json: bool,
 ) -> None:
@@ -265,10 +218,11 @@ def submission_verify(
             sample=sample,
             seed=seed,
             threshold=threshold,
-            roots=_roots(roots),
+            roots=parse_roots(roots),
             weights=weights,
             device=device,
             python=worker_python,
+            threads=threads,
         )
     except SubmissionError as exc:
         _fail(exc, as_json)
@@ -320,10 +274,10 @@ def leaderboard_add(
 ) -> None:
     """Validate (and optionally verify) a bundle, then merge it into the store. Entries are immutable."""
     from fewtrans_board.leaderboard.errors import SubmissionError
-    from fewtrans_board.leaderboard.intake import Verification, add_bundle
+    from fewtrans_board.leaderboard.intake import add_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
-    verification = Verification(verify_sample, seed, _roots(roots), worker_python)
+    verification = verification_from(verify_sample, seed, roots, worker_python)
     try:
         result = add_bundle(bundle, LeaderboardStore(leaderboard), verification)
     except SubmissionError as exc:
@@ -354,10 +308,10 @@ def leaderboard_check(
 ) -> None:
     """Re-validate (and optionally verify) a stored entry; writes nothing (used by CI on PRs)."""
     from fewtrans_board.leaderboard.errors import SubmissionError
-    from fewtrans_board.leaderboard.intake import Verification, check_entry
+    from fewtrans_board.leaderboard.intake import check_entry
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
-    verification = Verification(verify_sample, seed, _roots(roots), worker_python)
+    verification = verification_from(verify_sample, seed, roots, worker_python)
     try:
         result = check_entry(ident, LeaderboardStore(leaderboard), verification)
     except SubmissionError as exc:
@@ -408,9 +362,14 @@ def leaderboard_check_pr(
     the submitter's pinned plugins installed only in the --worker-python environment.
     """
     from fewtrans_board.leaderboard.errors import SubmissionError
-    from fewtrans_board.leaderboard.intake import Verification, check_pull_request
+    from fewtrans_board.leaderboard.intake import check_pull_request
 
-    verification = Verification(verify_sample, seed, _roots(roots), worker_python)
+    folder = (repo / store_folder).resolve()
+    if not folder.is_relative_to(repo.resolve()) or not folder.is_dir():
+        raise click.BadParameter(
+            f"{store_folder!r} is not a folder inside {repo}", param_hint="--store"
+        )
+    verification = verification_from(verify_sample, seed, roots, worker_python)
     try:
         report = check_pull_request(repo, base, verification, head, store_folder)
     except SubmissionError as exc:
@@ -454,54 +413,3 @@ def leaderboard_rebuild(leaderboard: Path, check: bool) -> None:
         return
     store.write_index(index)
     click.echo(f"wrote {store.index_path}: {len(index['submissions'])} submissions")
-
-
-@click.command("compare")
-@click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def compare_command(run_a: Path, run_b: Path, seed: int, as_json: bool) -> None:
-    """Paired comparison of RUN_A vs RUN_B on shared episodes (FewTrans Table VIII style).
-
-    RUN_A and RUN_B are run folders, or folders holding one run per dataset.
-    """
-    from fewtrans_board.leaderboard.compare import compare_runs
-
-    report = compare_runs(run_a, run_b, seed=seed)
-    if as_json:
-        echo_json(report)
-        return
-    click.echo(
-        f"A = {report['a']}\nB = {report['b']}\n"
-        "(HPE accuracy %, paired over shared episodes; p Holm-adjusted across datasets)"
-    )
-    rows = [
-        [
-            r["dataset"],
-            r["episodes"],
-            f"{r['a']:.2f}",
-            f"{r['b']:.2f}",
-            f"{r['difference']:+.2f}",
-            f"{r['t_p_holm']:.2g}{' *' if r['significant'] else ''}",
-            f"{r['wilcoxon_p']:.2g}",
-            f"{r['cohens_d']:+.2f}",
-        ]
-        for r in report["datasets"]
-    ]
-    o = report["overall"]
-    rows.append(
-        [
-            "overall",
-            o["episodes"],
-            f"{o['a']:.2f}",
-            f"{o['b']:.2f}",
-            f"{o['difference']:+.2f} [{o['difference_ci'][0]:+.2f}, {o['difference_ci'][1]:+.2f}]",
-            f"{o['t_p']:.2g}",
-            f"{o['wilcoxon_p']:.2g}",
-            f"{o['cohens_d']:+.2f}",
-        ]
-    )
-    echo_table(
-        ["dataset", "episodes", "A", "B", "A - B", "p (t)", "p (Wilcoxon)", "Cohen's d"], rows
-    )

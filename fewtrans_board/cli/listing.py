@@ -59,7 +59,11 @@ def plugins_command(app: App, as_json: bool) -> None:
 
 @click.group("datasets", cls=DefaultGroup)
 def datasets_group() -> None:
-    """List datasets (default) or check a local copy ('datasets check')."""
+    """List datasets (default) or check a local copy ('datasets check').
+
+    Listing options (a name pattern, --json) belong to the default subcommand: see
+    'datasets list --help'.
+    """
 
 
 @datasets_group.command("list")
@@ -90,7 +94,11 @@ def datasets_list(app: App, pattern: str, as_json: bool) -> None:
 
 @click.group("models", cls=DefaultGroup)
 def models_group() -> None:
-    """List registered models (pretrained backbones)."""
+    """List registered models (pretrained backbones).
+
+    Listing options (a name pattern, --json) belong to the default subcommand: see
+    'models list --help'.
+    """
 
 
 @models_group.command("list")
@@ -114,7 +122,11 @@ def models_list(app: App, pattern: str, as_json: bool) -> None:
 
 @click.group("adapters", cls=DefaultGroup)
 def adapters_group() -> None:
-    """List registered adapters (transfer algorithms)."""
+    """List registered adapters (transfer algorithms).
+
+    Listing options (a name pattern, --options for hyperparameters and their ranges,
+    --json) belong to the default subcommand: see 'adapters list --help'.
+    """
 
 
 @adapters_group.command("list")
@@ -142,6 +154,7 @@ def adapters_list(app: App, pattern: str, show_options: bool, as_json: bool) -> 
             click.echo(f"  paper: {e.obj.paper}")
         for f in e.obj.Config.fields_info():
             role = f" [HPE {f.hpe}]" if f.hpe else ""
-            click.echo(f"  --{f.name} ({f.type}, default {f.default!r}){role}: {f.help}")
+            valid = f", {f.valid.text()}" if f.range else ""
+            click.echo(f"  --{f.name} ({f.type}, default {f.default!r}{valid}){role}: {f.help}")
         if not e.obj.Config.fields_info():
             click.echo("  (no options)")

@@ -8,21 +8,15 @@ from pathlib import Path
 import click
 
 from fewtrans_board.cli.app import App, pass_app
-from fewtrans_board.cli.groups import echo_json, show_progress
+from fewtrans_board.cli.groups import SEED, OutputPath, echo_json, show_progress
 
 ROOT_HELP = "Folder of your local copy of the dataset (omit for embedded datasets)."
 root_option = click.option(
     "--root",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=None,
     help=ROOT_HELP,
 )
-
-
-def _root(path: Path | None) -> Path | None:
-    if path is not None and not path.exists():
-        raise click.ClickException(f"--root {path} does not exist")
-    return path
 
 
 @click.command("check")
@@ -42,7 +36,7 @@ def datasets_check(
 
     spec = app.registry.datasets.get(name).obj
     report = check_local_copy(
-        spec, _root(root), verify_images=not no_verify_images, progress=show_progress(not as_json)
+        spec, root, verify_images=not no_verify_images, progress=show_progress(not as_json)
     )
     if as_json:
         echo_json(report.to_dict())
@@ -84,16 +78,32 @@ def manifest_group() -> None:
 @root_option
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath(dir_okay=False),
     required=True,
     help="Output Parquet file.",
 )
-@click.option("--ways", type=int, default=None, help="Fixed protocols: classes per episode.")
-@click.option("--shots", type=int, default=None, help="Fixed protocols: support items per class.")
-@click.option("--queries", type=int, default=None, help="Fixed protocols: query items per class.")
-@click.option("--episodes", type=int, default=None, help="Episodes per draw block.")
-@click.option("--seed", type=int, default=None, help="Sampler seed (protocol default otherwise).")
-@click.option("--block", type=int, default=None, help="Draw block to keep (0 = first).")
+@click.option(
+    "--ways", type=click.IntRange(min=2), default=None, help="Fixed protocols: classes per episode."
+)
+@click.option(
+    "--shots",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Fixed protocols: support items per class.",
+)
+@click.option(
+    "--queries",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Fixed protocols: query items per class.",
+)
+@click.option(
+    "--episodes", type=click.IntRange(min=1), default=None, help="Episodes per draw block."
+)
+@click.option("--seed", type=SEED, default=None, help="Sampler seed (protocol default otherwise).")
+@click.option(
+    "--block", type=click.IntRange(min=0), default=None, help="Draw block to keep (0 = first)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @pass_app
 def manifest_build(
@@ -128,7 +138,7 @@ def manifest_build(
     recipe = manifest_recipe(
         protocol_name, dataset_name, with_root=root is not None, overrides=overrides
     )
-    manifest = build_manifest(spec, _root(root), protocol, command=recipe)
+    manifest = build_manifest(spec, root, protocol, command=recipe)
     file_hash = manifest.write(out)
     if as_json:
         echo_json({"path": str(out), "file_sha256": file_hash, **manifest.summary()})
@@ -172,7 +182,7 @@ def manifest_verify(app: App, path: Path, root: Path | None, as_json: bool) -> N
 
     manifest = Manifest.load(path)
     spec = app.registry.datasets.get(manifest.dataset).obj
-    check = verify_manifest(manifest, spec, _root(root))
+    check = verify_manifest(manifest, spec, root)
     if as_json:
         echo_json(check.to_dict())
     else:

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from fewtrans_board.cli.app import App, pass_app
-from fewtrans_board.cli.leaderboard_cmd import leaderboard_option
+from fewtrans_board.cli.groups import OutputPath
+from fewtrans_board.cli.store_options import leaderboard_option
 
 
 @click.group("site")
@@ -19,7 +20,7 @@ def site_group() -> None:
 @leaderboard_option
 @click.option(
     "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutputPath(file_okay=False),
     default=Path("_site"),
     show_default=True,
     help="Output folder.",

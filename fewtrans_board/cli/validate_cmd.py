@@ -8,6 +8,7 @@ import click
 
 from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import (
+    THREADS_HELP,
     adapter_option,
     config_option,
     device_option,
@@ -19,6 +20,7 @@ from fewtrans_board.cli.groups import (
     protocol_option,
     resolve_device,
     root_option,
+    threads_option,
     weights_option,
 )
 
@@ -35,6 +37,7 @@ from fewtrans_board.cli.groups import (
     "--episodes", type=click.IntRange(1, 50), default=3, show_default=True, help="Episodes to run."
 )
 @device_option()
+@threads_option(THREADS_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @pass_app
 def validate_command(
@@ -48,13 +51,15 @@ def validate_command(
     config: tuple[str, ...],
     episodes: int,
     device: str | None,
+    threads: int | None,
     as_json: bool,
 ) -> None:
     """Check a model + adapter before submitting: contract, HPE run, re-runnability, no label use.
 
     Runs the plugin contract checks, then every HPE configuration on a few episodes twice
-    (results must be identical), and once more with the query labels permuted (predictions
-    must not change). Exits 1 with the reason on the first failure.
+    (results must be identical), once more with the query labels permuted (predictions
+    must not change), checks that each query is predicted on its own, and that importing
+    the plugin does not import torch. Exits 1 with the reason on the first failure.
     """
     from fewtrans_board.runner.spec import RunSpec
     from fewtrans_board.validation import validate_submission
@@ -69,6 +74,7 @@ def validate_command(
         config=parse_config_options(config),
         limit=episodes,
         device=resolve_device(device),
+        threads=threads,
     )
     report = validate_submission(run, app.registry)
     if as_json:

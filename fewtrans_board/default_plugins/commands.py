@@ -11,14 +11,12 @@ from fewtrans_board.hookspecs import hookimpl
 def register_commands(cli: click.Group) -> None:
     """Attach the built-in commands."""
     from fewtrans_board.cli.analyze_cmd import analyze_group
+    from fewtrans_board.cli.benchmarks_cmd import benchmarks_command
+    from fewtrans_board.cli.compare_cmd import compare_command
     from fewtrans_board.cli.demo_cmd import demo_command
     from fewtrans_board.cli.evaluate_cmd import evaluate_command, results_group
     from fewtrans_board.cli.hpe_cmd import hpe_group
-    from fewtrans_board.cli.leaderboard_cmd import (
-        compare_command,
-        leaderboard_group,
-        submission_group,
-    )
+    from fewtrans_board.cli.leaderboard_cmd import leaderboard_group, submission_group
     from fewtrans_board.cli.listing import (
         adapters_group,
         datasets_group,
@@ -45,6 +43,7 @@ def register_commands(cli: click.Group) -> None:
         demo_command,
         submission_group,
         leaderboard_group,
+        benchmarks_command,
         compare_command,
         site_group,
         unlearn_command,

@@ -13,8 +13,13 @@ from fewtrans_board.models.spec import ModelSpec
 
 
 def _timm(argument: str, weights: Path | None, device: str) -> Backbone:
-    from fewtrans_board.models.timm_family import load_timm_backbone
+    from fewtrans_board.models.timm_family import RANDOM_TAG, load_timm_backbone
 
+    architecture, _, tag = argument.rpartition(".")
+    if architecture and tag == RANDOM_TAG:
+        return load_timm_backbone(
+            architecture, weights, device, name=f"timm:{argument}", random_init=True
+        )
     return load_timm_backbone(argument, weights, device, name=f"timm:{argument}")
 
 
@@ -140,11 +145,14 @@ MODELS: tuple[ModelSpec, ...] = (
         architecture="any",
         source="hf-hub or --weights",
         license="per model",
-        description="Any timm architecture: timm:<model name>[.<pretrained tag>].",
+        description=(
+            "Any timm architecture: timm:<model name>[.<pretrained tag>], or "
+            "timm:<model name>.random for seeded random-init weights (no download)."
+        ),
         family_loader=_timm,
         argument_help=(
             "a timm model name with optional pretrained tag, "
-            "e.g. vit_small_patch16_224.augreg_in21k"
+            "e.g. vit_small_patch16_224.augreg_in21k, or .random for random-init weights"
         ),
     ),
     ModelSpec(

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from fewtrans_board.adapters.base import Adapter, AdapterConfig
 from fewtrans_board.canonical import canonical_json, sha256_text
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.errors import ConfigError, FewtransError
 
 Aggregation = Literal["logit-mean", "vote"]
 
@@ -96,11 +96,21 @@ class HpeProtocol:
         return self.axes_for(centre.to_dict(), hpe_roles(adapter))
 
     def grid(self, adapter: type[Adapter], centre: AdapterConfig) -> list[AdapterConfig]:
-        """All configurations, in the order of the Config fields' Cartesian product."""
-        return [
-            adapter.Config.from_dict(values)
-            for values in self.grid_for(centre.to_dict(), hpe_roles(adapter))
-        ]
+        """All configurations, in the order of the Config fields' Cartesian product.
+
+        Raises:
+            ConfigError: a grid point leaves a field's declared range.
+        """
+        configs = []
+        for values in self.grid_for(centre.to_dict(), hpe_roles(adapter)):
+            try:
+                configs.append(adapter.Config.from_dict(values))
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"the {self.name} grid around the centre {centre.to_dict()} of adapter "
+                    f"{adapter.name!r} leaves a declared range: {exc}; move the centre"
+                ) from exc
+        return configs
 
     def describe(self) -> dict[str, Any]:
         """JSON-friendly definition."""

@@ -28,12 +28,47 @@ def _by_episode(run: RunResults, aggregation: str) -> dict[int, float]:
     return {int(e): float(v) for e, v in zip(episodes, values, strict=True)}
 
 
-def compare_runs(a: Path, b: Path, aggregation: str = "hpe", seed: int = 0) -> dict[str, Any]:
+def protocol_of(run: RunResults) -> dict[str, Any]:
+    """The HPE protocol a run was scored under: name, version and headline aggregation."""
+    hpe = run.meta["hpe"]
+    return {"name": hpe["name"], "version": hpe.get("version"), "aggregation": hpe["aggregation"]}
+
+
+def _check_same_protocol(
+    runs_a: dict[str, RunResults], runs_b: dict[str, RunResults], shared: list[str], allow: bool
+) -> bool:
+    """Whether A and B were scored under different HPE protocols (refused unless ``allow``)."""
+    for sha in shared:
+        pa, pb = protocol_of(runs_a[sha]), protocol_of(runs_b[sha])
+        if pa != pb:
+            if not allow:
+                raise FewtransError(
+                    f"{runs_a[sha].dataset}: A was scored under HPE protocol {pa['name']} "
+                    f"({pa['aggregation']}), B under {pb['name']} ({pb['aggregation']}); their "
+                    "accuracies are not comparable (different grids and fusion). Evaluate both "
+                    "under one protocol, or pass --allow-protocol-mismatch to compare anyway."
+                )
+            return True
+    return False
+
+
+def compare_runs(
+    a: Path,
+    b: Path,
+    aggregation: str = "hpe",
+    seed: int = 0,
+    *,
+    allow_protocol_mismatch: bool = False,
+) -> dict[str, Any]:
     """Compare A against B on every manifest both were evaluated on.
 
     Per dataset: both means, the mean difference, paired t-test and Wilcoxon p-values
     (Holm-adjusted across datasets), and paired Cohen's d. Overall: the difference of the
     cross-dataset averages with a seeded bootstrap CI, and tests on all pooled episodes.
+
+    Raises:
+        FewtransError: no shared manifest, or A and B were scored under different HPE
+            protocols and ``allow_protocol_mismatch`` is false.
     """
     runs_a, runs_b = _runs_by_manifest(a), _runs_by_manifest(b)
     shared = sorted(set(runs_a) & set(runs_b), key=lambda s: runs_a[s].dataset)
@@ -41,6 +76,7 @@ def compare_runs(a: Path, b: Path, aggregation: str = "hpe", seed: int = 0) -> d
         raise FewtransError(
             f"{a} and {b} share no manifest; paired comparison needs the same episodes"
         )
+    mismatch = _check_same_protocol(runs_a, runs_b, shared, allow_protocol_mismatch)
     rows: list[dict[str, Any]] = []
     diffs: dict[str, np.ndarray] = {}
     pooled_a: list[np.ndarray] = []
@@ -75,6 +111,11 @@ def compare_runs(a: Path, b: Path, aggregation: str = "hpe", seed: int = 0) -> d
     return {
         "a": label["a"],
         "b": label["b"],
+        "protocols": {
+            "a": protocol_of(runs_a[shared[0]]),
+            "b": protocol_of(runs_b[shared[0]]),
+        },
+        "protocol_mismatch": mismatch,
         "aggregation": aggregation,
         "datasets": rows,
         "overall": {

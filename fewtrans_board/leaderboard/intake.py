@@ -6,7 +6,6 @@ verification drives the plugin in a separate worker process.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +17,13 @@ from fewtrans_board.leaderboard.bundle import (
     pack_bundle,
     run_centre_record,
 )
+from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.index import build_index
+from fewtrans_board.leaderboard.meta import parse_meta
 from fewtrans_board.leaderboard.store import LeaderboardStore, index_text
 from fewtrans_board.leaderboard.validate import ValidationReport, validate_contents
 from fewtrans_board.leaderboard.verify import validate_and_verify, verify_contents
+from fewtrans_board.runner.spec import load_centre_file
 
 
 @dataclass(frozen=True)
@@ -78,11 +80,15 @@ def pack_checked(
 
     Raises:
         SubmissionError: the first fault validation finds.
+        FewtransError: the centre file is not an 'hpe search' record.
     """
-    record = json.loads(centre.read_text(encoding="utf-8")) if centre else None
-    contents = BundleContents(
-        meta.read_text(encoding="utf-8"), record or run_centre_record(runs), list(runs)
-    )
+    record = load_centre_file(centre) if centre else None
+    meta_text = meta.read_text(encoding="utf-8")
+    try:
+        parse_meta(meta_text)
+    except SubmissionError as exc:
+        raise SubmissionError(exc.code, f"{meta}: {exc}") from exc
+    contents = BundleContents(meta_text, record or run_centre_record(runs), list(runs))
     report = validate_contents(contents, store)
     pack_bundle(runs, meta, out, centre)
     return report

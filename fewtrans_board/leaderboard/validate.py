@@ -302,6 +302,25 @@ def _check_group(
             )
 
 
+def _check_complete(run: RunResults) -> None:
+    """Refuse a limited or unfinished run, saying which it is and what to do."""
+    limit = run.meta["identity"].get("limit")
+    if limit is not None:
+        raise SubmissionError(
+            "incomplete",
+            f"{run.dataset}: the run evaluated only the first {limit} episodes (evaluate "
+            "--limit); evaluate every episode of the manifest, without --limit",
+        )
+    if not run.complete:
+        missing = sorted(set(range(run.shards_total)) - set(run.shards_present))
+        raise SubmissionError(
+            "incomplete",
+            f"{run.dataset}: {len(run.shards_present)} of {run.shards_total} shards are finished, "
+            f"shard(s) {', '.join(map(str, missing[:10]))} missing; run the same evaluate "
+            "command again to finish them (finished shards are kept)",
+        )
+
+
 def _check_grid(
     run: RunResults, protocol: str, expected: list[dict[str, Any]], evaluated: list[dict[str, Any]]
 ) -> None:
@@ -497,11 +516,7 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
             raise SubmissionError(
                 "duplicate-episode", f"{filename} is covered by two result folders"
             )
-        if run.meta["identity"].get("limit") is not None or not run.complete:
-            raise SubmissionError(
-                "incomplete",
-                f"{run.dataset}: the run was limited or has {len(run.shards_present)}/{run.shards_total} shards",
-            )
+        _check_complete(run)
         centre = typed_values(run.meta["adapter"]["centre"], schema["fields"])
         grid = protocol.grid_for(centre, roles)
         _check_grid(run, protocol.name, grid, run.meta["identity"]["grid"])

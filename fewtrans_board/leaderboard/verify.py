@@ -40,6 +40,7 @@ from fewtrans_board.runner.inductive import (
     verification_probes,
 )
 from fewtrans_board.runner.isolated import FitRequest, IsolatedAdapter, WorkerError, WorkerInfo
+from fewtrans_board.threads import replay_threads
 
 
 def check_pins_installed(pins: dict[str, str], installed: dict[str, str | None]) -> None:
@@ -225,6 +226,7 @@ def verify_contents(
     python: str | None = None,
     salt: str | None = None,
     inductive_tolerance: float = INDUCTIVE_TOLERANCE,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """Re-run ``sample`` seeded episodes per dataset in a plugin worker and compare.
 
@@ -248,6 +250,8 @@ def verify_contents(
         salt: secret of the query presentation order; a fresh random one when ``None``.
         inductive_tolerance: largest relative logit change allowed between a query
             predicted with all queries and with a subset of them.
+        threads: torch threads of the worker; ``None`` replays the recorded count
+            (capped at the cores available).
 
     Returns:
         The verification report.
@@ -276,7 +280,7 @@ def verify_contents(
                 meta.adapter,
                 weights=weights,
                 device=device,
-                threads=environment.get("torch_threads"),
+                threads=threads or replay_threads(environment.get("torch_threads")),
                 allow=sorted(meta.plugins),
                 training_free=bool(recorded.get("training_free")),
                 python=python,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +96,8 @@ def load_open_clip_backbone(
     """
     import open_clip
 
+    from fewtrans_board.models.hub import hub_access, offline_hint
+
     arch, _, tag = argument.partition("/")
     if arch not in open_clip.list_models():
         raise FewtransError(f"open_clip has no architecture {arch!r}; see open_clip.list_models()")
@@ -111,16 +114,18 @@ def load_open_clip_backbone(
         raise FewtransError(
             f"open_clip {arch!r} has no pretrained tag {tag!r}; known tags: {', '.join(known)}"
         )
+    online = True
     try:
-        model = open_clip.create_model(
-            arch,
-            pretrained=None if weights is not None else tag,
-            force_quick_gelu=weights is not None and bool(pretrained_cfg.get("quick_gelu")),
-        )
+        with hub_access() if weights is None else nullcontext(True) as online:
+            model = open_clip.create_model(
+                arch,
+                pretrained=None if weights is not None else tag,
+                force_quick_gelu=weights is not None and bool(pretrained_cfg.get("quick_gelu")),
+            )
     except Exception as exc:  # hub and network failures come in many types
         raise FewtransError(
-            f"cannot load open_clip {argument!r} ({type(exc).__name__}: {exc}). Offline? "
-            "Pass --weights FILE with a local checkpoint (safetensors preferred)."
+            f"cannot load open_clip {argument!r} ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}). {offline_hint(online)}"
         ) from exc
     if weights is not None:
         weights_id = fit_checkpoint(model, weights, f"open_clip {arch!r}")

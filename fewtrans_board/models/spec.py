@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fewtrans_board.errors import ContractError, FewtransError
+from fewtrans_board.plugin_calls import plugin_code
 
 if TYPE_CHECKING:
     from fewtrans_board.models.backbone import Backbone
@@ -94,6 +95,7 @@ class ModelSpec:
 
         Raises:
             ContractError: the loader returned something that is not a ``Backbone``.
+            PluginCallError: the loader raised an exception that is not a FewtransError.
         """
         from fewtrans_board.models.backbone import Backbone
 
@@ -103,7 +105,9 @@ class ModelSpec:
                 f"({self.argument_help})"
             )
         path = Path(weights) if weights is not None else None
-        backbone = self.loader(path, device)
+        loader = getattr(self.loader, "func", self.loader)  # a family variant is a partial
+        with plugin_code(f"model {self.name!r}", "loading", owner=loader):
+            backbone = self.loader(path, device)
         if not isinstance(backbone, Backbone):
             raise ContractError(
                 f"model {self.name!r}: loader returned {type(backbone).__name__}, "

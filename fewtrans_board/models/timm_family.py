@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
 from fewtrans_board.errors import FewtransError
 from fewtrans_board.models.backbone import Backbone
 from fewtrans_board.models.weights import fit_checkpoint
+
+RANDOM_TAG = "random"
+"""``timm:ARCH.random``: the architecture with seeded random-init weights, no download."""
 
 
 def load_timm_backbone(
@@ -17,33 +21,55 @@ def load_timm_backbone(
     *,
     name: str | None = None,
     model_kwargs: dict[str, Any] | None = None,
+    random_init: bool = False,
 ) -> Backbone:
     """Create a timm feature extractor and wrap it as a :class:`Backbone`.
 
     Args:
         architecture: a timm model name, optionally with a pretrained tag
             (``"resnet10t.c3_in1k"``).
-        weights: local checkpoint; ``None`` downloads the pretrained tag from the hub.
+        weights: local checkpoint; ``None`` downloads the pretrained tag from the hub
+            (failing at once when the hub is unreachable and the cache lacks it).
         device: torch device.
         name: registry name recorded on the backbone (defaults to ``architecture``).
         model_kwargs: extra ``timm.create_model`` arguments (``img_size``, ...).
+        random_init: no weights at all: timm's initialisation under torch seed 0 (the
+            global random state is left untouched); the weights id hashes the tensors.
 
     Raises:
-        FewtransError: unknown architecture, failed download, or a checkpoint whose keys
-            do not match the architecture.
+        FewtransError: unknown architecture, failed download, a checkpoint whose keys
+            do not match the architecture, or weights given for a random-init model.
     """
     import timm
+    import torch
+
+    from fewtrans_board.models.hub import hub_access, offline_hint
 
     kwargs = dict(model_kwargs or {})
+    if random_init and weights is not None:
+        raise FewtransError(
+            f"timm {architecture!r} is requested random-init ('.{RANDOM_TAG}') and with "
+            "--weights; drop one of them"
+        )
+    online = True
     try:
-        model: Any = timm.create_model(architecture, pretrained=weights is None, **kwargs)
+        if random_init:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                model: Any = timm.create_model(architecture, pretrained=False, **kwargs)
+        elif weights is None:
+            with hub_access() as online:
+                model = timm.create_model(architecture, pretrained=True, **kwargs)
+        else:
+            model = timm.create_model(architecture, pretrained=False, **kwargs)
     except RuntimeError as exc:
         raise FewtransError(f"timm does not know architecture {architecture!r}: {exc}") from exc
     except Exception as exc:
         raise FewtransError(
             f"cannot download pretrained weights for {architecture!r} "
-            f"({type(exc).__name__}: {exc}). Offline? Pass --weights FILE with a local "
-            "checkpoint (safetensors preferred)."
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
+            f"{offline_hint(online)} Or use timm:{architecture.partition('.')[0]}.{RANDOM_TAG} "
+            "for random-init weights."
         ) from exc
 
     if weights is not None:
@@ -57,6 +83,9 @@ def load_timm_backbone(
             model, weights, f"timm {architecture!r}", ignore=is_head, mark_truncation=True
         )
         source = str(weights)
+    elif random_init:
+        weights_id = f"random-init:{tensor_digest(model.state_dict())[:16]}"
+        source = "random-init (torch seed 0)"
     else:
         weights_id = f"timm:{architecture}"
         source = "hub"
@@ -73,3 +102,15 @@ def load_timm_backbone(
         device=device,
         info={"family": "timm", "architecture": architecture, "weights": source},
     )
+
+
+def tensor_digest(state: dict[str, Any]) -> str:
+    """sha256 over a state dict's names, shapes, dtypes and bytes, in name order."""
+    import torch
+
+    digest = hashlib.sha256()
+    for key in sorted(state):
+        tensor = state[key].detach().cpu().contiguous()
+        digest.update(f"{key}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

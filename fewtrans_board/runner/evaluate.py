@@ -19,6 +19,7 @@ import numpy as np
 from fewtrans_board.adapters.base import Adapter, AdapterConfig
 from fewtrans_board.errors import FewtransError
 from fewtrans_board.models.backbone import Backbone
+from fewtrans_board.plugin_calls import PluginCallError, plugin_code
 from fewtrans_board.runner.episodes import EpisodeInputs, in_manifest_order
 
 if TYPE_CHECKING:
@@ -121,19 +122,20 @@ def predict_logits(
     """
     import torch
 
+    subject = f"the predictor of {type(predictor).__name__}"
     with torch.no_grad():
         if class_names is None:
-            return _checked(predictor.predict(query), (len(query), n_way), where)
+            with plugin_code(subject, "predict", where, owner=type(predictor)):
+                logits = predictor.predict(query)
+            return _checked(logits, (len(query), n_way), where)
         if not hasattr(predictor, "predict_names"):
             raise EvaluationError(
                 f"{where}: base-to-novel episodes need a predictor with predict_names(query, "
                 "class_names) that scores unseen classes by name (CLIP-style adapters)"
             )
-        return _checked(
-            predictor.predict_names(query, list(class_names)),
-            (len(query), len(class_names)),
-            f"{where} (novel classes)",
-        )
+        with plugin_code(subject, "predict_names", where, owner=type(predictor)):
+            logits = predictor.predict_names(query, list(class_names))
+        return _checked(logits, (len(query), len(class_names)), f"{where} (novel classes)")
 
 
 def fit_predictors(
@@ -166,14 +168,17 @@ def fit_predictors(
 
     Raises:
         EvaluationError: the adapter raised a :class:`FewtransError`.
+        PluginCallError: the adapter raised any other exception.
     """
     import torch
 
+    subject = f"adapter {getattr(adapter, 'name', type(adapter).__name__)!r}"
     if adapter.overrides_fit_many() and not loop:
         start = time.perf_counter()
         try:
-            predictors = adapter.fit_many(backbone, support, class_names, configs, seeds)
-        except EvaluationError:
+            with plugin_code(subject, "fit_many", where(0), owner=type(adapter)):
+                predictors = adapter.fit_many(backbone, support, class_names, configs, seeds)
+        except (EvaluationError, PluginCallError):
             raise
         except FewtransError as exc:
             raise EvaluationError(f"{where(0)} (fit_many): {exc}") from exc
@@ -190,8 +195,9 @@ def fit_predictors(
         start = time.perf_counter()
         torch.manual_seed(seed)
         try:
-            predictor = adapter.fit(backbone, support, class_names, config)
-        except EvaluationError:
+            with plugin_code(subject, "fit", where(i), owner=type(adapter)):
+                predictor = adapter.fit(backbone, support, class_names, config)
+        except (EvaluationError, PluginCallError):
             raise
         except FewtransError as exc:
             raise EvaluationError(f"{where(i)}: {exc}") from exc
@@ -238,8 +244,8 @@ def evaluate_episode(
 
     def where(i: int) -> str:
         return (
-            f"episode {episode.index} (stream {episode.stream_index}), configuration {i} "
-            f"{configs[i].to_dict()}"
+            f"adapter {adapter.name!r}, episode {episode.index} (stream {episode.stream_index}), "
+            f"configuration {i} {configs[i].to_dict()}"
         )
 
     position = np.argsort(inputs.query_order)  # manifest query -> presented position

@@ -177,6 +177,9 @@ def _run(
     if workers < 1:
         raise FewtransError(f"--workers must be at least 1, got {workers}")
     indices = [shard] if shard is not None else list(range(ctx.shard_count))
+    # The run identity loads the model and adapter: a broken plugin fails here, before a
+    # results folder (and its locks) is created for nothing.
+    ctx.run_id()
     with claim_shards(ctx, out, indices) as claim:
         _execute(ctx, spec, out, claim.todo, executor, workers, progress)
     todo, done = claim.todo, claim.done

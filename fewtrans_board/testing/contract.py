@@ -13,6 +13,7 @@ from fewtrans_board.datasets.spec import DatasetReader, DatasetSpec
 from fewtrans_board.errors import ContractError, FewtransError
 from fewtrans_board.models.backbone import Backbone
 from fewtrans_board.models.spec import ModelSpec
+from fewtrans_board.plugin_calls import plugin_code
 from fewtrans_board.registry import validate_name
 
 if TYPE_CHECKING:
@@ -197,14 +198,33 @@ def _fit_and_predict(
     import torch
 
     torch.manual_seed(seed)
-    predictor = adapter.fit(backbone, episode.support, episode.class_names, config)
+    subject = f"adapter {adapter.name!r}"
+    with plugin_code(subject, "fit", "a toy episode of the contract check", type(adapter)):
+        predictor = adapter.fit(backbone, episode.support, episode.class_names, config)
+    return _predicted(adapter, predictor, episode)
+
+
+def _predicted(adapter: Adapter, predictor: Any, episode: ToyEpisode) -> torch.Tensor:
+    """Checked query logits of a fitted predictor, as a float CPU tensor."""
+    import torch
+
+    subject = f"adapter {adapter.name!r}"
     if not isinstance(predictor, Predictor):
         raise ContractError(
-            f"adapter {adapter.name!r}: fit returned {type(predictor).__name__}, "
+            f"{subject}: fit returned {type(predictor).__name__}, "
             "which has no predict(query) method"
         )
-    with torch.no_grad():
-        return predictor.predict(episode.query).detach().float().cpu()
+    with (
+        torch.no_grad(),
+        plugin_code(subject, "predict", "a toy episode of the contract check", type(predictor)),
+    ):
+        logits = predictor.predict(episode.query)
+    if not isinstance(logits, torch.Tensor):
+        raise ContractError(
+            f"{subject}: predict returned {type(logits).__name__}; return a torch.Tensor of "
+            "logits [queries, ways] (e.g. torch.from_numpy(...) for a numpy array)"
+        )
+    return logits.detach().float().cpu()
 
 
 def _state_fingerprint(backbone: Backbone) -> list[torch.Tensor]:
@@ -242,9 +262,12 @@ def check_adapter(
 
     try:
         validate_name("adapter", getattr(adapter_cls, "name", None))
-        adapter_cls.check_class()
     except FewtransError as exc:
         raise ContractError(f"adapter class {adapter_cls.__qualname__}: {exc}") from exc
+    try:
+        adapter_cls.check_class()  # its messages name the class already
+    except FewtransError as exc:
+        raise ContractError(str(exc)) from exc
     subject = f"adapter {adapter_cls.name!r}"
     report = CheckReport(subject)
     cfg = config if config is not None else adapter_cls.Config()
@@ -289,12 +312,12 @@ def check_adapter(
     )
     report.passed.append("backbone untouched")
 
-    many = adapter.fit_many(
-        backbone, episode.support, episode.class_names, [cfg, cfg], [seed, seed]
-    )
+    with plugin_code(subject, "fit_many", "a toy episode of the contract check", adapter_cls):
+        many = adapter.fit_many(
+            backbone, episode.support, episode.class_names, [cfg, cfg], [seed, seed]
+        )
     _require(len(many) == 2, subject, f"fit_many returned {len(many)} predictors for 2 configs")
-    with torch.no_grad():
-        first_many = many[0].predict(episode.query).detach().float().cpu()
+    first_many = _predicted(adapter, many[0], episode)
     _require(
         torch.allclose(first_many, logits, atol=1e-5, rtol=1e-4),
         subject,
@@ -306,24 +329,33 @@ def check_adapter(
     return report
 
 
-def check_import_is_light(module: str) -> None:
-    """Check, in a fresh interpreter, that importing ``module`` does not import torch.
+def check_import_is_light(module: str, *more: str) -> None:
+    """Check, in a fresh interpreter, that importing modules does not import torch.
+
+    Args:
+        module: a module name, e.g. a plugin's entry-point module.
+        *more: further modules, imported in the same interpreter after ``module``.
 
     Raises:
-        ContractError: if torch, timm or open_clip is imported.
+        ContractError: if torch, timm, open_clip or peft is imported, or an import fails.
     """
+    modules = [module, *more]
     code = (
-        "import importlib, sys; importlib.import_module(sys.argv[1]); "
-        "heavy = sorted({'torch', 'timm', 'open_clip', 'peft'} & set(sys.modules)); "
-        "print(','.join(heavy))"
+        "import importlib, sys\n"
+        "for name in sys.argv[1:]:\n"
+        "    importlib.import_module(name)\n"
+        "heavy = sorted({'torch', 'timm', 'open_clip', 'peft'} & set(sys.modules))\n"
+        "print(','.join(heavy))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code, module], capture_output=True, text=True, check=False
+        [sys.executable, "-c", code, *modules], capture_output=True, text=True, check=False
     )
+    names = ", ".join(modules)
     if result.returncode != 0:
-        raise ContractError(f"importing {module} failed: {result.stderr.strip()}")
+        lines = result.stderr.strip().splitlines()
+        raise ContractError(f"importing {names} failed: {lines[-1] if lines else 'no message'}")
     heavy = result.stdout.strip()
     if heavy:
         raise ContractError(
-            f"importing {module} imports {heavy}; move heavy imports inside load()/fit()"
+            f"importing {names} imports {heavy}; move heavy imports inside load()/fit()"
         )

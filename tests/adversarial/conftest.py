@@ -28,11 +28,13 @@ PINS = '["fewtrans-board==0.1.0", "fewtrans-redteam==0.1"]'
 VARIED, FIXED = "redteam-varied.parquet", "redteam-fixed.parquet"
 
 
-# Package scope: the fake distribution must be gone (sys.path and PYTHONPATH restored) before
-# the rest of the suite runs, whose subprocesses would otherwise load the cheaters.
 @pytest.fixture(scope="package")
 def redteam_dist(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Install ``tests/adversarial/cheaters.py`` as the entry point of ``fewtrans-redteam``."""
+    """Install ``tests/adversarial/cheaters.py`` as the entry point of ``fewtrans-redteam``.
+
+    Package-scoped: the cheaters (which import torch at import time) must not stay
+    installed for the rest of the session, where every CLI test would load them.
+    """
     root = tmp_path_factory.mktemp("redteam-dist")
     with installed_distribution(root, "fewtrans-redteam", "0.1", "tests.adversarial.cheaters"):
         yield root
@@ -191,33 +193,27 @@ def rewrite(bundle: Path, out: Path, edit: Callable[[str, bytes], bytes]) -> Pat
 
 
 def edit_provenance(bundle: Path, out: Path, edit: Edit) -> Path:
-    """Rewrite the provenance metadata of every result shard (and run.json's identity).
-
-    The shards are sealed again: their checksum guards against damage, not forgery, so a
-    forger recomputes it and the rules must catch the forgery itself.
-    """
+    """Rewrite the provenance metadata of every result shard (and run.json's identity)."""
     import io
 
     import pyarrow.parquet as pq
 
-    from fewtrans_board.results.schema import METADATA_KEY, run_id_of
-    from fewtrans_board.results.shards import seal_table
-
-    def forged(meta: dict[str, Any]) -> dict[str, Any]:
-        edit(meta)
-        meta["run_id"] = run_id_of(meta["identity"])
-        return meta
+    from fewtrans_board.canonical import canonical_json
+    from fewtrans_board.results.schema import METADATA_KEY
 
     def change(name: str, data: bytes) -> bytes:
         if name.endswith(".parquet"):
             table = pq.read_table(io.BytesIO(data))
-            meta = forged(json.loads(table.schema.metadata[METADATA_KEY]))
-            table = seal_table(table, meta)
+            meta = json.loads(table.schema.metadata[METADATA_KEY])
+            edit(meta)
+            table = table.replace_schema_metadata({METADATA_KEY: canonical_json(meta).encode()})
             buffer = io.BytesIO()
             pq.write_table(table, buffer)
             return buffer.getvalue()
         if name.endswith("run.json"):
-            return json.dumps(forged(json.loads(data))).encode()
+            record = json.loads(data)
+            edit(record)
+            return json.dumps(record).encode()
         return data
 
     return rewrite(bundle, out, change)

@@ -32,11 +32,11 @@ class ClipTrainingConfig(AdapterConfig):
 
     lr: float = hparam(2e-4, "Adam learning rate of the trainable parameters.", hpe="lr")
     epochs: int = hparam(20, "Passes over the support set.", hpe="epochs")
-    batch_size: int = hparam(32, "Optimiser batch size.")
+    batch_size: int = hparam(32, "Optimiser batch size.", min=1)
 
 
 def reworded(config: type[AdapterConfig], name: str, help: str) -> Any:
-    """Field ``name`` of ``config`` with other help text; default and HPE role are kept.
+    """Field ``name`` of ``config`` with other help text; default, HPE role and range are kept.
 
     Redeclaring an inherited dataclass field keeps its position, so a subclass can reword
     a field without restating (and risking to change) its default.
@@ -50,7 +50,9 @@ def reworded(config: type[AdapterConfig], name: str, help: str) -> Any:
         A dataclass field to assign to ``name`` in the subclass body.
     """
     field = next(f for f in dataclasses.fields(config) if f.name == name)
-    return hparam(field.default, help, hpe=field.metadata.get("hpe"))
+    return hparam(
+        field.default, help, hpe=field.metadata.get("hpe"), **(field.metadata.get("bounds") or {})
+    )
 
 
 def check_training_config(method: str, config: Any) -> None:

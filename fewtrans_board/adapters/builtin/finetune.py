@@ -107,7 +107,7 @@ class FinetuneAdapter(Adapter):
         lr_backbone: float = hparam(1e-5, "Adam learning rate of the backbone.", hpe="lr")
         lr_head: float = hparam(2e-3, "Adam learning rate of the linear head.", hpe="lr")
         epochs: int = hparam(70, "Passes over the support set.", hpe="epochs")
-        batch_size: int = hparam(64, "Optimiser batch size.")
+        batch_size: int = hparam(64, "Optimiser batch size.", min=1)
 
     def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
         """Backbone parameters that receive gradients (all of them here)."""
@@ -210,7 +210,7 @@ class FinetuneLastKAdapter(FinetuneAdapter):
     class Config(FinetuneAdapter.Config):
         """Last-k fine-tuning hyperparameters."""
 
-        k: int = hparam(1, "Number of final blocks (stages) that train.")
+        k: int = hparam(1, "Number of final blocks (stages) that train.", min=1)
 
     def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
         """Parameters of the last k blocks and the post-block modules."""

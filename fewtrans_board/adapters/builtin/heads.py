@@ -152,7 +152,7 @@ class LinearProbeAdapter(Adapter):
 
         lr_head: float = hparam(0.2, "Adam learning rate of the head.", hpe="lr")
         epochs: int = hparam(50, "Passes over the support set.", hpe="epochs")
-        batch_size: int = hparam(512, "Optimiser batch size.")
+        batch_size: int = hparam(512, "Optimiser batch size.", min=1)
 
     def fit(
         self,
@@ -206,8 +206,8 @@ class CosineClassifierAdapter(Adapter):
 
         lr_head: float = hparam(0.01, "Adam learning rate of the class weights.", hpe="lr")
         epochs: int = hparam(50, "Passes over the support set.", hpe="epochs")
-        scale: float = hparam(10.0, "Fixed temperature multiplying cosine similarities.")
-        batch_size: int = hparam(512, "Optimiser batch size.")
+        scale: float = hparam(10.0, "Fixed temperature multiplying cosine similarities.", above=0)
+        batch_size: int = hparam(512, "Optimiser batch size.", min=1)
 
     def fit(
         self,

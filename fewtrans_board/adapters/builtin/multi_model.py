@@ -128,7 +128,7 @@ class AllEmbeddingsAdapter(Adapter):
         epochs: int = hparam(
             70, "Passes over the support set (fine-tuning and head).", hpe="epochs"
         )
-        batch_size: int = hparam(64, "Optimiser batch size.")
+        batch_size: int = hparam(64, "Optimiser batch size.", min=1)
         finetune: bool = hparam(True, "Fine-tune each model first (the '-f' of IMS-f).")
 
     def select(

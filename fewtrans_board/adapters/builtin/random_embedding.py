@@ -113,8 +113,10 @@ class RandomEmbeddingAdapter(Adapter):
 
         lr_head: float = hparam(0.2, "Adam learning rate of the head.", hpe="lr")
         epochs: int = hparam(50, "Passes over the support set.", hpe="epochs")
-        batch_size: int = hparam(512, "Optimiser batch size.")
-        init_seed: int = hparam(0, "Seed of the random weights (one network for every episode).")
+        batch_size: int = hparam(512, "Optimiser batch size.", min=1)
+        init_seed: int = hparam(
+            0, "Seed of the random weights (one network for every episode).", min=0
+        )
 
     def __init__(self) -> None:
         self._encoders: dict[tuple[int, int], nn.Module] = {}

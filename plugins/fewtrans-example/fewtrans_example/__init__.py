@@ -1,9 +1,10 @@
 """fewtrans-example: the copy-me template for fewtrans-board plugins.
 
-Registers one model (timm's ResNet-10t, ImageNet-1k weights) and one adapter
-(SimpleShot: centred, L2-normalised nearest-centroid classification). Heavy libraries
-(torch, timm) are imported inside ``load``/``fit`` only, so ``fewtrans-board --help``
-stays fast.
+Registers one model (timm's ResNet-10t, ImageNet-1k weights), one adapter (SimpleShot:
+centred, L2-normalised nearest-centroid classification) and one command
+(``fewtrans-board simpleshot-toy``, a smoke test that needs no data). Heavy libraries
+(torch, timm) are imported inside ``load``/``fit`` and the command only, so
+``fewtrans-board --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import click
 
 from fewtrans_board import (
     Adapter,
@@ -92,7 +95,7 @@ class SimpleShotAdapter(Adapter):
         center: bool = hparam(
             True, "Subtract the support-set mean feature before L2 normalisation (CL2N)."
         )
-        temperature: float = hparam(1.0, "Scale applied to negative squared distances.")
+        temperature: float = hparam(1.0, "Scale applied to negative squared distances.", above=0)
 
     def fit(
         self,
@@ -127,3 +130,47 @@ def register_models(register: Callable[[ModelSpec], None]) -> None:
 def register_adapters(register: Callable[[type[Adapter]], None]) -> None:
     """Register the SimpleShot adapter."""
     register(SimpleShotAdapter)
+
+
+@hookimpl
+def register_commands(cli: click.Group) -> None:
+    """Register ``fewtrans-board simpleshot-toy``."""
+
+    @cli.command("simpleshot-toy")
+    @click.option(
+        "--episodes",
+        type=click.IntRange(1, 100),
+        default=5,
+        show_default=True,
+        help="Toy episodes to run.",
+    )
+    @click.option(
+        "--seed",
+        type=click.IntRange(0, 2**32 - 1),
+        default=0,
+        show_default=True,
+        help="Seed of the backbone and the first episode.",
+    )
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+    def simpleshot_toy(episodes: int, seed: int, as_json: bool) -> None:
+        """Run SimpleShot on toy episodes with a tiny random ViT; print its mean accuracy.
+
+        A smoke test of the adapter that needs no dataset and no weights.
+        """
+        import json
+
+        from fewtrans_board.testing import tiny_vit_backbone, toy_episode
+
+        backbone = tiny_vit_backbone(seed)
+        adapter, config = SimpleShotAdapter(), SimpleShotAdapter.Config()
+        accuracies = []
+        for index in range(episodes):
+            episode = toy_episode(seed=seed + index)
+            predictor = adapter.fit(backbone, episode.support, episode.class_names, config)
+            hits = predictor.predict(episode.query).argmax(1) == episode.query_labels
+            accuracies.append(100.0 * float(hits.float().mean()))
+        mean = sum(accuracies) / len(accuracies)
+        if as_json:
+            click.echo(json.dumps({"episodes": episodes, "accuracy": mean}))
+        else:
+            click.echo(f"SimpleShot on {episodes} toy episodes: {mean:.1f}% accuracy")

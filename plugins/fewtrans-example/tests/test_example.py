@@ -43,3 +43,19 @@ def test_simpleshot_uses_nearest_centroid() -> None:
     )
     logits = predictor.predict(ImageSet(pixels.flip(0)))
     assert logits.argmax(1).tolist() == [3, 2, 1, 0]
+
+
+def test_toy_command_runs_simpleshot_and_refuses_bad_counts() -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from fewtrans_board.cli import make_cli
+    from fewtrans_board.plugins import get_plugin_manager
+
+    cli = make_cli(get_plugin_manager(allow=["fewtrans-example"]))
+    result = CliRunner().invoke(cli, ["simpleshot-toy", "--episodes", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    assert 0 <= json.loads(result.output)["accuracy"] <= 100
+    refused = CliRunner().invoke(cli, ["simpleshot-toy", "--episodes", "0"])
+    assert refused.exit_code == 2 and "--episodes" in refused.output

@@ -157,10 +157,10 @@ class CocoopAdapter(CoopAdapter):
         """
 
         batch_size: int = hparam(
-            1, "Optimiser batch size (CoCoOp's 1: each image runs all class prompts)."
+            1, "Optimiser batch size (CoCoOp's 1: each image runs all class prompts).", min=1
         )
 
-        n_ctx: int = hparam(4, "Number of context vectors when ctx_init is empty.")
+        n_ctx: int = hparam(4, "Number of context vectors when ctx_init is empty.", min=1)
         ctx_init: str = hparam(
             PHOTO_PREFIX,
             "Initialise the context from these words' embeddings; n_ctx then becomes their "

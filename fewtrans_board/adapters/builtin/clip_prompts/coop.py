@@ -129,7 +129,9 @@ class CoopAdapter(PromptAdapter):
     class Config(PromptConfig):
         """CoOp options (unified context, class name at the end)."""
 
-        n_ctx: int = hparam(16, "Number of learned context vectors (random N(0, 0.02) init).")
+        n_ctx: int = hparam(
+            16, "Number of learned context vectors (random N(0, 0.02) init).", min=1
+        )
         ctx_init: str = hparam(
             "",
             "Initialise the context from these words' embeddings (e.g. 'a photo of a'); "

@@ -157,7 +157,9 @@ class CopromptAdapter(MapleAdapter):
     class Config(MapleAdapter.Config):
         """CoPrompt options (paper (b)'s config: consistency weight 1, cosine distillation)."""
 
-        consistency_weight: float = hparam(1.0, "Weight of the text + image consistency terms.")
+        consistency_weight: float = hparam(
+            1.0, "Weight of the text + image consistency terms.", min=0
+        )
         missing_descriptions: str = hparam(
             "error",
             "Classes without shipped descriptions: 'error', or 'template' to use "

@@ -156,9 +156,11 @@ class IvlpAdapter(PromptAdapter):
     class Config(PromptConfig):
         """IVLP options (paper (b): 4 + 4 tokens, depth 9)."""
 
-        n_ctx_text: int = hparam(4, "Text prompt tokens per layer.")
-        n_ctx_vision: int = hparam(4, "Image prompt tokens per layer (0: no image prompts).")
-        depth: int = hparam(9, "Blocks with prompts in each tower, capped at its block count.")
+        n_ctx_text: int = hparam(4, "Text prompt tokens per layer.", min=0)
+        n_ctx_vision: int = hparam(4, "Image prompt tokens per layer (0: no image prompts).", min=0)
+        depth: int = hparam(
+            9, "Blocks with prompts in each tower, capped at its block count.", min=1
+        )
         ctx_init: str = hparam(
             PHOTO_PREFIX,
             "Words the first-layer text prompts start from (their first n_ctx_text tokens); "

@@ -59,7 +59,7 @@ class KgcoopAdapter(CoopAdapter):
         """KgCoOp options."""
 
         kg_weight: float = hparam(
-            8.0, "lambda of the 1 - cos term (KgCoOp's default 8; FewTrans uses 1)."
+            8.0, "lambda of the 1 - cos term (KgCoOp's default 8; FewTrans uses 1).", min=0
         )
 
     def session(

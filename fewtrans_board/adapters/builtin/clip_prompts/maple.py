@@ -65,8 +65,10 @@ class MapleAdapter(PromptAdapter):
     class Config(PromptConfig):
         """MaPLe options (2 tokens, depth 9)."""
 
-        n_ctx: int = hparam(2, "Prompt tokens per layer (shared by both towers).")
-        depth: int = hparam(9, "Coupled prompt depth, capped at the smaller tower's block count.")
+        n_ctx: int = hparam(2, "Prompt tokens per layer (shared by both towers).", min=0)
+        depth: int = hparam(
+            9, "Coupled prompt depth, capped at the smaller tower's block count.", min=1
+        )
         ctx_init: str = hparam(
             PHOTO_PREFIX,
             "Prompt words: the first n_ctx tokens are the first-layer text prompts, the rest "

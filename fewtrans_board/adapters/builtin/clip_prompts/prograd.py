@@ -114,8 +114,10 @@ class ProgradAdapter(CoopAdapter):
     class Config(CoopAdapter.Config):
         """ProGrad options."""
 
-        prograd_lambda: float = hparam(1.0, "Strength of the projection (1 removes the conflict).")
-        temperature: float = hparam(1.0, "Temperature T of the KL to zero-shot CLIP.")
+        prograd_lambda: float = hparam(
+            1.0, "Strength of the projection (1 removes the conflict).", min=0, max=1
+        )
+        temperature: float = hparam(1.0, "Temperature T of the KL to zero-shot CLIP.", above=0)
 
     def session(
         self,

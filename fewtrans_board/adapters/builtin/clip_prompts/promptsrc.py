@@ -155,12 +155,17 @@ class PromptSrcAdapter(IvlpAdapter):
     class Config(IvlpAdapter.Config):
         """PromptSRC options (paper (b)'s few-shot config)."""
 
-        text_weight: float = hparam(25.0, "Weight of the L1 text consistency.")
-        image_weight: float = hparam(10.0, "Weight of the L1 image consistency.")
+        text_weight: float = hparam(25.0, "Weight of the L1 text consistency.", min=0)
+        image_weight: float = hparam(10.0, "Weight of the L1 image consistency.", min=0)
         gpa_mean: float = hparam(
-            0.9, "Mean of the Gaussian over epochs, as a fraction of epochs (45 of 50)."
+            0.9,
+            "Mean of the Gaussian over epochs, as a fraction of epochs (45 of 50).",
+            min=0,
+            max=1,
         )
-        gpa_std: float = hparam(0.1, "Std of the Gaussian over epochs, as a fraction (5 of 50).")
+        gpa_std: float = hparam(
+            0.1, "Std of the Gaussian over epochs, as a fraction (5 of 50).", above=0
+        )
 
     def session(
         self,

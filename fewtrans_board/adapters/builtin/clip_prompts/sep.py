@@ -235,12 +235,12 @@ class SepAdapter(PromptAdapter):
     class Config(PromptConfig):
         """SEP options (paper (b)'s run script: 6 text and 4 image tokens, weights 8 and 6)."""
 
-        n_ctx_text: int = hparam(6, "Text context tokens (random N(0, 0.02) init).")
-        n_ctx_vision: int = hparam(4, "Image prompt tokens (random N(0, 0.02) init).")
-        text_weight: float = hparam(8.0, "Weight of 1 - cos(text, hand-crafted text).")
-        image_weight: float = hparam(6.0, "Weight of 1 - cos(image, frozen image).")
+        n_ctx_text: int = hparam(6, "Text context tokens (random N(0, 0.02) init).", min=1)
+        n_ctx_vision: int = hparam(4, "Image prompt tokens (random N(0, 0.02) init).", min=1)
+        text_weight: float = hparam(8.0, "Weight of 1 - cos(text, hand-crafted text).", min=0)
+        image_weight: float = hparam(6.0, "Weight of 1 - cos(image, frozen image).", min=0)
         prototype_weight: float = hparam(
-            0.5, "Weight of the prototype-head cross-entropies (fused + frozen)."
+            0.5, "Weight of the prototype-head cross-entropies (fused + frozen).", min=0
         )
 
     def _check(self, config: Any) -> None:
@@ -277,7 +277,9 @@ class SepresAdapter(SepAdapter):
     class Config(SepAdapter.Config):
         """SEPRES options."""
 
-        residual_alpha: float = hparam(0.1, "Scale of the residual R (the paper's best: 0.1).")
+        residual_alpha: float = hparam(
+            0.1, "Scale of the residual R (the paper's best: 0.1).", min=0
+        )
 
     def session(
         self,

@@ -107,10 +107,12 @@ class TcpAdapter(CoopAdapter):
     class Config(CoopAdapter.Config):
         """TCP options (4 context tokens, layer 8, weight 8)."""
 
-        n_ctx: int = hparam(4, "Context tokens (random N(0, 0.02) init); also the class tokens.")
-        kg_weight: float = hparam(8.0, "Weight of 1 - cos(text, hand-crafted text).")
+        n_ctx: int = hparam(
+            4, "Context tokens (random N(0, 0.02) init); also the class tokens.", min=1
+        )
+        kg_weight: float = hparam(8.0, "Weight of 1 - cos(text, hand-crafted text).", min=0)
         layer: int = hparam(
-            8, "Text block before which the class tokens replace the context (capped)."
+            8, "Text block before which the class tokens replace the context (capped).", min=0
         )
 
     def session(

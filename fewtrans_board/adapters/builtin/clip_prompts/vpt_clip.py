@@ -107,8 +107,8 @@ class VptClipAdapter(PromptAdapter):
     class Config(PromptConfig):
         """VPT-CLIP options (FewTrans: 8 tokens in every layer)."""
 
-        n_tokens: int = hparam(8, "Prompt tokens per layer (random N(0, 0.02) init).")
-        depth: int = hparam(0, "Image blocks with their own prompts; 0 means all of them.")
+        n_tokens: int = hparam(8, "Prompt tokens per layer (random N(0, 0.02) init).", min=0)
+        depth: int = hparam(0, "Image blocks with their own prompts; 0 means all of them.", min=0)
 
     def session(
         self,

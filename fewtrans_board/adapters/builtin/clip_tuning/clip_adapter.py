@@ -48,8 +48,10 @@ class ClipAdapterAdapter(ClipTuningAdapter):
         reference; the reference's SGD lr 0.002 for 100 epochs is not an Adam centre.
         """
 
-        ratio: float = hparam(0.2, "Residual ratio: f' = ratio * A(f) + (1 - ratio) * f.")
-        reduction: int = hparam(4, "Bottleneck reduction: hidden width D / reduction.")
+        ratio: float = hparam(
+            0.2, "Residual ratio: f' = ratio * A(f) + (1 - ratio) * f.", min=0, max=1
+        )
+        reduction: int = hparam(4, "Bottleneck reduction: hidden width D / reduction.", min=1)
 
     def build(
         self,

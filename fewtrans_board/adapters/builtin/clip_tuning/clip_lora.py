@@ -50,9 +50,11 @@ class ClipLoraAdapter(TowerTuningAdapter):
         1e-6); batch 32 as in the reference.
         """
 
-        rank: int = hparam(2, "LoRA rank r.")
-        alpha: float = hparam(1.0, "LoRA alpha; the update is scaled by alpha / rank.")
-        dropout: float = hparam(0.25, "Dropout on the LoRA branch input while training.")
+        rank: int = hparam(2, "LoRA rank r.", min=1)
+        alpha: float = hparam(1.0, "LoRA alpha; the update is scaled by alpha / rank.", above=0)
+        dropout: float = hparam(
+            0.25, "Dropout on the LoRA branch input while training.", min=0, below=1
+        )
 
     def check_image_tower(self, backbone: Backbone) -> None:
         """Refuse image towers without attention blocks.

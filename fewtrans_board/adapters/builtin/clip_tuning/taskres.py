@@ -53,7 +53,9 @@ class TaskResAdapter(ClipTuningAdapter):
         """
 
         alpha: float = hparam(
-            0.5, "Residual scale alpha in normalize(t0 + alpha * x), t0 unnormalised."
+            0.5,
+            "Residual scale alpha in normalize(t0 + alpha * x), t0 unnormalised.",
+            min=0,
         )
 
     def build(

@@ -36,8 +36,8 @@ class SequentialBottleneckAdapter(FinetuneAdapter):
         lr_backbone: float = hparam(2e-3, "Adam learning rate of the adapters.", hpe="lr")
         lr_head: float = hparam(1e-2, "Adam learning rate of the linear head.", hpe="lr")
         epochs: int = hparam(40, "Passes over the support set.", hpe="epochs")
-        batch_size: int = hparam(64, "Optimiser batch size.")
-        hidden: int = hparam(64, "Bottleneck width of each adapter.")
+        batch_size: int = hparam(64, "Optimiser batch size.", min=1)
+        hidden: int = hparam(64, "Bottleneck width of each adapter.", min=1)
 
     def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
         """Attach the adapters and return their parameters."""

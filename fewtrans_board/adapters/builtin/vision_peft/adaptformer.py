@@ -36,9 +36,11 @@ class AdaptFormerAdapter(FinetuneAdapter):
         lr_backbone: float = hparam(2e-3, "Adam learning rate of the adapters.", hpe="lr")
         lr_head: float = hparam(1e-2, "Adam learning rate of the linear head.", hpe="lr")
         epochs: int = hparam(40, "Passes over the support set.", hpe="epochs")
-        batch_size: int = hparam(64, "Optimiser batch size.")
-        hidden: int = hparam(64, "Bottleneck width of each adapter.")
-        scale: float = hparam(1.0, "Multiplier s of the adapter output (FewTrans 1, paper 0.1).")
+        batch_size: int = hparam(64, "Optimiser batch size.", min=1)
+        hidden: int = hparam(64, "Bottleneck width of each adapter.", min=1)
+        scale: float = hparam(
+            1.0, "Multiplier s of the adapter output (FewTrans 1, paper 0.1).", min=0
+        )
 
     def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
         """Attach the parallel adapters and return their parameters."""

@@ -36,7 +36,7 @@ class BitFitAdapter(FinetuneAdapter):
         lr_backbone: float = hparam(1e-3, "Adam learning rate of the bias parameters.", hpe="lr")
         lr_head: float = hparam(1e-2, "Adam learning rate of the linear head.", hpe="lr")
         epochs: int = hparam(40, "Passes over the support set.", hpe="epochs")
-        batch_size: int = hparam(32, "Optimiser batch size (FewTrans bias mode: 32).")
+        batch_size: int = hparam(32, "Optimiser batch size (FewTrans bias mode: 32).", min=1)
 
     def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
         """The encoder's bias parameters (ViT encoders only)."""

@@ -37,8 +37,8 @@ class LoraAdapter(FinetuneAdapter):
         lr_backbone: float = hparam(2e-3, "Adam learning rate of the LoRA matrices.", hpe="lr")
         lr_head: float = hparam(1e-2, "Adam learning rate of the linear head.", hpe="lr")
         epochs: int = hparam(40, "Passes over the support set.", hpe="epochs")
-        batch_size: int = hparam(64, "Optimiser batch size.")
-        rank: int = hparam(4, "LoRA rank r; lora_alpha = r, so the update's scale is 1.")
+        batch_size: int = hparam(64, "Optimiser batch size.", min=1)
+        rank: int = hparam(4, "LoRA rank r; lora_alpha = r, so the update's scale is 1.", min=1)
 
     def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
         """Split q/k/v, inject LoRA into q_proj/v_proj and return the LoRA parameters."""

@@ -34,9 +34,11 @@ class SsfAdapter(FinetuneAdapter):
         lr_backbone: float = hparam(2e-3, "Adam learning rate of the SSF parameters.", hpe="lr")
         lr_head: float = hparam(1e-2, "Adam learning rate of the linear head.", hpe="lr")
         epochs: int = hparam(40, "Passes over the support set.", hpe="epochs")
-        batch_size: int = hparam(64, "Optimiser batch size.")
+        batch_size: int = hparam(64, "Optimiser batch size.", min=1)
         init_std: float = hparam(
-            0.02, "Std of the scale ~ N(1, std) and shift ~ N(0, std) init; 0 = exact identity."
+            0.02,
+            "Std of the scale ~ N(1, std) and shift ~ N(0, std) init; 0 = exact identity.",
+            min=0,
         )
 
     def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:

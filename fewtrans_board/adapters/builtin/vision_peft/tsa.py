@@ -54,10 +54,12 @@ class TsaAdapter(FinetuneAdapter):
             1e-2, "Adam learning rate of the D x D feature transform.", hpe="lr"
         )
         epochs: int = hparam(40, "Passes over the support set.", hpe="epochs")
-        batch_size: int = hparam(64, "Optimiser batch size.")
-        hidden: int = hparam(64, "Bottleneck width of each adapter.")
-        adapter_scale: float = hparam(1.0, "Multiplier of the parallel adapters' output.")
-        logit_scale: float = hparam(10.0, "Multiplier of the prototype cosine similarities.")
+        batch_size: int = hparam(64, "Optimiser batch size.", min=1)
+        hidden: int = hparam(64, "Bottleneck width of each adapter.", min=1)
+        adapter_scale: float = hparam(1.0, "Multiplier of the parallel adapters' output.", min=0)
+        logit_scale: float = hparam(
+            10.0, "Multiplier of the prototype cosine similarities.", above=0
+        )
 
     def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
         """Attach the parallel adapters and return their parameters."""

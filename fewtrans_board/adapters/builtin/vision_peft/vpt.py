@@ -34,10 +34,10 @@ class VptAdapter(FinetuneAdapter):
         lr_backbone: float = hparam(2e-3, "Adam learning rate of the prompt tokens.", hpe="lr")
         lr_head: float = hparam(0.1, "Adam learning rate of the linear head.", hpe="lr")
         epochs: int = hparam(15, "Passes over the support set.", hpe="epochs")
-        batch_size: int = hparam(32, "Optimiser batch size (FewTrans VPT: 32).")
-        n_tokens: int = hparam(8, "Prompt tokens per block.")
-        depth: int = hparam(0, "Blocks that get their own prompts; 0 means all blocks.")
-        init_std: float = hparam(0.02, "Std of the normal prompt initialisation.")
+        batch_size: int = hparam(32, "Optimiser batch size (FewTrans VPT: 32).", min=1)
+        n_tokens: int = hparam(8, "Prompt tokens per block.", min=1)
+        depth: int = hparam(0, "Blocks that get their own prompts; 0 means all blocks.", min=0)
+        init_std: float = hparam(0.02, "Std of the normal prompt initialisation.", min=0)
 
     def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
         """Attach the prompts to the encoder and return them."""

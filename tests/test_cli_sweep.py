@@ -1,0 +1,312 @@
+"""No command answers bad input with a traceback: a sweep of the whole click tree.
+
+Every command, built-in or from the example plugin, gets a valid baseline invocation; each
+of its options and arguments is then replaced by invalid values generated from its type
+(wrong type, zero, negative, out of range, empty, a missing path, a file where a folder is
+expected and the reverse, a path that cannot be created) or, for free-text parameters,
+from the table below (unknown names, malformed pairs, out-of-range hyperparameters). Every
+variant must exit non-zero with exactly one ``Error:`` line that names the parameter or
+the value, print no traceback, report no bug ("failed unexpectedly"), and write nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from fewtrans_board.cli import make_cli
+from fewtrans_board.cli.groups import DeviceType, FiniteFloatRange, OutputPath
+from fewtrans_board.plugins import get_plugin_manager
+from tests.conftest import REPO, extra_benchmark
+
+MANIFESTS = REPO / "leaderboard" / "manifests"
+SEARCH = MANIFESTS / "fewtrans-search--digits.parquet"
+PINS = '["fewtrans-board==0.1.0"]'
+
+
+@dataclass
+class Workspace:
+    """A folder holding everything the baselines need; the sweep checks nothing changes."""
+
+    root: Path
+    cli: click.Group
+
+    def path(self, *parts: str) -> str:
+        return str(self.root.joinpath(*parts))
+
+    def invoke(self, args: list[str]) -> tuple[int, str]:
+        result = CliRunner().invoke(self.cli, args, catch_exceptions=False)
+        return result.exit_code, result.output
+
+
+def _ok(ws: Workspace, command: str) -> None:
+    code, output = ws.invoke(command.format(root=ws.root).split())
+    assert code == 0, f"{command}\n{output}"
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
+    """A tiny manifest, two runs, a bundle, a store with the entry, a git checkout."""
+    with extra_benchmark("sweep", "sweep.parquet"):
+        yield from _workspace(tmp_path_factory.mktemp("sweep"))
+
+
+def _workspace(root: Path) -> Iterator[Workspace]:
+    ws = Workspace(root, make_cli(get_plugin_manager(allow=["fewtrans-example"])))
+    for folder in ("folder", "cwd", "store/manifests"):
+        (root / folder).mkdir(parents=True)
+    (root / "file.txt").write_text("not what anything expects\n")
+    _ok(ws, "manifest build --protocol fewtrans-varied --dataset digits --episodes 3 "
+        "--out {root}/store/manifests/sweep.parquet")  # fmt: skip
+    evaluate = (
+        "evaluate --model demo-cnn.digits --manifest {root}/store/manifests/sweep.parquet "
+        "--protocol fewtrans-reference --device cpu --threads 1 --quiet --adapter mean-centroid"
+    )
+    _ok(ws, evaluate + " --out {root}/runs/a")
+    _ok(ws, evaluate + " --config normalize=true --out {root}/runs/b")
+    (root / "meta.toml").write_text(
+        '[submission]\nid = "sweep-entry"\nmethod = "Mean centroid"\nmodel = "demo-cnn.digits"\n'
+        'adapter = "mean-centroid"\nbenchmark = "sweep"\nhpe_protocol = "fewtrans-reference"\n'
+        f'authors = ["Sweep"]\nhardware = "CPU"\nplugins = {PINS}\n'
+    )
+    _ok(ws, "submission pack {root}/runs/a --meta {root}/meta.toml --out {root}/bundle.zip "
+        "--leaderboard {root}/store")  # fmt: skip
+    shutil.copytree(root / "store", root / "empty-store")
+    _ok(ws, "leaderboard add {root}/bundle.zip --leaderboard {root}/store")
+    repo = root / "repo"
+    shutil.copytree(root / "empty-store", repo / "leaderboard")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    yield ws
+
+
+RUN = "--model demo-cnn.digits --device cpu --threads 1 --adapter linear-probe"
+BASELINES: dict[str, tuple[str, str]] = {
+    "plugins": ("", ""),
+    "datasets list": ("digits", ""),
+    "datasets check": ("digits", "--no-verify-images"),
+    "models list": ("demo-*", ""),
+    "adapters list": ("linear-*", "--options"),
+    "manifest build": (
+        "",
+        "--protocol fewtrans-fixed --dataset digits --ways 5 --shots 1 --queries 2 --episodes 2 "
+        "--seed 0 --block 0 --out {root}/new",
+    ),
+    "manifest show": ("{root}/store/manifests/sweep.parquet", ""),
+    "manifest verify": ("{root}/store/manifests/sweep.parquet", ""),
+    "evaluate": (
+        "",
+        f"{RUN} --manifest {{root}}/store/manifests/sweep.parquet --out {{root}}/new --quiet "
+        "--protocol fewtrans-reference --shards 1 --limit 1 --executor inline --workers 1 "
+        "--leaderboard {root}/store",
+    ),
+    "results summary": ("{root}/runs/a", "--ddof 1"),
+    "hpe grid": ("", "--adapter linear-probe --protocol fewtrans-paper"),
+    "hpe search": (
+        "",
+        f"{RUN} --manifest {SEARCH} --limit 1 --config epochs=1 --out {{root}}/new",
+    ),
+    "validate": (
+        "",
+        f"{RUN} --manifest {{root}}/store/manifests/sweep.parquet --episodes 1 "
+        "--protocol fewtrans-reference",
+    ),
+    "demo": ("", "--out {root}/new --episodes 1 --adapters mean-centroid --quiet"),
+    "submission template": ("", ""),
+    "submission pack": (
+        "{root}/runs/a",
+        "--meta {root}/meta.toml --out {root}/new.zip --leaderboard {root}/store",
+    ),
+    "submission validate": ("{root}/bundle.zip", "--leaderboard {root}/store"),
+    "submission verify": (
+        "{root}/bundle.zip",
+        "--leaderboard {root}/store --sample 1 --seed 0 --threshold 0.9 --device cpu --threads 1",
+    ),
+    "leaderboard add": ("{root}/bundle.zip", "--leaderboard {root}/empty-store"),
+    "leaderboard check": ("sweep-entry", "--leaderboard {root}/store"),
+    "leaderboard check-pr": (
+        "",
+        "--repo {root}/repo --base HEAD --head HEAD --store leaderboard",
+    ),
+    "leaderboard rebuild": ("", "--leaderboard {root}/store --check"),
+    "benchmarks": ("", ""),
+    "compare": ("{root}/runs/a {root}/runs/b", "--seed 0"),
+    "site build": ("", "--leaderboard {root}/store --out {root}/new --results {root}/runs/a"),
+    "simpleshot-toy": ("", "--episodes 1 --seed 0"),
+}
+"""``{command path: (arguments, options)}``: valid invocations of every command."""
+
+
+def baseline(ws: Workspace, command: str) -> tuple[list[str], list[str]]:
+    arguments, options = BASELINES[command]
+    return arguments.format(root=ws.root).split(), options.format(root=ws.root).split()
+
+
+def free_text_values(ws: Workspace) -> dict[str, list[str]]:
+    """Invalid values of parameters whose type accepts any text, by parameter name."""
+    return {
+        "model": ["no-such-model", "", "timm:", "timm:no_such_architecture"],
+        "adapter": ["no-such-adapter", ""],
+        "hpe": ["no-such-protocol", ""],
+        "protocol_name": ["no-such-protocol", ""],
+        "dataset_name": ["no-such-dataset", ""],
+        "dataset": ["no-such-dataset", ""],
+        "config": [
+            "lr_head",
+            "=1",
+            "no_such_key=1",
+            "lr_head=-0.2",
+            "lr_head=0",
+            "epochs=0",
+            "epochs=-1",
+            "lr_head=nan",
+            "epochs=1.5",
+            "batch_size=x",
+        ],
+        "shard": ["x", "1/0", "3/2", "-1/2", "1/1"],
+        "roots": ["digits", f"no-such-dataset={ws.path('folder')}", f"digits={ws.path('nothing')}"],
+        "adapters": ["no-such-adapter", ",", ""],
+        "base": ["no-such-ref"],
+        "head": ["no-such-ref"],
+        "store_folder": ["no-such-folder", "../.."],
+        "ident": ["no-such-id", "../escape"],
+        "name": ["no-such-dataset"],
+        "pattern": ["no-such-name", ""],
+    }
+
+
+def typed_values(param: click.Parameter, ws: Workspace) -> list[str] | None:
+    """Invalid values generated from a parameter's type (``None``: free text, see table)."""
+    kind = param.type
+    missing, folder, file = ws.path("nothing"), ws.path("folder"), ws.path("file.txt")
+    if isinstance(kind, click.IntRange):
+        values = ["x", "", "1.5"]
+        values += [str(kind.min - 1)] if kind.min is not None else ["-1"]
+        return values + ([str(kind.max + 1)] if kind.max is not None else [])
+    if isinstance(kind, FiniteFloatRange):
+        values = ["x", "nan"]
+        values += [str(kind.min - 1)] if kind.min is not None else []
+        return values + ([str(kind.max + 1)] if kind.max is not None else [])
+    if isinstance(kind, click.Choice):
+        return ["no-such-choice"]
+    if isinstance(kind, DeviceType):
+        return ["tpu", "", "cuda:99", "meta"]
+    if isinstance(kind, OutputPath):
+        values = ["", ws.path("file.txt", "below")]
+        return values + ([folder] if not kind.dir_okay else [file])
+    if isinstance(kind, click.Path):
+        values = [missing] if kind.exists else []
+        # Where a file is expected: a folder, and a file with the wrong content.
+        values += [folder, file] if not kind.dir_okay else []
+        return values + ([file] if not kind.file_okay else [])
+    if isinstance(kind, (click.types.IntParamType, click.types.FloatParamType)):
+        return ["x", "-1"]
+    return None
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Size and mtime of everything under ``root`` (git's own bookkeeping excluded)."""
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if ".git" not in p.relative_to(root).parts
+    }
+
+
+def walk(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
+    for name, command in sorted(group.commands.items()):
+        path = f"{prefix} {name}".strip()
+        if isinstance(command, click.Group):
+            yield from walk(command, path)
+        else:
+            yield path, command
+
+
+def swept(param: click.Parameter) -> bool:
+    return not (isinstance(param, click.Option) and (param.is_flag or param.count))
+
+
+def test_every_command_has_a_baseline_and_every_parameter_invalid_values(ws: Workspace) -> None:
+    table = free_text_values(ws)
+    commands = dict(walk(ws.cli))
+    assert sorted(commands) == sorted(BASELINES), "add the command to BASELINES"
+    untyped = [
+        f"{path} {param.name}"
+        for path, command in commands.items()
+        for param in command.params
+        if swept(param) and typed_values(param, ws) is None and param.name not in table
+    ]
+    assert not untyped, f"add invalid values for {untyped} to free_text_values()"
+
+
+def test_every_numeric_option_declares_its_range(ws: Workspace) -> None:
+    unranged = [
+        f"{path} {param.name}"
+        for path, command in walk(ws.cli)
+        for param in command.params
+        if type(param.type) in (click.types.IntParamType, click.types.FloatParamType)
+        or (
+            isinstance(param.type, click.FloatRange)
+            and not isinstance(param.type, FiniteFloatRange)
+        )
+    ]
+    assert not unranged, f"declare a click.IntRange / FiniteFloatRange for {unranged}"
+
+
+def _mentions(line: str, param: click.Parameter, value: str) -> bool:
+    names = [*getattr(param, "opts", []), str(param.name), str(param.name).replace("_", "-")]
+    if param.human_readable_name:
+        names.append(param.human_readable_name)
+    parts = [value or "''", *value.replace(":", "=").replace("/", "=").split("=")]
+    return any(n and n.lower() in line.lower() for n in names) or any(
+        len(p) >= 2 and p in line for p in parts
+    )
+
+
+@pytest.mark.parametrize("command", sorted(BASELINES))
+def test_invalid_input_gets_one_line_and_changes_nothing(
+    ws: Workspace, command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ws.root / "cwd")
+    arguments, options = baseline(ws, command)
+    target = dict(walk(ws.cli))[command]
+    arguments_params = [p for p in target.params if isinstance(p, click.Argument)]
+    failures = []
+    for param in (p for p in target.params if swept(p)):
+        values = typed_values(param, ws)
+        if values is None:
+            values = free_text_values(ws)[str(param.name)]
+        for value in values:
+            if isinstance(param, click.Option):
+                args = [*arguments, *options, param.opts[0], value]
+            elif param.nargs == -1:
+                args = [value, *options]
+            else:
+                index = arguments_params.index(param)
+                args = [*arguments[:index], value, *arguments[index + 1 :], *options]
+            before = snapshot(ws.root)
+            code, output = ws.invoke([*command.split(), *args])
+            errors = [line for line in output.splitlines() if line.startswith("Error:")]
+            problem = None
+            if code == 0:
+                problem = "accepted"
+            elif "Traceback" in output or "failed unexpectedly" in output:
+                problem = "traceback or unexpected failure"
+            elif len(errors) != 1:
+                problem = f"{len(errors)} 'Error:' lines"
+            elif not _mentions(errors[0], param, value):
+                problem = "the error names neither the parameter nor the value"
+            elif snapshot(ws.root) != before:
+                problem = "wrote files"
+            if problem:
+                failures.append(f"{command} {param.name}={value!r}: {problem}\n{output}")
+    assert not failures, "\n".join(failures)
