@@ -73,11 +73,6 @@ class LeaderboardStore:
             )
         return read_contents(source, self.results_dir / ident)
 
-    def status(self, ident: str) -> dict[str, Any]:
-        """The stored status record of a submission."""
-        path = self.submissions_dir / ident / "status.json"
-        return json.loads(path.read_text()) if path.is_file() else {"status": "validated"}
-
     def add(
         self, extracted: Path, ident: str, status: dict[str, Any], supersedes: str = ""
     ) -> None:
