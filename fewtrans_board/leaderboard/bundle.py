@@ -158,13 +158,20 @@ def read_contents(folder: Path, results: Path | None = None) -> BundleContents:
 
 
 def run_centre_record(runs: list[Path]) -> dict[str, object] | None:
-    """The centre-search record embedded in the first run's provenance that has one."""
+    """The centre-search record embedded in the first run's provenance that has one.
+
+    A run that cannot be read is skipped here: validation reads it next and names the fault.
+    """
     from fewtrans_board.results.load import load_run
+    from fewtrans_board.results.shards import ResultsError
 
     for run in runs:
-        record = load_run(run).meta.get("centre_search")
+        try:
+            record = load_run(run).meta.get("centre_search")
+        except ResultsError:
+            continue
         if record is not None:
-            return dict(record)
+            return dict(record) if isinstance(record, dict) else {"centre_search": record}
     return None
 
 

@@ -51,6 +51,38 @@ class IndexEntry:
         }
 
 
+def _superseded(metas: dict[str, SubmissionMeta]) -> dict[str, str]:
+    """``{superseded id: superseding id}``; each entry superseded once, by a stored entry, no cycle.
+
+    Raises:
+        SubmissionError: ``bad-store-entry`` naming the entries.
+    """
+    superseded: dict[str, str] = {}
+    for ident, meta in metas.items():
+        old = meta.supersedes
+        if not old:
+            continue
+        if old not in metas:
+            raise SubmissionError(
+                "bad-store-entry", f"stored entry {ident} supersedes {old!r}, which is not stored"
+            )
+        if old in superseded:
+            raise SubmissionError(
+                "bad-store-entry", f"{old} is superseded by both {superseded[old]} and {ident}"
+            )
+        superseded[old] = ident
+    for start in superseded:
+        seen, current = {start}, start
+        while current in superseded:
+            current = superseded[current]
+            if current in seen:
+                raise SubmissionError(
+                    "bad-store-entry", f"stored entries supersede each other in a cycle ({start})"
+                )
+            seen.add(current)
+    return superseded
+
+
 def index_entries(store: LeaderboardStore) -> Iterator[IndexEntry]:
     """Every stored submission, sorted by id, with its runs loaded and summarised.
 
@@ -78,7 +110,7 @@ def index_entries(store: LeaderboardStore) -> Iterator[IndexEntry]:
             metas[ident] = read_meta(
                 (store.submissions_dir / ident / "submission.toml").read_bytes()
             )
-    superseded = {meta.supersedes: ident for ident, meta in metas.items() if meta.supersedes}
+    superseded = _superseded(metas)
     for ident in idents:
         stored = read_entry(store, ident)
         ddof = BENCHMARKS[stored.meta.benchmark].statistic_ddof

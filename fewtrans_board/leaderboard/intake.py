@@ -12,13 +12,14 @@ than escaping as a traceback; the store is never touched before validation has p
 from __future__ import annotations
 
 import contextlib
+import json
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.errors import describe
+from fewtrans_board.errors import FewtransError, describe
 from fewtrans_board.leaderboard.bundle import (
     BundleContents,
     extract_bundle,
@@ -74,13 +75,15 @@ def fail_closed(what: str) -> Iterator[None]:
         what: the bundle or entry being read, named in the message.
 
     Raises:
-        SubmissionError: ``unexpected-fault`` for anything but a :class:`SubmissionError`
-            (which passes through unchanged).
+        SubmissionError: unchanged; ``cannot-check`` for another user-facing error (e.g. a
+            damaged frozen manifest in the store); ``unexpected-fault`` for anything else.
     """
     try:
         yield
     except SubmissionError:
         raise
+    except FewtransError as exc:
+        raise SubmissionError("cannot-check", f"{what} cannot be checked: {exc}") from exc
     except Exception as exc:  # fail closed on untrusted input
         raise SubmissionError(
             "unexpected-fault",
@@ -116,10 +119,15 @@ def pack_checked(
         SubmissionError: the first fault validation finds.
     """
     with fail_closed(str(meta)):
-        record = read_centre_search(centre.read_bytes(), str(centre)) if centre else None
+        record: dict[str, Any] | None
+        if centre is not None:
+            record = read_centre_search(centre.read_bytes(), str(centre))
+        else:
+            embedded = run_centre_record(runs)
+            record = None if embedded is None else read_centre_search(json.dumps(embedded).encode())
         contents = BundleContents(
             read_meta(meta.read_bytes()),
-            record or run_centre_record(runs),
+            record,
             list(runs),
             {run: f"results/{run.name}" for run in runs},
         )

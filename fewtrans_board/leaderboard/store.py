@@ -26,6 +26,7 @@ from fewtrans_board.atomic import write_bytes_atomic
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.leaderboard.bundle import BundleContents, read_contents
 from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.leaderboard.meta import read_meta
 
 
 class LeaderboardStore:
@@ -91,6 +92,18 @@ class LeaderboardStore:
             raise SubmissionError(
                 "meta-bad-value", f"supersedes = {supersedes!r} names no stored submission"
             )
+        for other in self.submission_ids() if supersedes else []:
+            if (
+                read_meta(
+                    (self.submissions_dir / other / "submission.toml").read_bytes()
+                ).supersedes
+                == supersedes
+            ):
+                raise SubmissionError(
+                    "meta-bad-value",
+                    f"{supersedes!r} is already superseded by {other!r}; supersede {other!r} "
+                    "instead",
+                )
         self.submissions_dir.mkdir(parents=True, exist_ok=True)
         self.results_dir.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.root))

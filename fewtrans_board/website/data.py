@@ -15,8 +15,9 @@ from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark, statist
 from fewtrans_board.leaderboard.entries import entry_errors
 from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.index import index_entries
+from fewtrans_board.leaderboard.runs import load_checked_run
 from fewtrans_board.leaderboard.store import LeaderboardStore
-from fewtrans_board.results.load import RunResults, find_runs, load_run
+from fewtrans_board.results.load import RunResults, find_runs
 from fewtrans_board.results.per_shot import PerShot, per_shot, shot_seed_pairs
 from fewtrans_board.results.summary import summarize
 from fewtrans_board.stats.bootstrap import (
@@ -287,10 +288,13 @@ def local_methods(run_dirs: list[Path]) -> list[MethodView]:
 
     Each run joins the first benchmark whose manifests include its manifest and whose
     model rule accepts its model (original vs unlearned CLIP); other runs are skipped.
+
+    Raises:
+        SubmissionError: a run whose files or metadata do not match the schema (named).
     """
     views: dict[str, MethodView] = {}
     for path in find_runs(run_dirs):
-        run = load_run(path)
+        run = load_checked_run(path, str(path), intake=False)
         manifest = run.meta["manifest"]["file"]
         model, adapter = run.meta["model"]["name"], run.meta["adapter"]["name"]
         benchmark = next(

@@ -108,7 +108,7 @@ def attempt(intake: dict[str, Any], data: bytes, work: Path) -> SubmissionError 
         match = CODE.match(message)
         assert match and match.group(1) == exc.code, message
         assert "\n" not in message and len(message) <= 1100, message
-        assert exc.code != "unexpected-fault", message  # the checks must name every fault
+        assert exc.code not in ("unexpected-fault", "cannot-check"), message  # name every fault
         assert snapshot(store_dir) == before, f"refused ({message}) but the store changed"
         return exc
     ident = added.validation.meta.id
@@ -369,7 +369,13 @@ STORE_DAMAGE: list[tuple[str, str, Callable[[Path], None]]] = [
     ("foreign-folder", "bad-store-entry", lambda s: (s / "submissions/not-an-entry").mkdir()),
     ("run-json-gone", "no-results", lambda s: _first(s, "results/base--redteam/*/run.json").unlink()),
     ("id-mismatch", "bad-store-entry", lambda s: _rename_entry(s)),
+    ("supersedes-nothing", "bad-store-entry", lambda s: _append_meta(s, 'supersedes = "ghost"\n')),
 ]  # fmt: skip
+
+
+def _append_meta(store: Path, line: str) -> None:
+    with (store / "submissions/base--redteam/submission.toml").open("a") as handle:
+        handle.write(line)
 
 
 def _flip(path: Path) -> None:
@@ -404,6 +410,26 @@ def test_rebuild_and_site_build_name_a_damaged_entry(
         assert line.startswith(f"Error: [{code}] ") and "\n" not in line, line
         if code != "bad-store-entry" or "not-an-entry" not in line:
             assert "redteam" in line, line
+
+
+def test_an_entry_is_superseded_once(intake: dict[str, Any], tmp_path: Path) -> None:
+    store_dir = tmp_path / "leaderboard"
+    shutil.copytree(intake["store"], store_dir)
+    entries = read_entries(intake["bundle"])
+    for n, expected in ((1, None), (2, "meta-bad-value")):
+        newer = meta_edit(id=f"newer-{n}--redteam", supersedes="base--redteam")(entries)
+        (tmp_path / "b.zip").write_bytes(write_entries(newer))
+        before = snapshot(store_dir)
+        try:
+            add_bundle(tmp_path / "b.zip", LeaderboardStore(store_dir), Verification())
+        except SubmissionError as exc:
+            assert exc.code == expected and "already superseded by 'newer-1--redteam'" in str(exc)
+            assert snapshot(store_dir) == before
+        else:
+            assert expected is None
+    index = json.loads((store_dir / "index.json").read_text())
+    base = next(e for e in index["submissions"] if e["id"] == "base--redteam")
+    assert base["superseded_by"] == "newer-1--redteam"
 
 
 # --- the site shows each manifest of a dataset -----------------------------------------------
