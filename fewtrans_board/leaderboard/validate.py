@@ -355,6 +355,12 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
                 f"{run.meta['hpe'].get('aggregation')!r}; the {protocol.name} protocol fuses "
                 f"by {protocol.aggregation!r}",
             )
+        if run.meta["hpe"]["version"] != protocol.version:
+            raise SubmissionError(
+                "protocol-mismatch",
+                f"{where}: the results were scored under {protocol.name} version "
+                f"{run.meta['hpe']['version']}; this leaderboard's is version {protocol.version}",
+            )
         if canonical_json(run.meta["hpe"].get("roles")) != canonical_json(roles):
             raise SubmissionError(
                 "grid-mismatch",

@@ -259,6 +259,12 @@ def column_keys(benchmark: Benchmark, datasets: dict[str, str]) -> dict[str, str
     return keys
 
 
+def _columns(benchmark: Benchmark, runs: dict[str, MethodRun]) -> list[str]:
+    """Column keys by dataset, then in the benchmark's manifest order (5, 20, 50 shots)."""
+    order = {m: i for i, m in enumerate(benchmark.manifests)}
+    return sorted(runs, key=lambda k: (runs[k].dataset, order.get(runs[k].manifest, len(order)), k))
+
+
 def _load_methods(store: LeaderboardStore) -> list[MethodView]:
     datasets = {name: manifest.dataset for name, manifest in store.frozen.values()}
     methods = []
@@ -401,7 +407,7 @@ def build_site_data(store: LeaderboardStore, local_runs: list[Path] | None = Non
         members = [m for m in entries if not m.transductive]
         apart = [m for m in entries if m.transductive]
         first = (members or apart)[0] if entries else None
-        datasets = sorted(first.runs) if first is not None else []
+        datasets = _columns(benchmark, first.runs) if first is not None else []
         reference = next(
             (m for m in members if m.meta["adapter"] == benchmark.reference_adapter), None
         )

@@ -449,3 +449,14 @@ def test_two_manifests_of_one_dataset_are_two_columns(
         assert f">{key}</a>" in benchmark and f'<section id="{key}">' in method
         assert f"method-base--redteam.html#{key}" in dataset
     assert benchmark.count('href="dataset-digits.html"') >= 2
+
+
+def test_column_keys_separate_bscd_shots_and_keep_dataset_names_elsewhere() -> None:
+    from fewtrans_board.leaderboard.benchmarks import BENCHMARKS
+    from fewtrans_board.website.data import column_keys
+
+    bscd = column_keys(BENCHMARKS["bscd"], {})
+    assert len(set(bscd.values())) == len(BENCHMARKS["bscd"].manifests) == 12
+    assert bscd["bscd-5w20s--bscd-eurosat.parquet"] == "bscd-eurosat@bscd-5w20s"
+    fewtrans = column_keys(BENCHMARKS["fewtrans-adapters"], {})
+    assert sorted(fewtrans.values()) == sorted(m.split("--")[1][:-8] for m in fewtrans)
