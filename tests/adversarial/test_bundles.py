@@ -280,7 +280,7 @@ CORPUS: list[tuple[str, str, Callable[[list[Entry]], list[Entry]] | None, Callab
     ("renamed-column", "corrupt-shard", shard_edit(lambda t, m: (t.rename_columns(["acc" if c == "accuracy" else c for c in t.column_names]), m)), None),
     ("dataset-renamed", "dataset-mismatch", shard_edit(with_meta(lambda m: m["manifest"].update(dataset="eurosat")), every=True), None),
     ("unknown-kind", "bad-rows", shard_edit(lambda t, m: (t.set_column(t.column_names.index("kind"), "kind", pa.array(["junk"] * t.num_rows).dictionary_encode()), m)), None),
-    ("shards-disagree", "bad-run-meta", shard_edit(with_meta(lambda m: m["hpe"].update(version=7))), None),
+    ("shards-disagree", "bad-run-meta", shard_edit(with_meta(lambda m: m["model"].update(weights_id="sha256:0"))), None),
 ]  # fmt: skip
 
 
