@@ -94,9 +94,8 @@ def attempt(intake: dict[str, Any], data: bytes, work: Path) -> SubmissionError 
         the store and shown on a freshly built site).
     """
     store_dir = work / "leaderboard"
-    if store_dir.exists():
-        shutil.rmtree(store_dir)
-    shutil.copytree(intake["store"], store_dir)
+    if not store_dir.exists():  # a refusal leaves the copy as it was (checked below)
+        shutil.copytree(intake["store"], store_dir)
     bundle = work / "bundle.zip"
     bundle.write_bytes(data)
     before = snapshot(store_dir)
@@ -112,6 +111,8 @@ def attempt(intake: dict[str, Any], data: bytes, work: Path) -> SubmissionError 
         assert snapshot(store_dir) == before, f"refused ({message}) but the store changed"
         return exc
     ident = added.validation.meta.id
+    shutil.move(store_dir, work / "accepted")  # the next attempt starts from a fresh copy
+    store_dir = work / "accepted"
     assert added.validation.runs == intake["scores"], "an accepted mutant scores differently"
     changed = {k for k, v in snapshot(store_dir).items() if before.get(k) != v}
     assert all(
@@ -123,6 +124,7 @@ def attempt(intake: dict[str, Any], data: bytes, work: Path) -> SubmissionError 
     shutil.rmtree(site, ignore_errors=True)
     pages = build_site(store_dir, site)
     assert (site / f"method-{ident}.html") in pages
+    shutil.rmtree(store_dir)
     return None
 
 
@@ -304,23 +306,29 @@ def test_the_pristine_bundle_and_its_rezip_are_accepted(
     assert attempt(intake, write_entries(read_entries(intake["bundle"])), tmp_path) is None
 
 
+@pytest.fixture(scope="module")
+def fuzz_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One working folder for every mutant (a store copy survives refusals unchanged)."""
+    return tmp_path_factory.mktemp("mutants")
+
+
 @FUZZ
 @given(data=st.data())
 def test_random_mutants_are_refused_or_shown(
-    intake: dict[str, Any], tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+    intake: dict[str, Any], fuzz_work: Path, data: st.DataObject
 ) -> None:
     kinds, mutant = data.draw(bundle_mutants(intake["bundle"]), label="mutant")
-    work = tmp_path_factory.mktemp("mutant", numbered=True)
     try:
-        refusal = attempt(intake, mutant, work)
-    except Exception:
-        for kind in kinds:
-            TALLY.add(f"bundle {kind}", "traceback")
+        refusal = attempt(intake, mutant, fuzz_work)
+    except BaseException:
+        shutil.rmtree(fuzz_work / "leaderboard", ignore_errors=True)
+        shutil.rmtree(fuzz_work / "accepted", ignore_errors=True)
+        for target in ["bundle mutants", *(f"bundle {kind}" for kind in kinds)]:
+            TALLY.add(target, "failed")  # a traceback, or a broken guarantee
         raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    for kind in kinds:
-        TALLY.add(f"bundle {kind}", "accepted" if refusal is None else "refused")
+    outcome = "accepted" if refusal is None else "refused"
+    for target in ["bundle mutants", *(f"bundle {kind}" for kind in kinds)]:
+        TALLY.add(target, outcome)
 
 
 # --- through the command line ------------------------------------------------------------
