@@ -154,7 +154,12 @@ def add_bundle(bundle: Path, store: LeaderboardStore, verification: Verification
         )
         meta = result.validation.meta
         store.add(Path(tmp), meta.id, status, meta.supersedes)
-    store.write_index(build_index(store))
+    try:
+        index = build_index(store)
+    except SubmissionError:  # another stored entry is unreadable: leave the store as it was
+        store.withdraw(meta.id)
+        raise
+    store.write_index(index)
     return result
 
 

@@ -123,6 +123,16 @@ class LeaderboardStore:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
+    def withdraw(self, ident: str) -> None:
+        """Remove an entry :meth:`add` has just stored, before any index lists it.
+
+        Only for rolling back an add whose index cannot be rebuilt; stored entries are
+        otherwise immutable. The submission folder goes first, so the entry disappears
+        the way it appeared.
+        """
+        shutil.rmtree(self.submissions_dir / ident)
+        shutil.rmtree(self.results_dir / ident)
+
     def write_index(self, index: dict[str, Any]) -> None:
         """Write ``index.json`` atomically (see :func:`index_text`)."""
         write_bytes_atomic(self.index_path, index_text(index).encode())

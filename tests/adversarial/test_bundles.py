@@ -420,6 +420,17 @@ def test_rebuild_and_site_build_name_a_damaged_entry(
             assert "redteam" in line, line
 
 
+def test_adding_to_a_damaged_store_changes_nothing(intake: dict[str, Any], tmp_path: Path) -> None:
+    store = tmp_path / "leaderboard"
+    shutil.copytree(intake["store"], store)
+    (store / "results/base--redteam/notes.json").write_text("{}")
+    before = snapshot(store)
+    (tmp_path / "b.zip").write_bytes(intake["bundle"])
+    with pytest.raises(SubmissionError, match=r"\[outside-layout\] stored entry base--redteam"):
+        add_bundle(tmp_path / "b.zip", LeaderboardStore(store), Verification())
+    assert snapshot(store) == before
+
+
 def test_an_entry_is_superseded_once(intake: dict[str, Any], tmp_path: Path) -> None:
     store_dir = tmp_path / "leaderboard"
     shutil.copytree(intake["store"], store_dir)
