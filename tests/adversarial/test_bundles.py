@@ -38,17 +38,14 @@ from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.website.build import build_site
 from tests.adversarial.conftest import FIXED, VARIED, Board, ok, run_cli
 from tests.bundle_mutations import (
-    Entry,
     Pristine,
     bundle_mutants,
-    patch,
-    read_entries,
     read_shard_bytes,
     toml_document,
-    write_entries,
     write_shard_bytes,
 )
 from tests.faults import FUZZ, TALLY
+from tests.zip_members import Entry, patch, read_entries, write_entries
 
 CODE = re.compile(r"\[([a-z]+(?:-[a-z]+)*)\] ")
 IDENT = "fuzz--redteam"
