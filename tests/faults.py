@@ -78,11 +78,15 @@ class Tally:
         """Record one outcome."""
         self.counts.setdefault(target, collections.Counter())[outcome] += 1
 
+    def outcomes(self, counts: collections.Counter[str]) -> list[str]:
+        """The standard outcomes, then any other a test recorded (``accepted`` ...)."""
+        return [*self.OUTCOMES, *sorted(set(counts) - set(self.OUTCOMES))]
+
     def lines(self) -> list[str]:
         """One line per target."""
         return [
             f"{target}: {sum(c.values())} mutations, "
-            + ", ".join(f"{c[o]} {o}" for o in self.OUTCOMES)
+            + ", ".join(f"{c[o]} {o}" for o in self.outcomes(c))
             for target, c in sorted(self.counts.items())
         ]
 
@@ -90,7 +94,7 @@ class Tally:
         """Write the tally to ``$FEWTRANS_FUZZ_REPORT`` when set."""
         path = os.environ.get("FEWTRANS_FUZZ_REPORT")
         if path and self.counts:
-            data = {t: {o: c[o] for o in self.OUTCOMES} for t, c in self.counts.items()}
+            data = {t: {o: c[o] for o in self.outcomes(c)} for t, c in self.counts.items()}
             with open(path, "w", encoding="utf-8") as handle:
                 json.dump({"examples_per_target": EXAMPLES, "targets": data}, handle, indent=2)
 

@@ -149,6 +149,7 @@ def test_vision_only_adapters_cannot_score_novel_classes(tmp_path: Path, invoke)
 
 def test_verify_compares_base_rows_of_base_to_novel_runs(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.leaderboard.bundle import BundleContents
+    from fewtrans_board.leaderboard.meta import parse_meta
     from fewtrans_board.leaderboard.store import LeaderboardStore
     from fewtrans_board.leaderboard.verify import verify_contents
     from tests.conftest import installed_distribution
@@ -194,7 +195,10 @@ plugins = ["fewtrans-board==0.1.0", "fewtrans-tinymodels==0.1"]
     # The verification worker loads the model from an installed distribution.
     dist = tmp_path / "dist"
     with installed_distribution(dist, "fewtrans-tinymodels", "0.1", "tests.plugins.tiny_models"):
-        report = verify_contents(BundleContents(meta, None, [out]), store, sample=2)
+        # Verification proper: the run is handed over as loaded (it is not a demo-benchmark
+        # submission, so validation would refuse it before any episode is re-run).
+        contents = BundleContents(parse_meta(meta), None, [out])
+        report = verify_contents(contents, store, sample=2, runs=[run])
     # Novel rows share the episode and configuration index of the base rows; only the
     # base ones describe the re-run queries.
     assert report["passed"] and len(report["episodes"]) == 2

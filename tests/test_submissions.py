@@ -401,7 +401,7 @@ def test_malformed_corpus_is_rejected_and_changes_nothing(
 def test_size_limits(
     valid_bundle: Path, store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invoke
 ) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr("fewtrans_board.leaderboard.bundle.MAX_FILE_BYTES", 1000)
+    monkeypatch.setattr("fewtrans_board.leaderboard.layout.MAX_FILE_BYTES", 1000)
     result = invoke(
         ["submission", "validate", str(valid_bundle), "--leaderboard", str(store), "--json"],
         pm=get_plugin_manager(entry_points=False),

@@ -1,86 +1,53 @@
-"""Submission bundles: a zip with a fixed layout, read defensively (it is untrusted).
+"""Submission bundles: a zip with a fixed layout, read into a typed, checked object.
 
-Layout::
-
-    submission.toml
-    centre-search.json                  (when the adapter has HPE axes)
-    results/<manifest>/run.json          (one folder per frozen manifest evaluated)
-    results/<manifest>/shards/shard-*.parquet
-
-Only these file types are accepted, paths are checked for traversal, links and
-duplicates, sizes are bounded before anything is extracted, and nothing is unpickled.
+Reading a bundle (:func:`extract_bundle`) or a store entry (:func:`read_contents`) either
+yields :class:`BundleContents` (parsed ``submission.toml``, checked centre-search record,
+run folders named as the layout names them) or raises one
+:class:`~fewtrans_board.leaderboard.errors.SubmissionError` naming the member and the
+problem. The layout and the zip checks are :mod:`~fewtrans_board.leaderboard.layout`; the
+metadata shapes :mod:`~fewtrans_board.leaderboard.schema`; nothing is unpickled.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import stat
 import zipfile
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import IO
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from fewtrans_board.leaderboard.errors import SubmissionError
-from fewtrans_board.results.load import find_runs
+from fewtrans_board.leaderboard.layout import CENTRE, META, RUN, check_tree, extract_members
+from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
+from fewtrans_board.leaderboard.schema import CENTRE_SEARCH
+from fewtrans_board.leaderboard.shapes import check, load_json
 
-MAX_TOTAL_BYTES = 2 << 30
-MAX_FILE_BYTES = 512 << 20
-MAX_ENTRIES = 5000
-ALLOWED_SUFFIXES = {".toml", ".json", ".parquet"}
 PARQUET_MAGIC = b"PAR1"
+ENTRY_FILES = frozenset({"submission.toml", "centre-search.json", "status.json"})
+"""What a stored submission folder holds (``status.json`` is the store's, never a bundle's)."""
 
 
 @dataclass
 class BundleContents:
-    """Where an extracted (or store) submission's parts are."""
+    """A bundle or store entry, read and checked (runs are loaded by validation).
 
-    meta_text: str
-    centre_search: dict[str, object] | None
+    Attributes:
+        meta: the parsed ``submission.toml``.
+        centre_search: ``centre-search.json``, checked against
+            :data:`~fewtrans_board.leaderboard.schema.CENTRE_SEARCH`, or ``None``.
+        runs: the run folders on disk.
+        names: each run folder's name in the bundle layout (``results/<run>``), for messages.
+    """
+
+    meta: SubmissionMeta
+    centre_search: dict[str, Any] | None
     runs: list[Path]
+    names: dict[Path, str] = field(default_factory=dict)
 
-
-def _check_entry(info: zipfile.ZipInfo, seen: set[str]) -> PurePosixPath:
-    name = info.filename
-    path = PurePosixPath(name)
-    if (
-        "\\" in name
-        or path.is_absolute()
-        or ".." in path.parts
-        or name.startswith("/")
-        or ":" in path.parts[0]
-    ):
-        raise SubmissionError(
-            "unsafe-path", f"bundle entry {name!r} escapes the bundle (absolute or '..')"
-        )
-    mode = info.external_attr >> 16
-    if stat.S_ISLNK(mode):
-        raise SubmissionError("symlink", f"bundle entry {name!r} is a symbolic link")
-    if name in seen:
-        raise SubmissionError("duplicate-entry", f"bundle entry {name!r} appears twice")
-    seen.add(name)
-    if not info.is_dir() and path.suffix not in ALLOWED_SUFFIXES:
-        raise SubmissionError(
-            "forbidden-file",
-            f"bundle entry {name!r} is not allowed: only {', '.join(sorted(ALLOWED_SUFFIXES))} "
-            "files (no pickles, checkpoints or code)",
-        )
-    if info.file_size > MAX_FILE_BYTES:
-        raise SubmissionError(
-            "too-large", f"bundle entry {name!r} is {info.file_size} bytes (limit {MAX_FILE_BYTES})"
-        )
-    return path
-
-
-def _bounded_copy(source: IO[bytes], sink: IO[bytes], declared: int) -> int:
-    """Copy at most ``declared + 1`` bytes, so a lying header cannot fill the disk."""
-    written = 0
-    while chunk := source.read(min(1 << 20, declared + 1 - written)):
-        sink.write(chunk)
-        written += len(chunk)
-        if written > declared:
-            break
-    return written
+    def name(self, run: Path) -> str:
+        """How messages name a run folder (``results/<run>``)."""
+        return self.names.get(run, f"results/{run.name}")
 
 
 def _is_parquet(path: Path) -> bool:
@@ -94,97 +61,117 @@ def _is_parquet(path: Path) -> bool:
 
 
 def extract_bundle(bundle: Path, target: Path) -> BundleContents:
-    """Check and extract a bundle into ``target`` (an empty folder).
+    """Check a bundle zip completely, extract it into ``target`` (empty) and read it.
 
     Raises:
-        SubmissionError: unreadable archive, unsafe or forbidden entries, size limits.
+        SubmissionError: an unreadable archive, a path outside the layout or unsafe, a
+            damaged member, a size limit, or malformed metadata (see :func:`read_contents`).
     """
-    try:
-        archive = zipfile.ZipFile(bundle)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise SubmissionError("not-a-zip", f"{bundle} is not a readable zip bundle: {exc}") from exc
-    with archive:
-        infos = archive.infolist()
-        if len(infos) > MAX_ENTRIES:
-            raise SubmissionError(
-                "too-large", f"bundle has {len(infos)} entries (limit {MAX_ENTRIES})"
-            )
-        total = sum(i.file_size for i in infos)
-        if total > MAX_TOTAL_BYTES:
-            raise SubmissionError(
-                "too-large", f"bundle unpacks to {total} bytes (limit {MAX_TOTAL_BYTES})"
-            )
-        seen: set[str] = set()
-        for info in infos:
-            path = _check_entry(info, seen)
-            if info.is_dir():
-                continue
-            destination = target.joinpath(*path.parts)
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            with archive.open(info) as source, destination.open("wb") as sink:
-                written = _bounded_copy(source, sink, info.file_size)
-            if written != info.file_size:
-                raise SubmissionError(
-                    "too-large", f"bundle entry {info.filename!r} does not match its declared size"
-                )
+    extract_members(bundle, target)
     return read_contents(target)
 
 
+def read_centre_search(data: bytes, where: str = "centre-search.json") -> dict[str, Any]:
+    """Decode and check a centre-search record.
+
+    Raises:
+        SubmissionError: ``bad-centre-search``.
+    """
+    record = load_json(data, where, "bad-centre-search")
+    check(record, CENTRE_SEARCH, where, "bad-centre-search")
+    checked: dict[str, Any] = record
+    return checked
+
+
+def _walk(top: Path, prefix: str) -> dict[str, Path]:
+    """Every file and folder under ``top`` by its bundle-layout name (folders end in ``/``).
+
+    Raises:
+        SubmissionError: a link or a special file.
+    """
+    found: dict[str, Path] = {}
+    if not top.is_dir():
+        return found
+    for path in sorted(top.rglob("*")):
+        name = prefix + path.relative_to(top).as_posix()
+        if path.is_symlink():
+            raise SubmissionError("symlink", f"{name} is a symbolic link")
+        if path.is_dir():
+            found[name + "/"] = path
+        elif path.is_file():
+            found[name] = path
+        else:
+            raise SubmissionError("special-file", f"{name} is not a regular file")
+    return found
+
+
+def _entry_files(folder: Path, results: Path) -> dict[str, Path]:
+    """A store entry's files by bundle-layout name: its submission folder, then its results."""
+    found = {}
+    for path in sorted(folder.iterdir()):
+        if path.name not in ENTRY_FILES or path.is_symlink() or not path.is_file():
+            raise SubmissionError(
+                "outside-layout",
+                f"{folder.name}/{path.name} does not belong in a submission folder (only "
+                f"{', '.join(sorted(ENTRY_FILES))})",
+            )
+        if path.name != "status.json":
+            found[path.name] = path
+    return {**found, **_walk(results, "results/")}
+
+
 def read_contents(folder: Path, results: Path | None = None) -> BundleContents:
-    """Read the parts of an extracted bundle or a store entry.
+    """Read the parts of an extracted bundle or a store entry through the bundle schema.
 
     Args:
         folder: holds ``submission.toml`` (and ``centre-search.json`` when present).
-        results: the folder of per-dataset runs; ``folder / "results"`` (the bundle
-            layout) when ``None``. A store entry keeps its results apart from its metadata.
+        results: the folder of runs; ``folder / "results"`` (the bundle layout) when
+            ``None``. A store entry keeps its results apart from its metadata (and its
+            ``status.json`` beside its metadata).
 
     Returns:
-        The entry's metadata text, centre-search record and run folders.
+        The entry's typed metadata, centre-search record and run folders.
 
     Raises:
-        SubmissionError: missing metadata, bad json, fake Parquet files, no results.
+        SubmissionError: a file outside the layout, a link, a fake Parquet file, missing or
+            malformed metadata, no results.
     """
-    meta = folder / "submission.toml"
-    if not meta.is_file():
+    files = _walk(folder, "") if results is None else _entry_files(folder, results)
+    kinds = check_tree(list(files))
+    for name in kinds:
+        if name.endswith(".parquet") and not _is_parquet(files[name]):
+            raise SubmissionError("forbidden-file", f"{name} is not a Parquet file")
+    meta_names = [n for n, k in kinds.items() if k == META]
+    if not meta_names:
         raise SubmissionError("missing-meta", "the bundle has no submission.toml")
-    results = folder / "results" if results is None else results
-    # Paths are reported as the bundle layout names them, wherever the results live.
-    tops = [(folder, Path())]
-    if not results.is_relative_to(folder) and results.is_dir():
-        tops.append((results, Path("results")))
-    for top, prefix in tops:
-        for path in top.rglob("*"):
-            name = prefix / path.relative_to(top)
-            if path.is_symlink():
-                raise SubmissionError("symlink", f"{name} is a symbolic link")
-            if path.suffix == ".parquet" and not _is_parquet(path):
-                raise SubmissionError("forbidden-file", f"{name} is not a Parquet file")
-    centre = None
-    centre_path = folder / "centre-search.json"
-    if centre_path.is_file():
-        try:
-            centre = json.loads(centre_path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SubmissionError(
-                "bad-centre-search", f"centre-search.json is not valid JSON: {exc}"
-            ) from exc
-    try:
-        runs = find_runs([results]) if results.is_dir() else []
-    except Exception as exc:
-        raise SubmissionError("no-results", f"cannot read the bundle's results: {exc}") from exc
+    meta = read_meta(files[meta_names[0]].read_bytes())
+    centre_names = [n for n, k in kinds.items() if k == CENTRE]
+    centre = read_centre_search(files[centre_names[0]].read_bytes()) if centre_names else None
+    runs = {files[n].parent: n.rsplit("/", 1)[0] for n, k in sorted(kinds.items()) if k == RUN}
+    shard_folders = {n.split("/shards/")[0] for n in kinds if "/shards/" in n}
+    orphans = sorted(shard_folders - set(runs.values()))
+    if orphans:
+        raise SubmissionError("no-results", f"{orphans[0]} has shards but no run.json")
     if not runs:
-        raise SubmissionError("no-results", "the bundle has no results/<dataset>/run.json")
-    return BundleContents(meta.read_text(encoding="utf-8"), centre, runs)
+        raise SubmissionError("no-results", "the bundle has no results/<run>/run.json")
+    return BundleContents(meta, centre, list(runs), dict(runs))
 
 
 def run_centre_record(runs: list[Path]) -> dict[str, object] | None:
-    """The centre-search record embedded in the first run's provenance that has one."""
+    """The centre-search record embedded in the first run's provenance that has one.
+
+    A run that cannot be read is skipped here: validation reads it next and names the fault.
+    """
     from fewtrans_board.results.load import load_run
+    from fewtrans_board.results.shards import ResultsError
 
     for run in runs:
-        record = load_run(run).meta.get("centre_search")
+        try:
+            record = load_run(run).meta.get("centre_search")
+        except ResultsError:
+            continue
         if record is not None:
-            return dict(record)
+            return dict(record) if isinstance(record, dict) else {"centre_search": record}
     return None
 
 
@@ -192,7 +179,7 @@ def _folder_name(meta: dict[str, object], used: set[str]) -> str:
     """A bundle folder per run, named after its manifest (several may share a dataset)."""
     manifest = meta.get("manifest")
     stem = Path(str(manifest.get("file", "") if isinstance(manifest, dict) else "")).stem
-    base = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip(".-") or "run"
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", stem)[:90].strip(".-") or "run"
     name, n = base, 1
     while name in used:
         n += 1

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fewtrans_board.leaderboard.benchmarks import BENCHMARKS
-from fewtrans_board.leaderboard.meta import SubmissionMeta, parse_meta
+from fewtrans_board.leaderboard.entries import StoredEntry, entry_errors, read_entry
+from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
 from fewtrans_board.leaderboard.store import LeaderboardStore
-from fewtrans_board.results.load import RunResults, find_runs, load_run
 from fewtrans_board.results.summary import summarize
 
 
@@ -22,16 +23,17 @@ class IndexEntry:
         meta: its parsed ``submission.toml``.
         status: ``validated`` or ``verified``.
         superseded_by: the id of the submission that supersedes it, if any.
-        runs: its runs, in the order they are found on disk.
+        stored: the entry as read (runs with their frozen manifests, centre search).
         summaries: :func:`~fewtrans_board.results.summary.summarize` of each run (with the
-            benchmark's ``ddof``), aligned with ``runs``.
+            benchmark's ``ddof``; dataset and manifest from the frozen manifest), aligned
+            with ``stored.runs``.
     """
 
     id: str
     meta: SubmissionMeta
     status: str
+    stored: StoredEntry
     superseded_by: str | None = None
-    runs: list[RunResults] = field(default_factory=list)
     summaries: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -44,9 +46,41 @@ class IndexEntry:
             "status": self.status,
             "transductive": bool(first.get("transductive")),
             "configuration": first.get("configuration", {}),
-            "runs": sorted(runs, key=lambda r: r["dataset"]),
+            "runs": sorted(runs, key=lambda r: (r["dataset"], r["manifest"])),
             "superseded_by": self.superseded_by,
         }
+
+
+def _superseded(metas: dict[str, SubmissionMeta]) -> dict[str, str]:
+    """``{superseded id: superseding id}``; each entry superseded once, by a stored entry, no cycle.
+
+    Raises:
+        SubmissionError: ``bad-store-entry`` naming the entries.
+    """
+    superseded: dict[str, str] = {}
+    for ident, meta in metas.items():
+        old = meta.supersedes
+        if not old:
+            continue
+        if old not in metas:
+            raise SubmissionError(
+                "bad-store-entry", f"stored entry {ident} supersedes {old!r}, which is not stored"
+            )
+        if old in superseded:
+            raise SubmissionError(
+                "bad-store-entry", f"{old} is superseded by both {superseded[old]} and {ident}"
+            )
+        superseded[old] = ident
+    for start in superseded:
+        seen, current = {start}, start
+        while current in superseded:
+            current = superseded[current]
+            if current in seen:
+                raise SubmissionError(
+                    "bad-store-entry", f"stored entries supersede each other in a cycle ({start})"
+                )
+            seen.add(current)
+    return superseded
 
 
 def index_entries(store: LeaderboardStore) -> Iterator[IndexEntry]:
@@ -54,29 +88,40 @@ def index_entries(store: LeaderboardStore) -> Iterator[IndexEntry]:
 
     Entries are produced one at a time so a caller that keeps only the summaries never
     holds every run in memory at once.
+
+    Raises:
+        SubmissionError: a stored entry is unreadable (named; nothing is skipped).
     """
-    metas = {
-        ident: parse_meta(
-            (store.submissions_dir / ident / "submission.toml").read_text(encoding="utf-8")
+    idents = store.submission_ids()
+    foreign = sorted(
+        p.name
+        for p in (store.submissions_dir.iterdir() if store.submissions_dir.is_dir() else [])
+        if not p.name.startswith(".") and p.name not in idents
+    )
+    if foreign:
+        raise SubmissionError(
+            "bad-store-entry",
+            f"{store.submissions_dir.name}/{foreign[0]} is not a stored entry (no "
+            "submission.toml); remove it",
         )
-        for ident in store.submission_ids()
-    }
-    superseded = {meta.supersedes: ident for ident, meta in metas.items() if meta.supersedes}
-    for ident, meta in metas.items():
-        ddof = BENCHMARKS[meta.benchmark].statistic_ddof
-        entry = IndexEntry(
-            ident,
-            meta,
-            store.status(ident).get("status", "validated"),
-            superseded_by=superseded.get(ident),
-        )
-        for path in find_runs([store.results_dir / ident]):
-            run = load_run(path)
-            frozen = store.frozen.get(run.meta["manifest"]["sha256"])
-            entry.runs.append(run)
-            entry.summaries.append(
-                summarize(run, ddof=ddof, manifest=frozen[1].meta if frozen else None)
+    metas = {}
+    for ident in idents:
+        with entry_errors(ident):
+            metas[ident] = read_meta(
+                (store.submissions_dir / ident / "submission.toml").read_bytes()
             )
+    superseded = _superseded(metas)
+    for ident in idents:
+        stored = read_entry(store, ident)
+        ddof = BENCHMARKS[stored.meta.benchmark].statistic_ddof
+        entry = IndexEntry(
+            ident, stored.meta, stored.status, stored, superseded_by=superseded.get(ident)
+        )
+        with entry_errors(ident):
+            for item in stored.runs:
+                summary = summarize(item.run, ddof=ddof, manifest=item.manifest_meta)
+                summary.update(dataset=item.dataset, manifest=item.manifest)
+                entry.summaries.append(summary)
         yield entry
 
 

@@ -2,28 +2,37 @@
 
 Every function here runs without third-party plugins: validation reads data only, and
 verification drives the plugin in a separate worker process.
+
+Reading and validating untrusted data fails closed: a refusal is a
+:class:`~fewtrans_board.leaderboard.errors.SubmissionError` with a code, and an error the
+checks did not anticipate is refused as ``unexpected-fault`` (naming the exception) rather
+than escaping as a traceback; the store is never touched before validation has passed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fewtrans_board.errors import FewtransError, describe
 from fewtrans_board.leaderboard.bundle import (
     BundleContents,
     extract_bundle,
     pack_bundle,
+    read_centre_search,
     run_centre_record,
 )
 from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.index import build_index
-from fewtrans_board.leaderboard.meta import parse_meta
+from fewtrans_board.leaderboard.meta import read_meta
 from fewtrans_board.leaderboard.store import LeaderboardStore, index_text
 from fewtrans_board.leaderboard.validate import ValidationReport, validate_contents
-from fewtrans_board.leaderboard.verify import validate_and_verify, verify_contents
-from fewtrans_board.runner.spec import load_centre_file
+from fewtrans_board.leaderboard.verify import verify_contents
 
 
 @dataclass(frozen=True)
@@ -58,16 +67,44 @@ class CheckResult:
         return out
 
 
+@contextlib.contextmanager
+def fail_closed(what: str) -> Iterator[None]:
+    """Turn an unanticipated error while reading untrusted data into a refusal.
+
+    Args:
+        what: the bundle or entry being read, named in the message.
+
+    Raises:
+        SubmissionError: unchanged; ``cannot-check`` for another user-facing error (e.g. a
+            damaged frozen manifest in the store); ``unexpected-fault`` for anything else.
+    """
+    try:
+        yield
+    except SubmissionError:
+        raise
+    except FewtransError as exc:
+        raise SubmissionError("cannot-check", f"{what} cannot be checked: {exc}") from exc
+    except Exception as exc:  # fail closed on untrusted input
+        raise SubmissionError(
+            "unexpected-fault",
+            f"{what} is refused: reading it stopped on {describe(exc)} (please report this "
+            "with the bundle: the checks should have named the fault)",
+        ) from exc
+
+
 def validate_bundle(bundle: Path, store: LeaderboardStore) -> ValidationReport:
     """Extract a bundle into a temporary folder and validate it (nothing is stored)."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, fail_closed(bundle.name):
         return validate_contents(extract_bundle(bundle, Path(tmp)), store)
 
 
 def verify_bundle(bundle: Path, store: LeaderboardStore, **options: Any) -> dict[str, Any]:
-    """Extract a bundle and verify it (see :func:`~.verify.verify_contents` for options)."""
+    """Extract, validate and verify a bundle (see :func:`~.verify.verify_contents`)."""
     with tempfile.TemporaryDirectory() as tmp:
-        return verify_contents(extract_bundle(bundle, Path(tmp)), store, **options)
+        with fail_closed(bundle.name):
+            contents = extract_bundle(bundle, Path(tmp))
+            loaded = validate_contents(contents, store).loaded
+        return verify_contents(contents, store, runs=loaded, **options)
 
 
 def pack_checked(
@@ -80,16 +117,21 @@ def pack_checked(
 
     Raises:
         SubmissionError: the first fault validation finds.
-        FewtransError: the centre file is not an 'hpe search' record.
     """
-    record = load_centre_file(centre) if centre else None
-    meta_text = meta.read_text(encoding="utf-8")
-    try:
-        parse_meta(meta_text)
-    except SubmissionError as exc:
-        raise SubmissionError(exc.code, f"{meta}: {exc}") from exc
-    contents = BundleContents(meta_text, record or run_centre_record(runs), list(runs))
-    report = validate_contents(contents, store)
+    with fail_closed(str(meta)):
+        record: dict[str, Any] | None
+        if centre is not None:
+            record = read_centre_search(centre.read_bytes(), str(centre))
+        else:
+            embedded = run_centre_record(runs)
+            record = None if embedded is None else read_centre_search(json.dumps(embedded).encode())
+        contents = BundleContents(
+            read_meta(meta.read_bytes()),
+            record,
+            list(runs),
+            {run: f"results/{run.name}" for run in runs},
+        )
+        report = validate_contents(contents, store)
     pack_bundle(runs, meta, out, centre)
     return report
 
@@ -101,16 +143,10 @@ def add_bundle(bundle: Path, store: LeaderboardStore, verification: Verification
         SubmissionError: the bundle is refused; the store is left unchanged.
     """
     with tempfile.TemporaryDirectory() as tmp:
-        result = CheckResult(
-            *validate_and_verify(
-                extract_bundle(bundle, Path(tmp)),
-                store,
-                sample=verification.sample,
-                seed=verification.seed,
-                roots=verification.roots,
-                python=verification.python,
-            )
-        )
+        with fail_closed(bundle.name):
+            contents = extract_bundle(bundle, Path(tmp))
+            report = validate_contents(contents, store)
+        result = CheckResult(report, _verify(contents, store, report, verification))
         status: dict[str, Any] = (
             {"status": "validated"}
             if result.verification is None
@@ -118,7 +154,12 @@ def add_bundle(bundle: Path, store: LeaderboardStore, verification: Verification
         )
         meta = result.validation.meta
         store.add(Path(tmp), meta.id, status, meta.supersedes)
-    store.write_index(build_index(store))
+    try:
+        index = build_index(store)
+    except SubmissionError:  # another stored entry is unreadable: leave the store as it was
+        store.withdraw(meta.id)
+        raise
+    store.write_index(index)
     return result
 
 
@@ -128,15 +169,29 @@ def check_entry(ident: str, store: LeaderboardStore, verification: Verification)
     Raises:
         SubmissionError: the entry does not pass.
     """
-    return CheckResult(
-        *validate_and_verify(
-            store.entry_contents(ident),
-            store,
-            sample=verification.sample,
-            seed=verification.seed,
-            roots=verification.roots,
-            python=verification.python,
-        )
+    with fail_closed(f"stored entry {ident}"):
+        contents = store.entry_contents(ident)
+        report = validate_contents(contents, store)
+    return CheckResult(report, _verify(contents, store, report, verification))
+
+
+def _verify(
+    contents: BundleContents,
+    store: LeaderboardStore,
+    report: ValidationReport,
+    verification: Verification,
+) -> dict[str, Any] | None:
+    """Verify validated contents in a plugin worker, when a sample is asked for."""
+    if not verification.sample:
+        return None
+    return verify_contents(
+        contents,
+        store,
+        sample=verification.sample,
+        seed=verification.seed,
+        roots=verification.roots,
+        runs=report.loaded,
+        python=verification.python,
     )
 
 

@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fewtrans_board.leaderboard.benchmarks import BENCHMARKS
-from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.leaderboard.errors import SubmissionError, shown
+from fewtrans_board.leaderboard.shapes import text_problem
 
 # Ids become folder names: lowercase, digits, '-' and '.', no '..', no leading/trailing separator.
-ID_PATTERN = re.compile(r"^(?!.*\.\.)[a-z0-9](?:[a-z0-9.-]{0,98}[a-z0-9])?$")
-PIN_PATTERN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!_-]*)$")
-URL_PATTERN = re.compile(r"^https?://[^\s\"'<>]+$")
+ID_PATTERN = re.compile(r"^(?!.*\.\.)[a-z0-9](?:[a-z0-9.-]{0,98}[a-z0-9])?\Z")
+PIN_PATTERN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!_-]*)\Z")
+URL_PATTERN = re.compile(r"^https?://[^\s\"'<>]+\Z")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+/@-]{0,199}\Z")
 REQUIRED = ("id", "method", "model", "adapter", "benchmark", "hpe_protocol", "authors", "hardware")
+FIELDS = (*REQUIRED, "plugins", "paper", "code", "supersedes")
+"""Every key ``[submission]`` may hold; any other is refused (a typo would be ignored)."""
 MAX_TEXT = 500
+MAX_NAME = 200
+MAX_AUTHORS = 100
+MAX_PINS = 50
+MAX_META_BYTES = 64 << 10
 
 EXAMPLE = """\
 [submission]
@@ -50,7 +58,6 @@ class SubmissionMeta:
     paper: str = ""
     code: str = ""
     supersedes: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -70,87 +77,143 @@ class SubmissionMeta:
         }
 
 
-def _text(data: dict[str, Any], key: str) -> str:
+def _text(data: dict[str, Any], key: str, limit: int = MAX_TEXT, required: bool = False) -> str:
     value = data.get(key, "")
-    if not isinstance(value, str) or len(value) > MAX_TEXT or any(ord(c) < 32 for c in value):
-        raise SubmissionError("meta-bad-value", f"submission.{key} must be a single-line string")
+    problem = text_problem(value, limit, empty=not required)
+    if problem:
+        raise SubmissionError("meta-bad-value", f"submission.toml: submission.{key} {problem}")
+    return str(value)
+
+
+def _name(data: dict[str, Any], key: str) -> str:
+    value = _text(data, key, required=True)
+    if not NAME_PATTERN.match(value):
+        raise SubmissionError(
+            "meta-bad-value",
+            f"submission.toml: submission.{key} {shown(value)} is not a registered name "
+            "(letters, digits and . _ : + / @ -)",
+        )
     return value
+
+
+def _authors(data: dict[str, Any]) -> tuple[str, ...]:
+    authors = data["authors"]
+    if not isinstance(authors, list) or not 1 <= len(authors) <= MAX_AUTHORS:
+        raise SubmissionError(
+            "meta-bad-value",
+            f"submission.toml: submission.authors must be a list of 1 to {MAX_AUTHORS} names",
+        )
+    for i, author in enumerate(authors):
+        problem = text_problem(author, MAX_NAME, empty=False)
+        if problem:
+            raise SubmissionError(
+                "meta-bad-value", f"submission.toml: submission.authors[{i}] {problem}"
+            )
+    return tuple(a.strip() for a in authors)
+
+
+def read_meta(data: bytes) -> SubmissionMeta:
+    """Decode and check the bytes of ``submission.toml`` (UTF-8 TOML, bounded size).
+
+    Raises:
+        SubmissionError: too large, not UTF-8, not TOML, or any fault of :func:`parse_meta`.
+    """
+    if len(data) > MAX_META_BYTES:
+        raise SubmissionError(
+            "too-large", f"submission.toml is {len(data)} bytes (limit {MAX_META_BYTES})"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SubmissionError(
+            "bad-toml", f"submission.toml is not UTF-8 text (byte {exc.start})"
+        ) from exc
+    return parse_meta(text)
 
 
 def parse_meta(text: str) -> SubmissionMeta:
     """Parse and check ``submission.toml`` text.
 
     Raises:
-        SubmissionError: invalid TOML, missing or malformed fields, unpinned plugins.
+        SubmissionError: invalid TOML, missing, unknown or malformed fields, unpinned plugins.
     """
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SubmissionError("bad-toml", f"submission.toml is not valid TOML: {exc}") from exc
+    except RecursionError as exc:
+        raise SubmissionError("bad-toml", "submission.toml is nested too deeply to read") from exc
     data = raw.get("submission")
     if not isinstance(data, dict):
         raise SubmissionError("meta-missing-field", "submission.toml needs a [submission] table")
-    missing = [k for k in REQUIRED if k not in data]
-    if missing or "plugins" not in data:
+    others = sorted(set(raw) - {"submission"}) + sorted(set(data) - set(FIELDS))
+    if others:
+        raise SubmissionError(
+            "meta-unknown-field",
+            f"submission.toml: {shown(others[0])} is not a submission field (known: "
+            f"{', '.join(FIELDS)}); see 'fewtrans-board submission template'",
+        )
+    missing = [k for k in (*REQUIRED, "plugins") if k not in data]
+    if missing:
         raise SubmissionError(
             "meta-missing-field",
-            f"submission.toml lacks {', '.join(missing + ([] if 'plugins' in data else ['plugins']))}; "
-            f"see the example:\n{EXAMPLE}",
+            f"submission.toml lacks {', '.join(missing)}; see 'fewtrans-board submission "
+            "template' for an example",
         )
-    ident = _text(data, "id")
+    ident = _text(data, "id", required=True)
     if not ID_PATTERN.match(ident):
         raise SubmissionError(
             "meta-bad-value",
-            f"submission.id {ident!r} must be lowercase letters, digits, '-' and '.'",
+            f"submission.id {shown(ident)} must be lowercase letters, digits, '-' and '.'",
         )
-    authors = data["authors"]
-    if (
-        not isinstance(authors, list)
-        or not authors
-        or not all(isinstance(a, str) and a.strip() for a in authors)
-    ):
-        raise SubmissionError(
-            "meta-bad-value", "submission.authors must be a non-empty list of names"
-        )
+    authors = _authors(data)
     for key in ("paper", "code"):
         url = _text(data, key)
         if url and not URL_PATTERN.match(url):
             raise SubmissionError(
-                "meta-bad-value", f"submission.{key} must be an http(s) URL, got {url!r}"
+                "meta-bad-value", f"submission.{key} must be an http(s) URL, got {shown(url)}"
             )
-    benchmark = _text(data, "benchmark")
+    benchmark = _text(data, "benchmark", required=True)
     if benchmark not in BENCHMARKS:
         raise SubmissionError(
-            "unknown-benchmark", f"benchmark {benchmark!r} is not one of {', '.join(BENCHMARKS)}"
+            "unknown-benchmark",
+            f"benchmark {shown(benchmark)} is not one of {', '.join(BENCHMARKS)}",
         )
     plugins = data["plugins"]
-    if not isinstance(plugins, list) or not plugins:
+    if not isinstance(plugins, list) or not 1 <= len(plugins) <= MAX_PINS:
         raise SubmissionError(
-            "unpinned-plugin", "submission.plugins must list 'distribution==version' pins"
+            "unpinned-plugin",
+            f"submission.plugins must list 1 to {MAX_PINS} 'distribution==version' pins",
         )
     pins: dict[str, str] = {}
     for pin in plugins:
-        match = PIN_PATTERN.match(pin) if isinstance(pin, str) else None
+        match = PIN_PATTERN.match(pin) if isinstance(pin, str) and len(pin) <= MAX_NAME else None
         if match is None:
             raise SubmissionError(
                 "unpinned-plugin",
-                f"plugin {pin!r} is not pinned: write 'distribution==version' (e.g. fewtrans-example==0.1.0)",
+                f"plugin {shown(pin)} is not pinned: write 'distribution==version' "
+                "(e.g. fewtrans-example==0.1.0)",
             )
-        pins[match.group(1).lower().replace("_", "-")] = match.group(2)
+        distribution = match.group(1).lower().replace("_", "-")
+        if distribution in pins and pins[distribution] != match.group(2):
+            raise SubmissionError(
+                "unpinned-plugin", f"submission.plugins pins {distribution} twice"
+            )
+        pins[distribution] = match.group(2)
     supersedes = _text(data, "supersedes")
     if supersedes and not ID_PATTERN.match(supersedes):
         raise SubmissionError(
-            "meta-bad-value", f"submission.supersedes {supersedes!r} is not a submission id"
+            "meta-bad-value", f"submission.supersedes {shown(supersedes)} is not a submission id"
         )
     return SubmissionMeta(
         id=ident,
-        method=_text(data, "method"),
-        model=_text(data, "model"),
-        adapter=_text(data, "adapter"),
+        method=_text(data, "method", MAX_NAME, required=True),
+        model=_name(data, "model"),
+        adapter=_name(data, "adapter"),
         benchmark=benchmark,
-        hpe_protocol=_text(data, "hpe_protocol"),
-        authors=tuple(a.strip() for a in authors),
-        hardware=_text(data, "hardware"),
+        hpe_protocol=_name(data, "hpe_protocol"),
+        authors=authors,
+        hardware=_text(data, "hardware", MAX_NAME, required=True),
         plugins=pins,
         paper=_text(data, "paper"),
         code=_text(data, "code"),

@@ -26,6 +26,7 @@ from fewtrans_board.atomic import write_bytes_atomic
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.leaderboard.bundle import BundleContents, read_contents
 from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.leaderboard.meta import read_meta
 
 
 class LeaderboardStore:
@@ -73,11 +74,6 @@ class LeaderboardStore:
             )
         return read_contents(source, self.results_dir / ident)
 
-    def status(self, ident: str) -> dict[str, Any]:
-        """The stored status record of a submission."""
-        path = self.submissions_dir / ident / "status.json"
-        return json.loads(path.read_text()) if path.is_file() else {"status": "validated"}
-
     def add(
         self, extracted: Path, ident: str, status: dict[str, Any], supersedes: str = ""
     ) -> None:
@@ -96,6 +92,18 @@ class LeaderboardStore:
             raise SubmissionError(
                 "meta-bad-value", f"supersedes = {supersedes!r} names no stored submission"
             )
+        for other in self.submission_ids() if supersedes else []:
+            if (
+                read_meta(
+                    (self.submissions_dir / other / "submission.toml").read_bytes()
+                ).supersedes
+                == supersedes
+            ):
+                raise SubmissionError(
+                    "meta-bad-value",
+                    f"{supersedes!r} is already superseded by {other!r}; supersede {other!r} "
+                    "instead",
+                )
         self.submissions_dir.mkdir(parents=True, exist_ok=True)
         self.results_dir.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.root))
@@ -114,6 +122,16 @@ class LeaderboardStore:
             meta_dir.rename(self.submissions_dir / ident)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    def withdraw(self, ident: str) -> None:
+        """Remove an entry :meth:`add` has just stored, before any index lists it.
+
+        Only for rolling back an add whose index cannot be rebuilt; stored entries are
+        otherwise immutable. The submission folder goes first, so the entry disappears
+        the way it appeared.
+        """
+        shutil.rmtree(self.submissions_dir / ident)
+        shutil.rmtree(self.results_dir / ident)
 
     def write_index(self, index: dict[str, Any]) -> None:
         """Write ``index.json`` atomically (see :func:`index_text`)."""

@@ -11,26 +11,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from fewtrans_board.adapters.base import typed_values
 from fewtrans_board.canonical import canonical_json
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.errors import FewtransError
-from fewtrans_board.hpe.aggregate import fuse
 from fewtrans_board.hpe.protocols import check_schema_fits, get_hpe_protocol, schema_roles
 from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark
 from fewtrans_board.leaderboard.bundle import BundleContents
-from fewtrans_board.leaderboard.errors import SubmissionError
-from fewtrans_board.leaderboard.meta import SubmissionMeta, parse_meta
+from fewtrans_board.leaderboard.columns import check_columns
+from fewtrans_board.leaderboard.errors import SubmissionError, shown
+from fewtrans_board.leaderboard.meta import SubmissionMeta
+from fewtrans_board.leaderboard.rows import check_rows
+from fewtrans_board.leaderboard.runs import check_consistent, load_checked_run
+from fewtrans_board.leaderboard.schema import check_centre_values
 from fewtrans_board.leaderboard.store import LeaderboardStore
-from fewtrans_board.results.load import RunResults, load_run
-from fewtrans_board.results.schema import (
-    CONFIG_KIND,
-    ENSEMBLE_KIND,
-    ENSEMBLES,
-    accuracy_percent,
-)
+from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.summary import adapter_configuration
 from fewtrans_board.stats.intervals import mean_ci
 
@@ -68,11 +63,11 @@ class ValidationReport:
         }
 
 
-def _check_unlearning(run: RunResults, record: dict[str, Any] | None) -> None:
+def _check_unlearning(run: RunResults, record: object) -> None:
     """The recorded unlearning must follow the benchmark's recipe for this target."""
     from fewtrans_board.unlearning.sets import ALPHA, IMPORTANCE_BATCH, LAMBDA, default_retain
 
-    if not record:
+    if not isinstance(record, dict) or not record:
         raise SubmissionError(
             "unlearning-record-missing",
             f"{run.dataset}: the model carries no unlearning record; create it with "
@@ -143,165 +138,6 @@ def _check_provenance(meta: SubmissionMeta, run: RunResults, benchmark: Benchmar
             )
 
 
-def _list_column(table: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Flattened values and offsets of a list column."""
-    column = table.column(name).combine_chunks()
-    return column.flatten().to_numpy(zero_copy_only=False), column.offsets.to_numpy()
-
-
-@dataclass
-class _Columns:
-    """The result table as arrays (one pass, no Python objects per logit)."""
-
-    rows: dict[str, np.ndarray]
-    predictions: np.ndarray
-    pred_offsets: np.ndarray
-    logits: np.ndarray
-    logit_offsets: np.ndarray
-    logit_valid: np.ndarray
-
-    @classmethod
-    def of(cls, run: RunResults) -> _Columns:
-        names = (
-            "episode",
-            "split",
-            "kind",
-            "aggregation",
-            "config_index",
-            "config",
-            "n_way",
-            "n_query",
-            "accuracy",
-        )
-        logit_column = run.table.column("logits").combine_chunks()
-        predictions, pred_offsets = _list_column(run.table, "predictions")
-        return cls(
-            rows={name: run.column(name) for name in names},
-            predictions=predictions,
-            pred_offsets=pred_offsets,
-            logits=logit_column.flatten().to_numpy(zero_copy_only=False),
-            logit_offsets=logit_column.offsets.to_numpy(),
-            logit_valid=~logit_column.is_null().to_numpy(zero_copy_only=False),
-        )
-
-    def prediction(self, i: int) -> np.ndarray:
-        return self.predictions[self.pred_offsets[i] : self.pred_offsets[i + 1]]
-
-    def logit(self, i: int) -> np.ndarray:
-        return self.logits[self.logit_offsets[i] : self.logit_offsets[i + 1]]
-
-
-def _check_rows(run: RunResults, manifest: Manifest, grid: list[dict[str, Any]]) -> None:
-    columns = _Columns.of(run)
-    rows = columns.rows
-    episodes = manifest.episodes()
-    groups: dict[tuple[int, str], list[int]] = {}
-    for i, (e, split) in enumerate(zip(rows["episode"], rows["split"], strict=True)):
-        groups.setdefault((int(e), str(split)), []).append(i)
-    expected_groups = {(i, "base") for i in range(len(episodes))}
-    expected_groups |= {(i, "novel") for i, ep in enumerate(episodes) if ep.novel_query}
-    missing = sorted(expected_groups - set(groups))
-    extra = sorted(set(groups) - expected_groups)
-    if missing or extra:
-        raise SubmissionError(
-            "incomplete",
-            f"{run.dataset}: (episode, split) groups missing {missing[:10]} or unknown {extra[:10]}; "
-            "every episode of the manifest must appear exactly once",
-        )
-    expected_configs = [canonical_json(c) for c in grid]
-    for (index, split), row_ids in sorted(groups.items()):
-        episode = episodes[index]
-        pairs = episode.novel_query if split == "novel" else episode.query
-        labels = np.array([label for _, label in pairs])
-        ways = len(episode.novel_classes) if split == "novel" else episode.ways
-        _check_group(
-            run.dataset,
-            f"episode {index} ({split})",
-            columns,
-            row_ids,
-            labels,
-            ways,
-            expected_configs,
-        )
-
-
-def _check_group(
-    dataset: str,
-    name: str,
-    columns: _Columns,
-    row_ids: list[int],
-    labels: np.ndarray,
-    ways: int,
-    expected_configs: list[str],
-) -> None:
-    """Check one episode's rows of one split: completeness, predictions, accuracies, ensembles."""
-    rows = columns.rows
-    config_rows = [i for i in row_ids if rows["kind"][i] == CONFIG_KIND]
-    ensemble_ids = [i for i in row_ids if rows["kind"][i] == ENSEMBLE_KIND]
-    ensemble_rows = {str(rows["aggregation"][i]): i for i in ensemble_ids}
-    indices = sorted(int(rows["config_index"][i]) for i in config_rows)
-    if len(indices) != len(set(indices)) or len(ensemble_ids) != len(ensemble_rows):
-        raise SubmissionError("duplicate-episode", f"{dataset}: {name} appears more than once")
-    if indices != list(range(len(expected_configs))) or set(ensemble_rows) != set(ENSEMBLES):
-        raise SubmissionError(
-            "incomplete",
-            f"{dataset}: {name} has configurations {indices[:5]}..., ensembles "
-            f"{sorted(ensemble_rows)}; expected all {len(expected_configs)} and "
-            f"{', '.join(ENSEMBLES)}",
-        )
-    q, w = len(labels), ways
-    member_logits: list[np.ndarray] = [np.zeros(0)] * len(expected_configs)
-    member_predictions: list[np.ndarray] = [np.zeros(0)] * len(expected_configs)
-    for i in [*config_rows, *ensemble_rows.values()]:
-        where = f"{dataset}: {name}, row {rows['kind'][i]} {rows['aggregation'][i] or rows['config_index'][i]}"
-        if int(rows["n_way"][i]) != w or int(rows["n_query"][i]) != q:
-            raise SubmissionError(
-                "bad-predictions",
-                f"{where}: n_way/n_query {rows['n_way'][i]}/{rows['n_query'][i]} disagree "
-                f"with the manifest ({w}/{q})",
-            )
-        pred = columns.prediction(i)
-        if len(pred) != q or (pred < 0).any() or (pred >= w).any():
-            raise SubmissionError(
-                "bad-predictions",
-                f"{where}: {len(pred)} predictions with values {sorted(set(pred.tolist()))[:8]}, "
-                f"expected {q} labels in [0, {w})",
-            )
-        accuracy = accuracy_percent(pred, labels)
-        if abs(accuracy - float(rows["accuracy"][i])) > 1e-9:
-            raise SubmissionError(
-                "accuracy-mismatch",
-                f"{where}: stored accuracy {rows['accuracy'][i]:.4f} but predictions against the "
-                f"manifest labels give {accuracy:.4f}",
-            )
-        if rows["kind"][i] != CONFIG_KIND:
-            continue
-        c = int(rows["config_index"][i])
-        if str(rows["config"][i]) != expected_configs[c]:
-            raise SubmissionError(
-                "grid-mismatch",
-                f"{where}: configuration {rows['config'][i]} is not grid point {c} {expected_configs[c]}",
-            )
-        values = columns.logit(i)
-        if not columns.logit_valid[i] or len(values) != q * w or not np.isfinite(values).all():
-            raise SubmissionError(
-                "bad-logits", f"{where}: {len(values)} logits (expected {q}x{w} finite values)"
-            )
-        member_logits[c] = values.reshape(q, w)
-        member_predictions[c] = pred
-    stacked_logits, stacked_predictions = np.stack(member_logits), np.stack(member_predictions)
-    for aggregation in ENSEMBLES:
-        recomputed, _ = fuse(
-            aggregation, logits=stacked_logits, predictions=stacked_predictions, n_way=w
-        )
-        if not np.array_equal(columns.prediction(ensemble_rows[aggregation]), recomputed):
-            raise SubmissionError(
-                "ensemble-mismatch",
-                f"{dataset}: {name}, {aggregation} predictions differ from the ones recomputed "
-                "from the stored member logits",
-            )
-
-
 def _check_complete(run: RunResults) -> None:
     """Refuse a limited or unfinished run, saying which it is and what to do."""
     limit = run.meta["identity"].get("limit")
@@ -346,8 +182,14 @@ def _check_centre_search(
     centre_search: dict[str, Any] | None,
     run: RunResults,
     roles: dict[str, str],
+    store: LeaderboardStore,
 ) -> None:
-    """The centre must come from a held-out search that moved every axis the grid varies."""
+    """The centre must come from a held-out search that moved every axis the grid varies.
+
+    The record's shape is checked when the bundle is read
+    (:data:`~fewtrans_board.leaderboard.schema.CENTRE_SEARCH`); when its search manifest is
+    frozen in this store, its dataset and protocol must be that manifest's.
+    """
     if not roles:
         return
     if centre_search is None:
@@ -397,9 +239,20 @@ def _check_centre_search(
     ):
         raise SubmissionError(
             "centre-not-held-out",
-            f"the centre search ran on {centre_search.get('dataset')!r} with "
-            f"{centre_search.get('manifest_protocol')!r} tasks; benchmark {benchmark.name!r} "
-            f"requires the fewtrans-search tasks of {', '.join(benchmark.held_out)}",
+            f"the centre search ran on {shown(centre_search.get('dataset'))} with "
+            f"{shown(centre_search.get('manifest_protocol'))} tasks; benchmark "
+            f"{benchmark.name!r} requires the fewtrans-search tasks of "
+            f"{', '.join(benchmark.held_out)}",
+        )
+    frozen = store.frozen.get(str(centre_search.get("manifest_sha256")))
+    if frozen is not None and (
+        frozen[1].dataset != centre_search["dataset"]
+        or frozen[1].protocol != centre_search["manifest_protocol"]
+    ):
+        raise SubmissionError(
+            "centre-not-held-out",
+            f"centre-search.json names {centre_search['dataset']!r} tasks, but its manifest "
+            f"sha256 is the frozen {frozen[0]}",
         )
 
 
@@ -453,6 +306,30 @@ def _check_same_configuration(first: RunResults, run: RunResults) -> None:
         )
 
 
+def _frozen_manifest(
+    run: RunResults, store: LeaderboardStore, benchmark: Benchmark, where: str
+) -> tuple[str, Manifest]:
+    """The frozen manifest a run claims, which must belong to the benchmark and its dataset."""
+    sha = run.meta["manifest"]["sha256"]
+    if sha not in store.frozen:
+        raise SubmissionError(
+            "unknown-manifest",
+            f"{where}: manifest sha256 {sha[:16]}... is not a frozen manifest of this leaderboard",
+        )
+    filename, manifest = store.frozen[sha]
+    if filename not in benchmark.manifests:
+        raise SubmissionError(
+            "wrong-manifest", f"{filename} is not part of benchmark {benchmark.name!r}"
+        )
+    if run.dataset != manifest.dataset:
+        raise SubmissionError(
+            "dataset-mismatch",
+            f"{where}: the results name dataset {shown(run.dataset)}, the frozen manifest "
+            f"{filename} is {manifest.dataset!r}'s",
+        )
+    return filename, manifest
+
+
 def validate_contents(contents: BundleContents, store: LeaderboardStore) -> ValidationReport:
     """Validate extracted bundle contents against the store's frozen manifests.
 
@@ -462,7 +339,7 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
     Raises:
         SubmissionError: the first fault found, with its code.
     """
-    meta = parse_meta(contents.meta_text)
+    meta = contents.meta
     report = ValidationReport(meta)
     report.checks.append("submission.toml complete, plugins pinned")
     benchmark = BENCHMARKS[meta.benchmark]
@@ -475,12 +352,14 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
     protocol = get_hpe_protocol(meta.hpe_protocol)
     covered: set[str] = set()
     for path in contents.runs:
-        try:
-            run = load_run(path)
-        except SubmissionError:
-            raise
-        except Exception as exc:
-            raise SubmissionError("bad-results-schema", f"{path.name}: {exc}") from exc
+        where = contents.name(path)
+        run = load_checked_run(path, where, consistent=False)
+        filename, manifest = _frozen_manifest(run, store, benchmark, where)
+        if filename in covered:
+            raise SubmissionError(
+                "duplicate-episode", f"{filename} is covered by two result folders"
+            )
+        check_columns(run, where, manifest.dataset)
         _check_provenance(meta, run, benchmark)
         schema = _recorded_schema(run, meta)
         try:
@@ -495,28 +374,20 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
                 f"{run.meta['hpe'].get('aggregation')!r}; the {protocol.name} protocol fuses "
                 f"by {protocol.aggregation!r}",
             )
+        if run.meta["hpe"]["version"] != protocol.version:
+            raise SubmissionError(
+                "protocol-mismatch",
+                f"{where}: the results were scored under {protocol.name} version "
+                f"{run.meta['hpe']['version']}; this leaderboard's is version {protocol.version}",
+            )
         if canonical_json(run.meta["hpe"].get("roles")) != canonical_json(roles):
             raise SubmissionError(
                 "grid-mismatch",
                 f"{run.dataset}: the recorded HPE roles {run.meta['hpe'].get('roles')} are not "
                 f"the adapter schema's {roles}",
             )
-        sha = run.meta["manifest"]["sha256"]
-        if sha not in store.frozen:
-            raise SubmissionError(
-                "unknown-manifest",
-                f"{run.dataset}: manifest sha256 {sha[:16]}... is not a frozen manifest of this leaderboard",
-            )
-        filename, manifest = store.frozen[sha]
-        if filename not in benchmark.manifests:
-            raise SubmissionError(
-                "wrong-manifest", f"{filename} is not part of benchmark {benchmark.name!r}"
-            )
-        if filename in covered:
-            raise SubmissionError(
-                "duplicate-episode", f"{filename} is covered by two result folders"
-            )
         _check_complete(run)
+        check_centre_values(run.meta["adapter"]["centre"], schema["fields"], where)
         centre = typed_values(run.meta["adapter"]["centre"], schema["fields"])
         grid = protocol.grid_for(centre, roles)
         _check_grid(run, protocol.name, grid, run.meta["identity"]["grid"])
@@ -528,14 +399,15 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
             )
         if report.loaded:
             _check_same_configuration(report.loaded[0], run)
-        _check_rows(run, manifest, grid)
-        _check_centre_search(meta, benchmark, contents.centre_search, run, roles)
+        check_rows(run, manifest, grid)
+        _check_centre_search(meta, benchmark, contents.centre_search, run, roles, store)
+        check_consistent(run, where)
         covered.add(filename)
         report.loaded.append(run)
         hpe = run.aggregations()["hpe"]
         report.runs.append(
             {
-                "dataset": run.dataset,
+                "dataset": manifest.dataset,
                 "manifest": filename,
                 "episodes": len(hpe),
                 "configurations": len(grid),

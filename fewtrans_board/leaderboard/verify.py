@@ -25,11 +25,10 @@ from fewtrans_board.hpe.aggregate import fuse
 from fewtrans_board.hpe.protocols import get_hpe_protocol, schema_roles
 from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.errors import SubmissionError
-from fewtrans_board.leaderboard.meta import parse_meta
 from fewtrans_board.leaderboard.store import LeaderboardStore
-from fewtrans_board.leaderboard.validate import ValidationReport, validate_contents
+from fewtrans_board.leaderboard.validate import validate_contents
 from fewtrans_board.models.backbone import Preprocessing
-from fewtrans_board.results.load import RunResults, load_run
+from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.schema import CONFIG_KIND, storable_logits
 from fewtrans_board.runner.episodes import EpisodeInputs, episode_inputs, in_manifest_order
 from fewtrans_board.runner.evaluate import config_seed
@@ -244,7 +243,7 @@ def verify_contents(
         roots: local dataset copies by dataset name.
         weights: local checkpoint for the model.
         device: torch device of the worker.
-        runs: ``contents.runs`` already loaded (e.g. by validation); read when ``None``.
+        runs: ``contents.runs`` already loaded by validation; validated here when ``None``.
         python: interpreter of the plugin worker (an environment with the pinned plugins);
             this one when ``None``.
         salt: secret of the query presentation order; a fresh random one when ``None``.
@@ -264,13 +263,15 @@ def verify_contents(
     from fewtrans_board.plugins import get_plugin_manager
     from fewtrans_board.registry import Registry
 
-    meta = parse_meta(contents.meta_text)
+    meta = contents.meta
+    if runs is None:  # never drive a worker with runs that did not pass validation
+        runs = validate_contents(contents, store).loaded
     datasets = Registry.from_plugin_manager(get_plugin_manager(entry_points=False)).datasets
     rng = np.random.RandomState(seed)
     secret = salt if salt is not None else secrets.token_hex(16)
     episodes_report = []
     transductive: dict[str, bool] = {}
-    for run in runs if runs is not None else [load_run(path) for path in contents.runs]:
+    for run in runs:
         filename, manifest = store.frozen[run.meta["manifest"]["sha256"]]
         recorded = run.meta["adapter"].get("schema") or {}
         environment = run.meta.get("environment", {})
@@ -374,39 +375,3 @@ def _describe_failure(
                 "or fit_many() differs from fit()"
             )
     return f"{episode['dataset']} episode {episode['episode']}: {' and '.join(parts)}"
-
-
-def validate_and_verify(
-    contents: BundleContents,
-    store: LeaderboardStore,
-    *,
-    sample: int = 0,
-    seed: int = 0,
-    roots: dict[str, Path] | None = None,
-    python: str | None = None,
-) -> tuple[ValidationReport, dict[str, Any] | None]:
-    """Validate contents and, when ``sample`` is positive, verify them in a plugin worker.
-
-    Verification reuses the runs validation loaded, so each Parquet file is read once.
-
-    Args:
-        contents: the extracted bundle or store entry.
-        store: the leaderboard store.
-        sample: episodes re-run per dataset; ``0`` skips verification.
-        seed: seed choosing the verified episodes.
-        roots: local dataset copies by dataset name.
-        python: interpreter of the plugin worker.
-
-    Returns:
-        ``(validation report, verification report or None)``.
-
-    Raises:
-        SubmissionError: validation or verification failed.
-    """
-    report = validate_contents(contents, store)
-    if not sample:
-        return report, None
-    verification = verify_contents(
-        contents, store, sample=sample, seed=seed, roots=roots, runs=report.loaded, python=python
-    )
-    return report, verification

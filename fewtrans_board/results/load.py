@@ -27,6 +27,7 @@ class RunResults:
         table: the concatenated rows.
         shards_present: shard indices found.
         shards_total: shard count of the run.
+        shard_meta: the metadata of every shard, in file order (``meta`` is the first's).
     """
 
     path: Path
@@ -34,6 +35,7 @@ class RunResults:
     table: Any
     shards_present: list[int]
     shards_total: int
+    shard_meta: list[dict[str, Any]] = field(default_factory=list, repr=False, compare=False)
     _columns: dict[str, np.ndarray] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -160,7 +162,7 @@ def read_run_record(path: Path) -> dict[str, Any]:
         record = json.loads(marker.read_bytes().decode("utf-8"))
     except FileNotFoundError as exc:
         raise ResultsError(f"{path} is not a results folder (no run.json)") from exc
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ResultsError(
             f"{marker} is unreadable ({describe(exc)}); it was damaged: restore it "
             "or evaluate into a new folder"
@@ -192,7 +194,7 @@ def load_run(path: Path) -> RunResults:
     if not files:
         raise ResultsError(f"{path} has no finished shards yet")
     count = int(marker["identity"]["shards"])
-    tables, present, meta = [], [], None
+    tables, present, metas = [], [], []
     for file in files:
         table, shard_meta = read_shard(file)
         if shard_meta.get("run_id") != marker["run_id"]:
@@ -212,14 +214,20 @@ def load_run(path: Path) -> RunResults:
                 f"{file} holds shard {index} of {position.get('count')}, not what its name says "
                 f"(this run has {count} shards); move it out of this folder"
             )
-        meta = meta or shard_meta
+        metas.append(shard_meta)
         tables.append(table)
         present.append(int(index))
-    assert meta is not None
+    try:
+        table = pa.concat_tables(tables)
+    except (pa.ArrowException, ValueError) as exc:  # e.g. list in one shard, large_list in another
+        raise ResultsError(
+            f"the shards of {path} do not fit together ({describe(exc)}); evaluate into a new folder"
+        ) from exc
     return RunResults(
         path=path,
-        meta=meta,
-        table=pa.concat_tables(tables),
+        meta=metas[0],
+        table=table,
         shards_present=sorted(present),
         shards_total=count,
+        shard_meta=metas,
     )

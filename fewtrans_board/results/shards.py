@@ -180,7 +180,7 @@ def read_shard(path: Path) -> tuple[Any, dict[str, Any]]:
         raise CorruptShardError(path, "no fewtrans-board results metadata")
     try:
         meta = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CorruptShardError(path, f"unreadable metadata: {describe(exc)}") from exc
     if not isinstance(meta, dict):
         raise CorruptShardError(path, "metadata is not a JSON object")

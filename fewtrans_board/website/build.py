@@ -13,6 +13,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from fewtrans_board import __version__
 from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, get_hpe_protocol
 from fewtrans_board.leaderboard.benchmarks import CLIP_SETTINGS
+from fewtrans_board.leaderboard.entries import entry_errors
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.stats.base_novel import harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
@@ -114,20 +115,21 @@ def _benchmark_context(view: BenchmarkView) -> dict[str, Any]:
 
 
 def _dataset_entries(data: SiteData, name: str) -> list[dict[str, Any]]:
-    """Each (benchmark, method) on a dataset with its headline statistic.
+    """Each (benchmark, method, column) on a dataset with its headline statistic.
 
     ``stats`` is the HPE mean ± CI over episodes, except for per-shot benchmarks, whose
     headline is the average over shots ± its spread over seeds (``per_shot``);
     base-to-novel runs add ``novel`` and ``harmonic`` (mean ± CI).
     """
     entries = []
-    for view, method in data.datasets.get(name, []):
-        run = method.runs[name]
+    for view, method, key in data.datasets.get(name, []):
+        run = method.runs[key]
         values = run.aggregations["hpe"]
         ddof = view.benchmark.statistic_ddof
         entry: dict[str, Any] = {
             "view": view,
             "method": method,
+            "key": key,
             "stats": mean_ci(values, ddof=ddof),
             "per_shot": run.per_shot("hpe") if view.benchmark.reporting == "per-shot" else None,
             "novel": None,
@@ -201,16 +203,17 @@ def build_site(
             "benchmark.html", f"benchmark-{view.benchmark.name}.html", **_benchmark_context(view)
         )
     for method in data.methods:
-        render(
-            "method.html",
-            f"method-{method.id}.html",
-            method=method,
-            histograms={
-                d: histogram(r.aggregations["hpe"], title=f"{method.label} on {d}")
-                for d, r in method.runs.items()
-            },
-            heatmaps={d: _heatmaps(r) for d, r in method.runs.items()},
-        )
+        with entry_errors(method.id):
+            render(
+                "method.html",
+                f"method-{method.id}.html",
+                method=method,
+                histograms={
+                    d: histogram(r.aggregations["hpe"], title=f"{method.label} on {d}")
+                    for d, r in method.runs.items()
+                },
+                heatmaps={d: _heatmaps(r) for d, r in method.runs.items()},
+            )
     for name in sorted(data.datasets):
         spec = (
             registry.datasets.get(name).obj

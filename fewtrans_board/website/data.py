@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fewtrans_board.errors import describe
 from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark, statistic_ddof_of_run
+from fewtrans_board.leaderboard.entries import entry_errors
+from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.index import index_entries
+from fewtrans_board.leaderboard.runs import load_checked_run
 from fewtrans_board.leaderboard.store import LeaderboardStore
-from fewtrans_board.results.load import RunResults, find_runs, load_run
+from fewtrans_board.results.load import RunResults, find_runs
 from fewtrans_board.results.per_shot import PerShot, per_shot, shot_seed_pairs
 from fewtrans_board.results.summary import summarize
 from fewtrans_board.stats.bootstrap import (
@@ -38,10 +43,10 @@ COLUMN_SETS = ("hpe", "vote", "oracle")
 
 @dataclass
 class MethodRun:
-    """One submission on one dataset.
+    """One submission on one frozen manifest.
 
     Attributes:
-        dataset: the dataset.
+        dataset: the dataset (the frozen manifest's, for stored entries).
         manifest: the frozen manifest's file name.
         run: the loaded run.
         aggregations: per-episode base accuracy of every aggregation.
@@ -65,10 +70,14 @@ class MethodRun:
         manifest: str,
         summary: dict[str, Any],
         manifest_meta: dict[str, Any] | None = None,
+        dataset: str | None = None,
     ) -> MethodRun:
-        """Derive a run's views; ``manifest_meta`` (the frozen manifest's) fixes (K, seed)."""
+        """Derive a run's views; ``manifest_meta`` (the frozen manifest's) fixes (K, seed).
+
+        ``dataset`` is the frozen manifest's (default: the run's own record, for local runs).
+        """
         return cls(
-            run.dataset,
+            dataset or run.dataset,
             manifest,
             run,
             run.aggregations(),
@@ -92,7 +101,7 @@ class MethodRun:
 
 @dataclass
 class MethodView:
-    """A stored submission."""
+    """A stored submission; ``runs`` are keyed by column (see :func:`column_keys`)."""
 
     id: str
     meta: dict[str, Any]
@@ -117,13 +126,13 @@ class MethodView:
         return next((dict(r.summary.get("configuration", {})) for r in self.runs.values()), {})
 
     def values(self, aggregation: str, split: str = "base") -> dict[str, np.ndarray]:
-        """Per-episode accuracies of an aggregation, per dataset (``split`` base or novel)."""
+        """Per-episode accuracies of an aggregation, per column (``split`` base or novel)."""
         if split == "novel":
             return {d: r.novel[aggregation] for d, r in self.runs.items() if r.novel}
         return {d: r.aggregations[aggregation] for d, r in self.runs.items()}
 
     def per_shot(self, aggregation: str) -> dict[str, PerShot]:
-        """Per-K results of an aggregation, per dataset (k-shot runs only)."""
+        """Per-K results of an aggregation, per column (k-shot runs only)."""
         out = {}
         for dataset, run in self.runs.items():
             result = run.per_shot(aggregation)
@@ -177,7 +186,9 @@ class ReportedTable:
 class BenchmarkView:
     """A sub-benchmark page.
 
-    ``tables`` summarise each dataset as a mean ± CI over episodes (base classes);
+    Columns are keyed by :func:`column_keys` (the dataset, or ``dataset@variant`` when the
+    benchmark has several manifests of one dataset); ``dataset_of`` maps a key to its
+    dataset. ``tables`` summarise each column as a mean ± CI over episodes (base classes);
     base-to-novel benchmarks add ``base_novel`` tables, per-shot (CLIP k-shot) benchmarks
     have ``shots`` tables instead, per aggregation. Methods that declare transductive
     inference are left out of those and ranked apart in ``transductive`` (headline
@@ -193,6 +204,7 @@ class BenchmarkView:
     base_novel: dict[str, list[BaseNovelRow]] = field(default_factory=dict)
     shots: dict[str, list[ShotRow]] = field(default_factory=dict)
     transductive: list[TableRow] = field(default_factory=list)
+    dataset_of: dict[str, str] = field(default_factory=dict)
 
     @property
     def leader(self) -> TableRow | None:
@@ -203,33 +215,76 @@ class BenchmarkView:
 
 @dataclass
 class SiteData:
-    """All views of a leaderboard."""
+    """All views of a leaderboard.
+
+    Attributes:
+        benchmarks: the sub-benchmark views.
+        methods: every entry (stored and local).
+        datasets: per dataset, each (benchmark, method, column key) that has a run on it.
+    """
 
     benchmarks: list[BenchmarkView]
     methods: list[MethodView]
-    datasets: dict[str, list[tuple[BenchmarkView, MethodView]]]
+    datasets: dict[str, list[tuple[BenchmarkView, MethodView, str]]]
+
+
+def _manifest_dataset(filename: str) -> str:
+    """The dataset of a ``<variant>--<dataset>.parquet`` file name (frozen naming)."""
+    return filename.removesuffix(".parquet").rsplit("--", 1)[-1]
+
+
+def column_keys(benchmark: Benchmark, datasets: dict[str, str]) -> dict[str, str]:
+    """The column key of each of a benchmark's manifests.
+
+    A benchmark's columns are its manifests. A column is named after its dataset, or
+    ``dataset@variant`` when the benchmark holds several manifests of that dataset
+    (BSCD-FSL's 5-, 20- and 50-shot manifests of each dataset), so no run hides another.
+
+    Args:
+        benchmark: the sub-benchmark.
+        datasets: dataset of each frozen manifest by file name (others are read from
+            the ``<variant>--<dataset>.parquet`` naming).
+
+    Returns:
+        ``{manifest file name: column key}``.
+    """
+    of = {m: datasets.get(m) or _manifest_dataset(m) for m in benchmark.manifests}
+    counts = Counter(of.values())
+    keys = {}
+    for manifest, dataset in of.items():
+        stem = manifest.removesuffix(".parquet")
+        keys[manifest] = (
+            dataset if counts[dataset] == 1 else f"{dataset}@{stem.removesuffix('--' + dataset)}"
+        )
+    return keys
+
+
+def _columns(benchmark: Benchmark, runs: dict[str, MethodRun]) -> list[str]:
+    """Column keys by dataset, then in the benchmark's manifest order (5, 20, 50 shots)."""
+    order = {m: i for i, m in enumerate(benchmark.manifests)}
+    return sorted(runs, key=lambda k: (runs[k].dataset, order.get(runs[k].manifest, len(order)), k))
 
 
 def _load_methods(store: LeaderboardStore) -> list[MethodView]:
-    frozen = {sha: name for sha, (name, _) in store.frozen.items()}
+    datasets = {name: manifest.dataset for name, manifest in store.frozen.values()}
     methods = []
     for entry in index_entries(store):
-        centre_path = store.submissions_dir / entry.id / "centre-search.json"
+        keys = column_keys(BENCHMARKS[entry.meta.benchmark], datasets)
         view = MethodView(
             id=entry.id,
             meta=entry.meta.to_dict(),
             status=entry.status,
             superseded_by=entry.superseded_by,
-            centre_search=json.loads(centre_path.read_text()) if centre_path.is_file() else None,
+            centre_search=entry.stored.centre_search,
         )
-        for run, summary in zip(entry.runs, entry.summaries, strict=True):
-            sha = run.meta["manifest"]["sha256"]
-            view.runs[run.dataset] = MethodRun.of(
-                run,
-                frozen.get(sha, run.meta["manifest"]["file"]),
-                summary,
-                store.frozen[sha][1].meta if sha in store.frozen else None,
-            )
+        with entry_errors(entry.id):
+            for item, summary in zip(entry.stored.runs, entry.summaries, strict=True):
+                key = keys.get(item.manifest, item.dataset)
+                if key in view.runs:
+                    raise SubmissionError("bad-store-entry", f"two runs on {item.manifest}")
+                view.runs[key] = MethodRun.of(
+                    item.run, item.manifest, summary, item.manifest_meta, item.dataset
+                )
         methods.append(view)
     return methods
 
@@ -239,10 +294,13 @@ def local_methods(run_dirs: list[Path]) -> list[MethodView]:
 
     Each run joins the first benchmark whose manifests include its manifest and whose
     model rule accepts its model (original vs unlearned CLIP); other runs are skipped.
+
+    Raises:
+        SubmissionError: a run whose files or metadata do not match the schema (named).
     """
     views: dict[str, MethodView] = {}
     for path in find_runs(run_dirs):
-        run = load_run(path)
+        run = load_checked_run(path, str(path), intake=False)
         manifest = run.meta["manifest"]["file"]
         model, adapter = run.meta["model"]["name"], run.meta["adapter"]["name"]
         benchmark = next(
@@ -256,6 +314,7 @@ def local_methods(run_dirs: list[Path]) -> list[MethodView]:
         if benchmark is None:
             continue
         ident = f"local-{adapter}--{model}".replace(":", "-").replace("/", "-").lower()
+        key = column_keys(BENCHMARKS[benchmark], {}).get(manifest, run.dataset)
         meta = {
             "method": adapter,
             "model": model,
@@ -273,7 +332,7 @@ def local_methods(run_dirs: list[Path]) -> list[MethodView]:
             ident,
             MethodView(ident, meta, "local", None, run.meta.get("centre_search")),
         )
-        view.runs[run.dataset] = MethodRun.of(
+        view.runs[key] = MethodRun.of(
             run, manifest, summarize(run, ddof=statistic_ddof_of_run(run.meta["manifest"]))
         )
     return list(views.values())
@@ -321,7 +380,16 @@ def load_reported(store: LeaderboardStore) -> dict[str, list[ReportedTable]]:
     """Paper-reported tables grouped by benchmark."""
     grouped: dict[str, list[ReportedTable]] = {}
     for path in sorted(store.reported_dir.glob("*.json")) if store.reported_dir.is_dir() else []:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise SubmissionError(
+                "bad-reported-table", f"{path.name} is unreadable: {describe(exc)}"
+            ) from exc
+        if not isinstance(data, dict) or data.get("benchmark") not in BENCHMARKS:
+            raise SubmissionError(
+                "bad-reported-table", f"{path.name} does not name a sub-benchmark in 'benchmark'"
+            )
         grouped.setdefault(data["benchmark"], []).append(ReportedTable(path.stem, data))
     return grouped
 
@@ -331,14 +399,15 @@ def build_site_data(store: LeaderboardStore, local_runs: list[Path] | None = Non
     methods = _load_methods(store) + (local_methods(local_runs) if local_runs else [])
     reported = load_reported(store)
     views = []
-    datasets_index: dict[str, list[tuple[BenchmarkView, MethodView]]] = {}
+    datasets_index: dict[str, list[tuple[BenchmarkView, MethodView, str]]] = {}
     for name, benchmark in BENCHMARKS.items():
         entries = [m for m in methods if m.meta["benchmark"] == name and not m.superseded_by]
         if not entries and name not in reported:
             continue
         members = [m for m in entries if not m.transductive]
         apart = [m for m in entries if m.transductive]
-        datasets = sorted((members or apart)[0].runs) if entries else []
+        first = (members or apart)[0] if entries else None
+        datasets = _columns(benchmark, first.runs) if first is not None else []
         reference = next(
             (m for m in members if m.meta["adapter"] == benchmark.reference_adapter), None
         )
@@ -367,11 +436,12 @@ def build_site_data(store: LeaderboardStore, local_runs: list[Path] | None = Non
             base_novel,
             shots,
             _table(apart, datasets, "hpe", benchmark.statistic_ddof, None) if apart else [],
+            {k: r.dataset for k, r in first.runs.items()} if first is not None else {},
         )
         views.append(view)
         for method in entries:
-            for dataset in method.runs:
-                datasets_index.setdefault(dataset, []).append((view, method))
+            for key, run in method.runs.items():
+                datasets_index.setdefault(run.dataset, []).append((view, method, key))
     return SiteData(benchmarks=views, methods=methods, datasets=datasets_index)
 
 

@@ -193,26 +193,33 @@ def rewrite(bundle: Path, out: Path, edit: Callable[[str, bytes], bytes]) -> Pat
 
 
 def edit_provenance(bundle: Path, out: Path, edit: Edit) -> Path:
-    """Rewrite the provenance metadata of every result shard (and run.json's identity)."""
+    """Rewrite the provenance of every result shard and run.json's identity, as a forger
+    would: run ids re-hashed from the edited identity, rows relabelled, checksums re-sealed."""
     import io
 
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from fewtrans_board.canonical import canonical_json
     from fewtrans_board.results.schema import METADATA_KEY
+    from fewtrans_board.results.shards import seal_table
+    from fewtrans_board.runner.spec import run_id_of
 
     def change(name: str, data: bytes) -> bytes:
         if name.endswith(".parquet"):
             table = pq.read_table(io.BytesIO(data))
             meta = json.loads(table.schema.metadata[METADATA_KEY])
             edit(meta)
-            table = table.replace_schema_metadata({METADATA_KEY: canonical_json(meta).encode()})
+            meta["run_id"] = run_id_of(meta["identity"])
+            ids = pa.array([meta["run_id"]] * table.num_rows).dictionary_encode()
+            table = table.set_column(table.column_names.index("run_id"), "run_id", ids)
+            meta.pop("schema_version")
             buffer = io.BytesIO()
-            pq.write_table(table, buffer)
+            pq.write_table(seal_table(table, meta), buffer)
             return buffer.getvalue()
         if name.endswith("run.json"):
             record = json.loads(data)
             edit(record)
+            record["run_id"] = run_id_of(record["identity"])
             return json.dumps(record).encode()
         return data
 

@@ -1,0 +1,195 @@
+"""Recompute what a run's rows claim: every episode once, predictions, accuracies, ensembles.
+
+Rows are checked against the frozen manifest's labels and the protocol's grid, never against
+anything else the bundle says: a stored accuracy must equal the one its predictions give, a
+stored ensemble prediction the fusion of the stored member logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fewtrans_board.canonical import canonical_json
+from fewtrans_board.episodes.manifest import Manifest
+from fewtrans_board.hpe.aggregate import fuse
+from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.results.load import RunResults
+from fewtrans_board.results.schema import CONFIG_KIND, ENSEMBLE_KIND, ENSEMBLES, accuracy_percent
+
+
+def _list_column(table: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Flattened values and offsets of a list column."""
+    column = table.column(name).combine_chunks()
+    return column.flatten().to_numpy(zero_copy_only=False), column.offsets.to_numpy()
+
+
+@dataclass
+class _Columns:
+    """The result table as arrays (one pass, no Python objects per logit)."""
+
+    rows: dict[str, np.ndarray]
+    predictions: np.ndarray
+    pred_offsets: np.ndarray
+    logits: np.ndarray
+    logit_offsets: np.ndarray
+    logit_valid: np.ndarray
+
+    @classmethod
+    def of(cls, run: RunResults) -> _Columns:
+        names = (
+            "episode",
+            "split",
+            "kind",
+            "aggregation",
+            "config_index",
+            "config",
+            "n_way",
+            "n_query",
+            "accuracy",
+        )
+        logit_column = run.table.column("logits").combine_chunks()
+        predictions, pred_offsets = _list_column(run.table, "predictions")
+        return cls(
+            rows={name: run.column(name) for name in names},
+            predictions=predictions,
+            pred_offsets=pred_offsets,
+            logits=logit_column.flatten().to_numpy(zero_copy_only=False),
+            logit_offsets=logit_column.offsets.to_numpy(),
+            logit_valid=~logit_column.is_null().to_numpy(zero_copy_only=False),
+        )
+
+    def prediction(self, i: int) -> np.ndarray:
+        return self.predictions[self.pred_offsets[i] : self.pred_offsets[i + 1]]
+
+    def logit(self, i: int) -> np.ndarray:
+        return self.logits[self.logit_offsets[i] : self.logit_offsets[i + 1]]
+
+
+def check_rows(run: RunResults, manifest: Manifest, grid: list[dict[str, Any]]) -> None:
+    """Check every (episode, split) group of a run against the manifest and the grid.
+
+    Raises:
+        SubmissionError: ``incomplete``, ``duplicate-episode``, ``bad-predictions``,
+            ``accuracy-mismatch``, ``grid-mismatch``, ``bad-logits``,
+            ``ensemble-mismatch`` or ``bad-rows`` (a stream index that is not the
+            manifest's), naming the episode and row.
+    """
+    columns = _Columns.of(run)
+    rows = columns.rows
+    episodes = manifest.episodes()
+    groups: dict[tuple[int, str], list[int]] = {}
+    for i, (e, split) in enumerate(zip(rows["episode"], rows["split"], strict=True)):
+        groups.setdefault((int(e), str(split)), []).append(i)
+    expected_groups = {(i, "base") for i in range(len(episodes))}
+    expected_groups |= {(i, "novel") for i, ep in enumerate(episodes) if ep.novel_query}
+    missing = sorted(expected_groups - set(groups))
+    extra = sorted(set(groups) - expected_groups)
+    if missing or extra:
+        raise SubmissionError(
+            "incomplete",
+            f"{run.dataset}: (episode, split) groups missing {missing[:10]} or unknown {extra[:10]}; "
+            "every episode of the manifest must appear exactly once",
+        )
+    expected_configs = [canonical_json(c) for c in grid]
+    stream = run.column("stream_index")
+    for (index, split), row_ids in sorted(groups.items()):
+        episode = episodes[index]
+        if (stream[row_ids] != episode.stream_index).any():
+            raise SubmissionError(
+                "bad-rows",
+                f"{run.dataset}: episode {index} ({split}) rows give stream index "
+                f"{sorted(set(stream[row_ids].tolist()))[:3]}, the manifest's is "
+                f"{episode.stream_index}",
+            )
+        pairs = episode.novel_query if split == "novel" else episode.query
+        labels = np.array([label for _, label in pairs])
+        ways = len(episode.novel_classes) if split == "novel" else episode.ways
+        _check_group(
+            run.dataset,
+            f"episode {index} ({split})",
+            columns,
+            row_ids,
+            labels,
+            ways,
+            expected_configs,
+        )
+
+
+def _check_group(
+    dataset: str,
+    name: str,
+    columns: _Columns,
+    row_ids: list[int],
+    labels: np.ndarray,
+    ways: int,
+    expected_configs: list[str],
+) -> None:
+    """Check one episode's rows of one split: completeness, predictions, accuracies, ensembles."""
+    rows = columns.rows
+    config_rows = [i for i in row_ids if rows["kind"][i] == CONFIG_KIND]
+    ensemble_ids = [i for i in row_ids if rows["kind"][i] == ENSEMBLE_KIND]
+    ensemble_rows = {str(rows["aggregation"][i]): i for i in ensemble_ids}
+    indices = sorted(int(rows["config_index"][i]) for i in config_rows)
+    if len(indices) != len(set(indices)) or len(ensemble_ids) != len(ensemble_rows):
+        raise SubmissionError("duplicate-episode", f"{dataset}: {name} appears more than once")
+    if indices != list(range(len(expected_configs))) or set(ensemble_rows) != set(ENSEMBLES):
+        raise SubmissionError(
+            "incomplete",
+            f"{dataset}: {name} has configurations {indices[:5]}..., ensembles "
+            f"{sorted(ensemble_rows)}; expected all {len(expected_configs)} and "
+            f"{', '.join(ENSEMBLES)}",
+        )
+    q, w = len(labels), ways
+    member_logits: list[np.ndarray] = [np.zeros(0)] * len(expected_configs)
+    member_predictions: list[np.ndarray] = [np.zeros(0)] * len(expected_configs)
+    for i in [*config_rows, *ensemble_rows.values()]:
+        where = f"{dataset}: {name}, row {rows['kind'][i]} {rows['aggregation'][i] or rows['config_index'][i]}"
+        if int(rows["n_way"][i]) != w or int(rows["n_query"][i]) != q:
+            raise SubmissionError(
+                "bad-predictions",
+                f"{where}: n_way/n_query {rows['n_way'][i]}/{rows['n_query'][i]} disagree "
+                f"with the manifest ({w}/{q})",
+            )
+        pred = columns.prediction(i)
+        if len(pred) != q or (pred < 0).any() or (pred >= w).any():
+            raise SubmissionError(
+                "bad-predictions",
+                f"{where}: {len(pred)} predictions with values {sorted(set(pred.tolist()))[:8]}, "
+                f"expected {q} labels in [0, {w})",
+            )
+        accuracy = accuracy_percent(pred, labels)
+        if abs(accuracy - float(rows["accuracy"][i])) > 1e-9:
+            raise SubmissionError(
+                "accuracy-mismatch",
+                f"{where}: stored accuracy {rows['accuracy'][i]:.4f} but predictions against the "
+                f"manifest labels give {accuracy:.4f}",
+            )
+        if rows["kind"][i] != CONFIG_KIND:
+            continue
+        c = int(rows["config_index"][i])
+        if str(rows["config"][i]) != expected_configs[c]:
+            raise SubmissionError(
+                "grid-mismatch",
+                f"{where}: configuration {rows['config'][i]} is not grid point {c} {expected_configs[c]}",
+            )
+        values = columns.logit(i)
+        if not columns.logit_valid[i] or len(values) != q * w or not np.isfinite(values).all():
+            raise SubmissionError(
+                "bad-logits", f"{where}: {len(values)} logits (expected {q}x{w} finite values)"
+            )
+        member_logits[c] = values.reshape(q, w)
+        member_predictions[c] = pred
+    stacked_logits, stacked_predictions = np.stack(member_logits), np.stack(member_predictions)
+    for aggregation in ENSEMBLES:
+        recomputed, _ = fuse(
+            aggregation, logits=stacked_logits, predictions=stacked_predictions, n_way=w
+        )
+        if not np.array_equal(columns.prediction(ensemble_rows[aggregation]), recomputed):
+            raise SubmissionError(
+                "ensemble-mismatch",
+                f"{dataset}: {name}, {aggregation} predictions differ from the ones recomputed "
+                "from the stored member logits",
+            )

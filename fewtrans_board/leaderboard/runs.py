@@ -1,0 +1,146 @@
+"""Load the runs of a bundle or store entry through the schema, naming members in errors.
+
+:func:`load_checked_run` is the only way intake, the index and the site read a submitted
+run: ``run.json`` strictly decoded and checked, every shard verified (checksum, Arrow
+schema), every shard's provenance checked against the schema and against the others, and
+the identity consistent with the provenance. Anything wrong is one
+:class:`~fewtrans_board.leaderboard.errors.SubmissionError` naming the member.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fewtrans_board.canonical import canonical_json
+from fewtrans_board.errors import describe
+from fewtrans_board.leaderboard.errors import SubmissionError, shown
+from fewtrans_board.leaderboard.schema import (
+    INTAKE_PROVENANCE,
+    PROVENANCE,
+    RUN_RECORD,
+    SHARED_PROVENANCE,
+)
+from fewtrans_board.leaderboard.shapes import check, load_json
+from fewtrans_board.results.load import RunResults, load_run
+from fewtrans_board.results.shards import CorruptShardError, ResultsError, shard_file_name
+
+MAX_SHARD_ROWS = 10_000_000
+MAX_SHARD_DECODED_BYTES = 8 << 30
+"""Refused before decoding: a small compressed shard must not expand without bound."""
+
+
+def _check_footers(path: Path, where: str) -> None:
+    """Bound each shard's declared rows and decoded size before reading it."""
+    import pyarrow.parquet as pq
+
+    for file in sorted((path / "shards").glob("shard-*.parquet")):
+        name = f"{where}/shards/{file.name}"
+        try:
+            footer = pq.read_metadata(file)
+            rows = footer.num_rows
+            decoded = sum(footer.row_group(i).total_byte_size for i in range(footer.num_row_groups))
+        except Exception as exc:  # the Parquet decoder raises many types on damaged footers
+            raise SubmissionError(
+                "corrupt-shard", f"{name} is not a readable Parquet file: {describe(exc)}"
+            ) from exc
+        if rows > MAX_SHARD_ROWS or decoded > MAX_SHARD_DECODED_BYTES:
+            raise SubmissionError(
+                "too-large",
+                f"{name} declares {rows} rows and {decoded} decoded bytes (limits "
+                f"{MAX_SHARD_ROWS} and {MAX_SHARD_DECODED_BYTES})",
+            )
+
+
+def _load(path: Path, where: str) -> RunResults:
+    try:
+        return load_run(path)
+    except CorruptShardError as exc:
+        raise SubmissionError(
+            "corrupt-shard", f"{where}/shards/{exc.path.name} is corrupt: {exc.reason}"
+        ) from exc
+    except ResultsError as exc:
+        raise SubmissionError("bad-results", str(exc).replace(str(path), where)) from exc
+
+
+def load_checked_run(
+    path: Path, where: str, *, intake: bool = True, consistent: bool = True
+) -> RunResults:
+    """Load a run folder of a bundle (or store entry) and check its metadata.
+
+    Args:
+        path: the run folder on disk.
+        where: its name in the bundle layout (``results/<run>``), used in messages.
+        intake: check the provenance a submission needs (:data:`INTAKE_PROVENANCE`);
+            ``False`` checks what the index and the site read (:data:`PROVENANCE`).
+        consistent: also run :func:`check_consistent` (validation runs it last, so that a
+            forged run is refused for what it forged rather than for a side effect).
+
+    Returns:
+        The loaded run; its ``meta`` and every shard's match the schema.
+
+    Raises:
+        SubmissionError: ``bad-run-meta``, ``corrupt-shard``, ``bad-results`` or
+            ``too-large``, naming the member.
+    """
+    record_name = f"{where}/run.json"
+    try:
+        data = (path / "run.json").read_bytes()
+    except OSError as exc:
+        raise SubmissionError("bad-results", f"{record_name} cannot be read ({exc})") from exc
+    check(load_json(data, record_name, "bad-run-meta"), RUN_RECORD, record_name, "bad-run-meta")
+    _check_footers(path, where)
+    run = _load(path, where)
+    shape = INTAKE_PROVENANCE if intake else PROVENANCE
+    for meta in run.shard_meta:
+        check(meta, shape, f"{where}/shards/{_shard_name(meta)} metadata", "bad-run-meta")
+    if consistent:
+        check_consistent(run, where)
+    return run
+
+
+def _shard_name(meta: dict[str, Any]) -> str:
+    shard = meta.get("shard")
+    if isinstance(shard, dict) and isinstance(shard.get("index"), int):
+        return shard_file_name(shard["index"], shard.get("count", 0))
+    return "shard"
+
+
+def check_consistent(run: RunResults, where: str) -> None:
+    """Every shard repeats the run's provenance; identity and provenance agree with run.json.
+
+    Raises:
+        SubmissionError: ``bad-run-meta`` naming what disagrees.
+    """
+    meta = run.meta
+    first = {k: canonical_json(meta.get(k)) for k in SHARED_PROVENANCE}
+    for other in run.shard_meta[1:]:
+        differing = [k for k in SHARED_PROVENANCE if canonical_json(other.get(k)) != first[k]]
+        if differing:
+            raise SubmissionError(
+                "bad-run-meta",
+                f"{where}/shards/{_shard_name(other)} records other {', '.join(differing)} than "
+                f"{_shard_name(meta)}; every shard of a run must come from the same run",
+            )
+    record = json.loads((run.path / "run.json").read_bytes())
+    if canonical_json(meta["identity"]) != canonical_json(record["identity"]):
+        raise SubmissionError(
+            "bad-run-meta", f"{where}: the shards' identity differs from run.json's"
+        )
+    identity = meta["identity"]
+    pairs = {
+        "identity.manifest_sha256 and manifest.sha256": (
+            identity["manifest_sha256"],
+            meta["manifest"]["sha256"],
+        ),
+        "identity.model and model.name": (identity["model"], meta["model"]["name"]),
+        "identity.adapter and adapter.name": (identity["adapter"], meta["adapter"]["name"]),
+        "identity.hpe and hpe.name": (identity["hpe"], meta["hpe"]["name"]),
+        "hpe.grid_size and the identity's grid": (meta["hpe"]["grid_size"], len(identity["grid"])),
+    }
+    for names, (a, b) in pairs.items():
+        if a != b:
+            raise SubmissionError(
+                "bad-run-meta", f"{where}: {names} disagree ({shown(a)} vs {shown(b)})"
+            )
