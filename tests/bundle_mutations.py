@@ -397,7 +397,7 @@ def toml_edit(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
 @st.composite
 def json_edit(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
     """A JSON member with a value swapped, removed or added (run.json maybe re-hashed)."""
-    from fewtrans_board.runner.spec import run_id_of
+    from fewtrans_board.results.schema import run_id_of
 
     document = draw(edit_document(json.loads(data)))
     identity = document.get("identity") if isinstance(document, dict) else None
