@@ -12,6 +12,7 @@ from typing import Any
 
 from fewtrans_board import __version__
 from fewtrans_board.adapters.base import Adapter, AdapterConfig
+from fewtrans_board.adapters.lockstep import LockstepSettings, lockstep_settings, parse_memory
 from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
 from fewtrans_board.episodes.verify import verify_manifest
 from fewtrans_board.errors import ConfigError, FewtransError
@@ -19,6 +20,7 @@ from fewtrans_board.hpe.protocols import get_hpe_protocol, hpe_roles
 from fewtrans_board.models.backbone import Backbone, Preprocessing
 from fewtrans_board.registry import Registry
 from fewtrans_board.results.rows import episode_rows
+from fewtrans_board.runner.decoded import DecodedImages
 from fewtrans_board.runner.episodes import EpisodeInputs, episode_inputs
 from fewtrans_board.runner.evaluate import evaluate_episode
 from fewtrans_board.runner.features import FeatureCache
@@ -104,6 +106,9 @@ class RunContext:
         self._features: FeatureCache | None = None
         self._run_id: str | None = None
         self.feature_folder: Path | None = None
+        self.decoded_folder: Path | None = None
+        self.device = spec.device  # a worker may be placed on one of several GPUs
+        self.lockstep = LockstepSettings(spec.batching, parse_memory(spec.max_memory))
 
     def _check_items(self) -> None:
         check = verify_manifest(self.manifest, self.dataset.obj, self.root)
@@ -123,7 +128,7 @@ class RunContext:
     def backbone(self) -> Backbone:
         """The loaded backbone (first access loads it)."""
         if self._backbone is None:
-            self._backbone = self.model.obj.load(self.spec.weights, self.spec.device)
+            self._backbone = self.model.obj.load(self.spec.weights, self.device)
         return self._backbone
 
     @property
@@ -134,9 +139,24 @@ class RunContext:
 
     @property
     def images(self) -> ImageStore:
-        """The per-process image store."""
+        """The per-process image store (reading the shared decoded file when one is set)."""
         if self._images is None:
-            self._images = ImageStore(self.dataset.obj, self.root, self.preprocessing)
+            decoded = None
+            if self.decoded_folder is not None:
+                decoded = DecodedImages(
+                    self.decoded_folder,
+                    self.manifest.sha256,
+                    self.preprocessing.digest(),
+                    self.episode_items(self.manifest.episodes()),
+                    self.preprocessing.image_size,
+                )
+            self._images = ImageStore(
+                self.dataset.obj,
+                self.root,
+                self.preprocessing,
+                decoded=decoded,
+                device=self.backbone.device,
+            )
         return self._images
 
     @property
@@ -247,6 +267,10 @@ class RunContext:
                 "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
                 "torch_threads": torch.get_num_threads(),
             },
+            "batching": {
+                "enabled": self.lockstep.enabled,
+                "max_memory": self.lockstep.memory.describe(),
+            },
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
 
@@ -270,7 +294,10 @@ class RunContext:
     def episode_rows(self, episode: ManifestEpisode, adapter: Adapter) -> list[dict[str, Any]]:
         """Evaluate every configuration on an episode and return its result rows."""
         inputs = self.inputs(episode)
-        outcomes = evaluate_episode(adapter, self.backbone, inputs, self.grid, self.manifest.sha256)
+        with lockstep_settings(enabled=self.lockstep.enabled, memory=self.lockstep.memory):
+            outcomes = evaluate_episode(
+                adapter, self.backbone, inputs, self.grid, self.manifest.sha256
+            )
         return episode_rows(
             self.run_id(), self.manifest.dataset, self.manifest.sha256, inputs, outcomes
         )

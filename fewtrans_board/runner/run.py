@@ -97,7 +97,14 @@ def run_shard(
     return path
 
 
-def _worker_run_shard(spec_dict: dict[str, Any], out: str, index: int, threads: int) -> str:
+def decoded_folder(spec: RunSpec, out: Path) -> Path:
+    """Where the run's decoded-image files live (``--image-cache``, else ``OUT/decoded``)."""
+    return Path(spec.image_cache) if spec.image_cache else out / "decoded"
+
+
+def _worker_run_shard(
+    spec_dict: dict[str, Any], out: str, index: int, threads: int, device: str | None = None
+) -> str:
     """Process-pool / Ray entry point: build a context in the worker and run one shard."""
     import torch
 
@@ -105,17 +112,31 @@ def _worker_run_shard(spec_dict: dict[str, Any], out: str, index: int, threads: 
 
     torch.set_num_threads(threads)
     spec = RunSpec.from_dict(spec_dict)
-    key = canonical_json(spec_dict)
+    device = device or _POOL_DEVICE.get("device") or spec.device
+    key = (canonical_json(spec_dict), device)
     ctx = _WORKER_CONTEXTS.get(key)
     if ctx is None:
         registry = Registry.from_plugin_manager(get_plugin_manager())
         ctx = RunContext(spec, registry, check_items=False)
         ctx.feature_folder = Path(out) / "features"
+        ctx.decoded_folder = decoded_folder(spec, Path(out))
+        ctx.device = device
         _WORKER_CONTEXTS[key] = ctx
     return str(run_shard(ctx, Path(out), index))
 
 
-_WORKER_CONTEXTS: dict[str, RunContext] = {}
+_WORKER_CONTEXTS: dict[tuple[str, str], RunContext] = {}
+_POOL_DEVICE: dict[str, str] = {}
+
+
+def _init_pool_worker(counter: Any, device: str, gpus: int) -> None:
+    """Pool initializer: take the next worker index and with it a GPU of its own."""
+    from fewtrans_board.runner.placement import pool_device
+
+    with counter.get_lock():
+        worker = counter.value
+        counter.value += 1
+    _POOL_DEVICE["device"] = pool_device(device, worker, gpus)
 
 
 def run_evaluation(
@@ -169,6 +190,7 @@ def _run(
 
     ctx = RunContext(spec, registry)
     ctx.feature_folder = out / "features"
+    ctx.decoded_folder = decoded_folder(spec, out)
     prepare_output(ctx, out)
     for stale in (out / "shards").glob(".shard-*.tmp"):
         stale.unlink()  # left by a killed run; never readable as a shard
@@ -220,9 +242,16 @@ def _run_process_pool(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    from fewtrans_board.runner.placement import gpu_count, spreads_over_gpus
+
     threads = _threads_per_worker(spec, workers)
+    context = multiprocessing.get_context("spawn")
+    gpus = gpu_count() if spreads_over_gpus(spec.device) else 0
     with ProcessPoolExecutor(
-        max_workers=workers, mp_context=multiprocessing.get_context("spawn")
+        max_workers=workers,
+        mp_context=context,
+        initializer=_init_pool_worker,
+        initargs=(context.Value("i", 0), spec.device, gpus),
     ) as pool:
         futures = {
             pool.submit(_worker_run_shard, spec.to_dict(), str(out), i, threads): i for i in todo
@@ -245,14 +274,35 @@ def _run_ray(
     if started_here:
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
     try:
-        gpus = 1 if spec.device.startswith("cuda") else 0
-        remote = ray.remote(num_cpus=1, num_gpus=gpus)(_worker_run_shard)
-        pending = {remote.remote(spec.to_dict(), str(out), i, spec.threads or 1): i for i in todo}
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                ray.get(ref)
-                bar.update(len(ctx.shard_episodes(pending.pop(ref))))
+        _run_ray_actors(ray, spec, out, todo, workers, bar, ctx)
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _run_ray_actors(
+    ray: Any, spec: RunSpec, out: Path, todo: list[int], workers: int, bar: Any, ctx: RunContext
+) -> None:
+    """One actor per worker (per GPU for ``--device cuda``), each keeping its loaded model."""
+    from ray.util import ActorPool
+
+    from fewtrans_board.runner.placement import ray_device, spreads_over_gpus
+
+    on_gpus = spec.device.startswith("cuda")
+    if on_gpus and spreads_over_gpus(spec.device) and workers <= 1:
+        workers = max(1, int(ray.cluster_resources().get("GPU", 1)))
+
+    class ShardWorker:
+        def __init__(self) -> None:
+            self.device = ray_device(
+                spec.device, ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+            )
+
+        def run(self, index: int) -> tuple[int, str]:
+            threads = spec.threads or 1
+            return index, _worker_run_shard(spec.to_dict(), str(out), index, threads, self.device)
+
+    actor = ray.remote(num_cpus=1, num_gpus=1 if on_gpus else 0)(ShardWorker)
+    pool = ActorPool([actor.remote() for _ in range(min(workers, len(todo)))])
+    for index, _ in pool.map_unordered(lambda a, i: a.run.remote(i), todo):
+        bar.update(len(ctx.shard_episodes(index)))

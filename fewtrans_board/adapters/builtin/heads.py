@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.adapters.base import Adapter, AdapterConfig, Predictor, hparam
+from fewtrans_board.adapters.lockstep.settings import current_settings
 
 if TYPE_CHECKING:
     import torch
@@ -187,6 +188,8 @@ class LinearProbeAdapter(Adapter):
         seeds: Sequence[int],
     ) -> list[Predictor]:
         """Train every configuration's head at once; equal to the loop (see batched_heads)."""
+        if not current_settings().enabled:
+            return super().fit_many(backbone, support, class_names, configs, seeds)
         return list(_fit_many_heads(backbone, support, configs, seeds, cosine=False))
 
 
@@ -236,4 +239,6 @@ class CosineClassifierAdapter(Adapter):
         seeds: Sequence[int],
     ) -> list[Predictor]:
         """Train every configuration's head at once; equal to the loop (see batched_heads)."""
+        if not current_settings().enabled:
+            return super().fit_many(backbone, support, class_names, configs, seeds)
         return list(_fit_many_heads(backbone, support, configs, seeds, cosine=True))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from fewtrans_board.adapters.base import hparam
 from fewtrans_board.adapters.builtin.clip_prompts.common import PHOTO_PREFIX
 from fewtrans_board.adapters.builtin.clip_prompts.coop import CoopAdapter, CoopSession
+from fewtrans_board.adapters.builtin.training import upcast
 
 if TYPE_CHECKING:
     import numpy as np
@@ -28,6 +29,9 @@ def images_per_pass(n_classes: int) -> int:
 
 class CocoopSession(CoopSession):
     """CoOp session plus the Meta-Net ``Linear(D, D/16) ReLU Linear(D/16, W)``."""
+
+    batchable = False
+    not_batchable_reason = "CoCoOp's loss takes its own gradients group by group"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         from torch import nn
@@ -69,7 +73,7 @@ class CocoopSession(CoopSession):
         with autocast(self.device):
             for start in range(0, contexts.shape[0], step):
                 chunks.append(self.prompter.encode(class_names, contexts[start : start + step]))
-        return F.normalize(torch.cat(chunks).float(), dim=-1)
+        return F.normalize(upcast(torch.cat(chunks)), dim=-1)
 
     def scores(self, image_features: torch.Tensor, class_names: Sequence[str]) -> torch.Tensor:
         """``logit_scale * cos`` of each normalised image feature against its own prompts."""
@@ -131,7 +135,7 @@ class CocoopPredictor:
         import torch.nn.functional as F
 
         with torch.no_grad():
-            features = F.normalize(query.features(self.session.backbone).float(), dim=-1)
+            features = F.normalize(upcast(query.features(self.session.backbone)), dim=-1)
             return self.session.scores(features, class_names)
 
     def predict(self, query: ImageSet) -> torch.Tensor:
