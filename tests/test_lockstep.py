@@ -25,10 +25,7 @@ from fewtrans_board.plugins import get_plugin_manager
 from fewtrans_board.registry import Registry
 from fewtrans_board.testing import tiny_clip_backbone, tiny_vit_backbone, toy_episode
 
-NOT_BATCHED = {
-    "cocoop": "group by group",
-    "prograd": "projects its own gradients",
-}
+NOT_BATCHED = {"prograd": "projects its own gradients"}
 """Built-ins that train one configuration at a time, with the reason they report."""
 
 
@@ -261,7 +258,7 @@ def test_configurations_differing_outside_the_hpe_axes_train_in_separate_groups(
 def test_disabled_batching_runs_the_loop() -> None:
     support, _, names = episode(torch.float32)
     grid = [ToyPlanAdapter.Config(lr=lr) for lr in (0.01, 0.1)]
-    with lockstep_settings(enabled=False), recording() as reports:
+    with lockstep_settings(enabled=False), recording() as reports:  # heads keep batching
         ToyPlanAdapter().fit_many(None, support, names, grid, [1, 2])
     assert reports[0].fallback == "batching disabled"
 
@@ -327,7 +324,12 @@ def test_evaluate_batches_by_default_and_records_it(tmp_path, invoke) -> None:  
         / "leaderboard/manifests/fewtrans-varied--digits.parquet"
     )
     tables, provenance = {}, {}
-    for label, extra in (("batched", ["--max-memory", "2GiB"]), ("loop", ["--no-batching"])):
+    runs = (
+        ("batched", ["--batching", "on", "--max-memory", "2GiB"]),
+        ("loop", ["--batching", "off"]),
+        ("auto", []),  # on CPU: the loop for fine-tuning (vmapped convolutions are slower)
+    )
+    for label, extra in runs:
         out = tmp_path / label
         result = invoke(
             [
@@ -359,12 +361,22 @@ def test_evaluate_batches_by_default_and_records_it(tmp_path, invoke) -> None:  
         run = load_run(out)
         tables[label] = run.table
         provenance[label] = run.meta
-    assert provenance["batched"]["batching"] == {"enabled": True, "max_memory": "2GiB"}
-    assert provenance["loop"]["batching"]["enabled"] is False
+    assert provenance["batched"]["batching"] == {
+        "mode": "on",
+        "plans": True,
+        "heads": True,
+        "max_memory": "2GiB",
+    }
+    assert provenance["loop"]["batching"]["plans"] is False
+    assert provenance["auto"]["batching"]["plans"] is False
+    assert provenance["auto"]["batching"]["heads"] is True
     assert provenance["batched"]["run_id"] == provenance["loop"]["run_id"]  # same results
-    predictions = [np.concatenate(tables[k].column("predictions").to_pylist()) for k in tables]
-    assert len(predictions[0]) > 100
-    assert np.mean(predictions[0] == predictions[1]) >= 0.995
+    predictions = {
+        k: np.concatenate(t.column("predictions").to_pylist()) for k, t in tables.items()
+    }
+    assert len(predictions["loop"]) > 100
+    assert np.mean(predictions["batched"] == predictions["loop"]) >= 0.995
+    assert np.array_equal(predictions["auto"], predictions["loop"])
 
 
 def test_bad_max_memory_is_a_usage_error(invoke) -> None:  # type: ignore[no-untyped-def]
@@ -386,3 +398,52 @@ def test_bad_max_memory_is_a_usage_error(invoke) -> None:  # type: ignore[no-unt
     )
     assert result.exit_code == 2
     assert "memory budget 'lots'" in result.output and "Traceback" not in result.output
+
+
+def test_a_chunk_out_of_device_memory_is_retried_smaller(monkeypatch, float64) -> None:  # type: ignore[no-untyped-def]
+    from fewtrans_board.adapters.lockstep.template import Template
+
+    adapter = next(a for a in PLANNED if a.name == "finetune")
+    support, query, names = episode(torch.float64)
+    backbone = backbone_for(adapter, torch.float64)
+    grid = small_grid(adapter) + small_grid(adapter, epochs=3)[:1]
+    original = Template.losses
+    limit = {"rows": 2}
+
+    def losses(self, batch, rows):  # type: ignore[no-untyped-def]
+        if torch.is_grad_enabled() and rows[0].shape[0] > limit["rows"]:
+            raise torch.OutOfMemoryError("simulated: the estimate was optimistic")
+        return original(self, batch, rows)
+
+    monkeypatch.setattr(Template, "losses", losses)
+    pairs, reports = batched_and_looped(adapter, backbone, support, query, names, grid)
+    assert reports[0].chunks == [2, 2, 1]  # 5 did not fit, 2 did; nothing trained twice
+    for batched, looped in pairs:
+        assert torch.allclose(batched, looped, rtol=0, atol=1e-8)
+    limit["rows"] = 0  # not even one configuration batched: the loop runs instead
+    seeds = [11 * i + 3 for i in range(len(grid))]  # as in batched_and_looped
+    with pytest.warns(UserWarning, match="OutOfMemoryError"), recording() as reports:
+        fallback = adapter().fit_many(backbone, support, names, grid, seeds)
+    assert "OutOfMemoryError" in str(reports[0].fallback)
+    with torch.no_grad():
+        for predictor, (_, looped) in zip(fallback, pairs, strict=True):
+            assert torch.equal(predictor.predict(query), looped)
+
+
+def test_batching_modes() -> None:
+    from fewtrans_board.adapters.lockstep import settings_for
+
+    budget = MemoryBudget(bytes=5)
+    auto_gpu = settings_for("auto", "cuda:1", budget)
+    assert (auto_gpu.enabled, auto_gpu.heads, auto_gpu.memory) == (True, True, budget)
+    auto_cpu = settings_for("auto", "cpu", budget)
+    assert (auto_cpu.enabled, auto_cpu.heads) == (False, True)
+    assert (
+        settings_for("on", "cpu", budget).enabled,
+        settings_for("off", "cuda", budget).heads,
+    ) == (
+        True,
+        False,
+    )
+    with pytest.raises(ValueError, match="unknown batching mode"):
+        settings_for("sometimes", "cpu", budget)

@@ -100,10 +100,12 @@ def check_max_memory(ctx: click.Context, param: click.Parameter, value: str | No
     "(default: 80% of the device's free memory). Results do not depend on it.",
 )
 @click.option(
-    "--no-batching",
-    is_flag=True,
-    help="Train configurations one by one instead of in lockstep (same results up to "
-    "rounding; slower).",
+    "--batching",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="Train the configurations of an episode in lockstep: auto = on CUDA devices "
+    "(frozen heads also on CPU). Results equal the one-by-one loop up to rounding.",
 )
 @click.option(
     "--image-cache",
@@ -134,7 +136,7 @@ def evaluate_command(
     threads: int | None,
     no_feature_cache: bool,
     max_memory: str | None,
-    no_batching: bool,
+    batching: str,
     image_cache: Path | None,
     as_json: bool,
     quiet: bool,
@@ -170,7 +172,7 @@ def evaluate_command(
         device=resolve_device(device),
         feature_cache=not no_feature_cache,
         threads=threads,
-        batching=not no_batching,
+        batching=batching,
         max_memory=max_memory,
         image_cache=optional_str(image_cache),
     )

@@ -12,7 +12,12 @@ from typing import Any
 
 from fewtrans_board import __version__
 from fewtrans_board.adapters.base import Adapter, AdapterConfig
-from fewtrans_board.adapters.lockstep import LockstepSettings, lockstep_settings, parse_memory
+from fewtrans_board.adapters.lockstep import (
+    LockstepSettings,
+    lockstep_settings,
+    parse_memory,
+    settings_for,
+)
 from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
 from fewtrans_board.episodes.verify import verify_manifest
 from fewtrans_board.errors import ConfigError, FewtransError
@@ -108,7 +113,6 @@ class RunContext:
         self.feature_folder: Path | None = None
         self.decoded_folder: Path | None = None
         self.device = spec.device  # a worker may be placed on one of several GPUs
-        self.lockstep = LockstepSettings(spec.batching, parse_memory(spec.max_memory))
 
     def _check_items(self) -> None:
         check = verify_manifest(self.manifest, self.dataset.obj, self.root)
@@ -130,6 +134,11 @@ class RunContext:
         if self._backbone is None:
             self._backbone = self.model.obj.load(self.spec.weights, self.device)
         return self._backbone
+
+    @property
+    def lockstep(self) -> LockstepSettings:
+        """How this run batches configurations (``--batching`` on this worker's device)."""
+        return settings_for(self.spec.batching, self.device, parse_memory(self.spec.max_memory))
 
     @property
     def preprocessing(self) -> Preprocessing:
@@ -268,7 +277,9 @@ class RunContext:
                 "torch_threads": torch.get_num_threads(),
             },
             "batching": {
-                "enabled": self.lockstep.enabled,
+                "mode": self.spec.batching,
+                "plans": self.lockstep.enabled,
+                "heads": self.lockstep.heads,
                 "max_memory": self.lockstep.memory.describe(),
             },
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -294,7 +305,10 @@ class RunContext:
     def episode_rows(self, episode: ManifestEpisode, adapter: Adapter) -> list[dict[str, Any]]:
         """Evaluate every configuration on an episode and return its result rows."""
         inputs = self.inputs(episode)
-        with lockstep_settings(enabled=self.lockstep.enabled, memory=self.lockstep.memory):
+        settings = self.lockstep
+        with lockstep_settings(
+            enabled=settings.enabled, heads=settings.heads, memory=settings.memory
+        ):
             outcomes = evaluate_episode(
                 adapter, self.backbone, inputs, self.grid, self.manifest.sha256
             )

@@ -31,8 +31,9 @@ class RunSpec:
         threads: torch intra-op threads per worker (``None``: torch's default inline,
             cores / workers in pools). CPU reductions depend on it, so runs meant to be
             bit-identical must use the same value.
-        batching: train the configurations of an episode in lockstep where the adapter
-            supports it (equal to the per-configuration loop up to rounding).
+        batching: ``auto`` (lockstep training of the configurations of an episode on
+            CUDA, frozen heads only on CPU), ``on`` or ``off``; results equal the
+            per-configuration loop up to rounding either way.
         max_memory: memory budget of the configurations trained together (``40GiB``,
             ``60%`` of free memory; ``None``: 80% of free memory).
         image_cache: folder of the shared decoded-image files (``None``: ``OUT/decoded``).
@@ -51,7 +52,7 @@ class RunSpec:
     device: str = "cpu"
     feature_cache: bool = True
     threads: int | None = None
-    batching: bool = True
+    batching: str = "auto"
     max_memory: str | None = None
     image_cache: str | None = None
 

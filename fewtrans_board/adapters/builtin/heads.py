@@ -188,7 +188,7 @@ class LinearProbeAdapter(Adapter):
         seeds: Sequence[int],
     ) -> list[Predictor]:
         """Train every configuration's head at once; equal to the loop (see batched_heads)."""
-        if not current_settings().enabled:
+        if not current_settings().heads:
             return super().fit_many(backbone, support, class_names, configs, seeds)
         return list(_fit_many_heads(backbone, support, configs, seeds, cosine=False))
 
@@ -239,6 +239,6 @@ class CosineClassifierAdapter(Adapter):
         seeds: Sequence[int],
     ) -> list[Predictor]:
         """Train every configuration's head at once; equal to the loop (see batched_heads)."""
-        if not current_settings().enabled:
+        if not current_settings().heads:
             return super().fit_many(backbone, support, class_names, configs, seeds)
         return list(_fit_many_heads(backbone, support, configs, seeds, cosine=True))

@@ -17,15 +17,18 @@ from fewtrans_board.adapters.lockstep.adapter import PlannedAdapter
 from fewtrans_board.adapters.lockstep.memory import MemoryBudget, parse_memory
 from fewtrans_board.adapters.lockstep.plan import TrainingPlan, run_plan
 from fewtrans_board.adapters.lockstep.settings import (
+    BATCHING_MODES,
     GroupReport,
     LockstepSettings,
     current_settings,
     lockstep_settings,
     recording,
+    settings_for,
 )
 from fewtrans_board.adapters.lockstep.trainer import fit_plans
 
 __all__ = [
+    "BATCHING_MODES",
     "GroupReport",
     "LockstepSettings",
     "MemoryBudget",
@@ -37,4 +40,5 @@ __all__ = [
     "parse_memory",
     "recording",
     "run_plan",
+    "settings_for",
 ]

@@ -6,6 +6,10 @@ after its last step. The update repeats ``torch.optim.Adam``'s arithmetic (no we
 decay, no AMSGrad) with the FewTrans per-step cosine learning rate of each row and each
 tensor's own base learning rate; tensors whose gradient is ``None`` are skipped, as Adam
 skips parameters without a gradient.
+
+The per-row step sizes are computed on the host in float64 exactly as the loop computes
+its learning rates, and travel to the device once per step (one pinned, non-blocking
+copy), so a step never waits for the device.
 """
 
 from __future__ import annotations
@@ -42,14 +46,37 @@ class StackedAdam:
         if list(steps) != sorted(steps, reverse=True):
             raise ValueError("rows must be ordered by step count, longest first")
         self.params = list(params)
-        self.base_lrs = [list(lrs) for lrs in base_lrs]
         self.steps = list(steps)
+        # Tensors sharing a learning-rate column (an optimiser group) share step sizes.
+        columns: dict[tuple[float, ...], int] = {}
+        self.column_of = [columns.setdefault(tuple(lrs), len(columns)) for lrs in base_lrs]
+        self.columns = list(columns)
         self.first = [torch.zeros_like(p) for p in self.params]
         self.second = [torch.zeros_like(p) for p in self.params]
 
     def active(self, step: int) -> int:
         """Number of rows (a prefix) that still train at ``step`` (0-based)."""
         return sum(1 for s in self.steps if s > step)
+
+    def _neg_step_sizes(self, step: int, rows: int) -> dict[tuple[str, str], torch.Tensor]:
+        """``-lr_t / (1 - beta1^t)`` per column and row, on each (device, dtype) in use."""
+        import torch
+
+        correction1 = 1 - BETA1 ** (step + 1)
+        table = [
+            [-cosine_lr(column[r], step, self.steps[r]) / correction1 for r in range(rows)]
+            for column in self.columns
+        ]
+        host = torch.tensor(table, dtype=torch.float64)
+        sizes: dict[tuple[str, str], torch.Tensor] = {}
+        for param in self.params:
+            key = (str(param.device), str(param.dtype))
+            if key not in sizes:
+                moved = host.to(param.dtype)
+                if param.device.type == "cuda":
+                    moved = moved.pin_memory().to(param.device, non_blocking=True)
+                sizes[key] = moved
+        return sizes
 
     def step(self, step: int, grads: Sequence[torch.Tensor | None]) -> None:
         """Apply step ``step`` (0-based) with gradients of the active rows.
@@ -61,22 +88,22 @@ class StackedAdam:
         import torch
 
         rows = self.active(step)
-        count = step + 1
-        correction1 = 1 - BETA1**count
-        correction2_sqrt = (1 - BETA2**count) ** 0.5
+        if rows == 0:
+            return
+        correction2_sqrt = (1 - BETA2 ** (step + 1)) ** 0.5
+        sizes = self._neg_step_sizes(step, rows)
         with torch.no_grad():
             for j, grad in enumerate(grads):
                 if grad is None:
                     continue
-                param, avg, avg_sq = self.params[j], self.first[j], self.second[j]
-                sizes = [
-                    -cosine_lr(self.base_lrs[j][r], step, self.steps[r]) / correction1
-                    for r in range(rows)
-                ]
-                shape = (rows,) + (1,) * (param.dim() - 1)
-                neg_step = torch.tensor(sizes, dtype=torch.float64).to(param.device, param.dtype)
+                param, avg, avg_sq = (
+                    self.params[j][:rows],
+                    self.first[j][:rows],
+                    self.second[j][:rows],
+                )
                 g = grad.to(param.dtype)
-                avg[:rows].lerp_(g, 1 - BETA1)
-                avg_sq[:rows].mul_(BETA2).addcmul_(g, g, value=1 - BETA2)
-                denom = (avg_sq[:rows].sqrt() / correction2_sqrt).add_(EPS)
-                param[:rows].add_(avg[:rows] / denom * neg_step.view(shape))
+                avg.lerp_(g, 1 - BETA1)
+                avg_sq.mul_(BETA2).addcmul_(g, g, value=1 - BETA2)
+                denom = (avg_sq.sqrt() / correction2_sqrt).add_(EPS)
+                neg_step = sizes[(str(param.device), str(param.dtype))][self.column_of[j]]
+                param.add_(avg / denom * neg_step.view((rows,) + (1,) * (param.dim() - 1)))

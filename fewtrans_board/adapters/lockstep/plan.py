@@ -56,6 +56,9 @@ class TrainingPlan:
             everything else stays as it is.
         batchable: ``False`` forces the per-configuration loop.
         reason: why the plan cannot batch (shown in reports), when ``batchable`` is off.
+        batched_loss: the loss as lockstep training runs it, when ``loss`` cannot run under
+            ``vmap`` (e.g. it takes its own gradients to save memory); it must have the
+            same value and gradient (checked on the first batch). ``None``: ``loss``.
     """
 
     groups: list[tuple[list[torch.Tensor], float]]
@@ -69,7 +72,13 @@ class TrainingPlan:
     train_modules: list[nn.Module] = field(default_factory=list)
     batchable: bool = True
     reason: str = ""
+    batched_loss: Callable[[np.ndarray], torch.Tensor] | None = None
     rng_state: Any = field(default=None, repr=False)
+
+    @property
+    def lockstep_loss(self) -> Callable[[np.ndarray], torch.Tensor]:
+        """The loss lockstep training runs under ``vmap``."""
+        return self.batched_loss if self.batched_loss is not None else self.loss
 
     @property
     def trainable(self) -> list[torch.Tensor]:

@@ -1,7 +1,7 @@
 """Run-wide switches of batched (lockstep) HPE training, and what each batched fit did.
 
 The runner sets them around the adapters it calls (``evaluate --max-memory``,
-``--no-batching``); adapters read them through :func:`current_settings`. Tests and
+``--batching``); adapters read them through :func:`current_settings`. Tests and
 benchmarks use :func:`lockstep_settings` and :func:`recording` directly.
 """
 
@@ -21,14 +21,34 @@ class LockstepSettings:
     """How configurations of one episode are trained together.
 
     Attributes:
-        enabled: train configurations in lockstep where the adapter allows it; ``False``
-            runs the plain per-configuration loop (the reference the batched path equals).
+        enabled: train the plans of :class:`~fewtrans_board.adapters.lockstep.PlannedAdapter`
+            adapters in lockstep where possible; ``False`` runs the plain per-configuration
+            loop (the reference the batched path equals).
+        heads: train the frozen-feature heads (linear probe, cosine classifier) as one stack.
         memory: memory the configurations trained together may use; the default is a
             fraction of the device's free memory.
     """
 
     enabled: bool = True
+    heads: bool = True
     memory: MemoryBudget = field(default_factory=MemoryBudget)
+
+
+BATCHING_MODES = ("auto", "on", "off")
+"""``--batching``: ``auto`` batches on CUDA devices and batches only the frozen heads on CPU
+(where training is compute-bound and vmapped convolutions are slower than the loop)."""
+
+
+def settings_for(mode: str, device: str, memory: MemoryBudget) -> LockstepSettings:
+    """The settings of a run with ``--batching mode`` on ``device``.
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    if mode not in BATCHING_MODES:
+        raise ValueError(f"unknown batching mode {mode!r}; use one of {', '.join(BATCHING_MODES)}")
+    plans = mode == "on" or (mode == "auto" and device.startswith("cuda"))
+    return LockstepSettings(enabled=plans, heads=mode != "off", memory=memory)
 
 
 @dataclass
@@ -67,7 +87,7 @@ def current_settings() -> LockstepSettings:
 
 @contextmanager
 def lockstep_settings(**changes: Any) -> Iterator[LockstepSettings]:
-    """Change settings inside a ``with`` block (``enabled=...``, ``memory=...``).
+    """Change settings inside a ``with`` block (``enabled=...``, ``heads=...``, ``memory=...``).
 
     Args:
         changes: fields of :class:`LockstepSettings` to replace.

@@ -77,7 +77,7 @@ class Template:
     def __init__(self, plan: TrainingPlan) -> None:
         self.plan = plan
         self.modules = _modules_of(plan)
-        self.root = _loss_module(self.modules, plan.loss)
+        self.root = _loss_module(self.modules, plan.lockstep_loss)
         self.trainable = plan.trainable
         self.module_names, self.owner_attrs = self._addresses(plan, self.root)
         self.plans: list[TrainingPlan] = [plan]
@@ -127,7 +127,7 @@ class Template:
             self.plan.owners
         ):
             raise NotBatchable("configurations build different modules")
-        names, attrs = self._addresses(plan, _loss_module(modules, plan.loss))
+        names, attrs = self._addresses(plan, _loss_module(modules, plan.lockstep_loss))
         if names != self.module_names or attrs != self.owner_attrs:
             raise NotBatchable("configurations hold their trainable tensors in different places")
         trainable_ids = {id(t) for t in trainable}

@@ -180,22 +180,34 @@ def _train(template: Template, settings: LockstepSettings, report: GroupReport) 
     size = chunk_size(len(plans), per_config, budget)
     report.per_config_bytes, report.budget_bytes = per_config, budget
     _check_rows(template, stacked, order, batch, size)
-    for start in range(0, len(plans), size):
+    start = 0
+    while start < len(plans):
         rows = slice(start, start + size)
-        _train_chunk(
-            template,
-            [s[rows] for s in stacked],
-            [lr[rows] for lr in lrs],
-            [steps[i] for i in order[rows]],
-        )
+        try:
+            _train_chunk(
+                template,
+                [s[rows] for s in stacked],
+                [lr[rows] for lr in lrs],
+                [steps[i] for i in order[rows]],
+            )
+            done = True
+        except _FirstStepOutOfMemory:
+            done = False  # the except block is left first, so the step's tensors are freed
+        if not done:
+            if size == 1:
+                raise NotBatchable("one configuration's batched step does not fit in memory")
+            size = max(1, size // 2)  # the estimate was optimistic; nothing was updated yet
+            _empty_cache(stacked[0])
+            continue
         report.chunks.append(len(order[rows]))
+        start += len(order[rows])
     for plan in plans:
         freeze_trained(plan)
     return [plan.finish() for plan in plans]
 
 
 def _probe(template: Template, stacked: list[torch.Tensor], row: int, batch: np.ndarray) -> int:
-    """Compare the template's batched and plain loss and gradient; return bytes per config.
+    """Compare the template's batched loss and gradient with its loop loss; return bytes/config.
 
     Raises:
         NotBatchable: vmap cannot run the loss, or the results differ (a trainable tensor
@@ -282,13 +294,24 @@ def _check_rows(
             except Exception as exc:
                 raise NotBatchable(f"vmap cannot run the loss: {type(exc).__name__}") from exc
             for offset, i in enumerate(order[start : start + size]):
-                plain = template.plans[i].loss(batch)
+                plain = template.plans[i].lockstep_loss(batch)
                 if not _close(batched[offset], plain):
                     raise NotBatchable(
                         f"configuration {i}: batched loss {float(batched[offset]):.6g} differs "
                         f"from its own loss {float(plain):.6g} (state the template does not "
                         "share)"
                     )
+
+
+class _FirstStepOutOfMemory(Exception):
+    """A chunk ran out of device memory before its first update (safe to retry smaller)."""
+
+
+def _empty_cache(like: torch.Tensor) -> None:
+    import torch
+
+    if like.device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _train_chunk(
@@ -304,11 +327,12 @@ def _train_chunk(
     from fewtrans_board.adapters.lockstep.adam import StackedAdam
 
     plan = template.plan
-    adam = StackedAdam(rows, lrs, steps)
     epochs = max((p.epochs for p in template.plans), default=0)
+    updated = out_of_memory = False
     for module in plan.train_modules:
         module.train()
     try:
+        adam = StackedAdam(rows, lrs, steps)
         for step, batch in enumerate(epoch_batches(plan.n_items, plan.batch_size, epochs)):
             active = adam.active(step)
             if active == 0:
@@ -317,6 +341,13 @@ def _train_chunk(
             losses = template.losses(batch, leaves)
             grads = torch.autograd.grad(losses.sum(), leaves, allow_unused=True)
             adam.step(step, grads)
+            updated = True
+    except torch.OutOfMemoryError:
+        if updated:
+            raise
+        out_of_memory = True
     finally:
         for module in plan.train_modules:
             module.eval()
+    if out_of_memory:
+        raise _FirstStepOutOfMemory

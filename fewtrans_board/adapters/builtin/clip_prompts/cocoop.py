@@ -30,9 +30,6 @@ def images_per_pass(n_classes: int) -> int:
 class CocoopSession(CoopSession):
     """CoOp session plus the Meta-Net ``Linear(D, D/16) ReLU Linear(D/16, W)``."""
 
-    batchable = False
-    not_batchable_reason = "CoCoOp's loss takes its own gradients group by group"
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         from torch import nn
 
@@ -108,6 +105,17 @@ class CocoopSession(CoopSession):
         for param, grad in zip(params, grads, strict=True):
             linear = linear + (param * grad).sum()  # its gradient is exactly ``grads``
         return linear - linear.detach() + total
+
+    def lockstep_loss(self, batch: np.ndarray) -> torch.Tensor:
+        """The plain mean cross-entropy of the batch (what :meth:`loss` differentiates).
+
+        Batched training bounds memory by chunking configurations instead of image groups.
+        """
+        import torch.nn.functional as F
+
+        index = self.index(batch)
+        logits = self.scores(self.features[index], self.class_names)
+        return F.cross_entropy(logits, self.labels[index])
 
     def logits(self, index: torch.Tensor) -> torch.Tensor:
         """Logits of support images ``index`` over the episode's classes."""

@@ -100,6 +100,13 @@ class PromptSession(ABC):
     def loss(self, batch: np.ndarray) -> torch.Tensor:
         """Loss of a batch of support indices (backward puts the update in ``.grad``)."""
 
+    def lockstep_loss(self, batch: np.ndarray) -> torch.Tensor:
+        """:meth:`loss` as batched training runs it under ``vmap`` (same value and gradient).
+
+        Override when :meth:`loss` takes its own gradients; by default it is :meth:`loss`.
+        """
+        return self.loss(batch)
+
     @abstractmethod
     def predictor(self) -> NamePredictor:
         """The predictor of the current state (also scores arbitrary class names)."""
@@ -196,4 +203,5 @@ class PromptAdapter(PlannedAdapter):
             owners=[session],
         )
         plan.batchable, plan.reason = session.batchable, session.not_batchable_reason
+        plan.batched_loss = session.lockstep_loss
         return plan
