@@ -447,3 +447,27 @@ def test_batching_modes() -> None:
     )
     with pytest.raises(ValueError, match="unknown batching mode"):
         settings_for("sometimes", "cpu", budget)
+
+
+def test_out_of_memory_after_a_trained_chunk_loops_the_rest(monkeypatch, float64) -> None:  # type: ignore[no-untyped-def]
+    from fewtrans_board.adapters.lockstep import trainer
+
+    adapter = next(a for a in PLANNED if a.name == "finetune")
+    support, query, names = episode(torch.float64)
+    backbone = backbone_for(adapter, torch.float64)
+    grid = small_grid(adapter)
+    original, calls = trainer._train_chunk, []
+
+    def train_chunk(*args):  # type: ignore[no-untyped-def]
+        calls.append(len(args[3]))
+        if len(calls) > 1:
+            raise trainer._FirstStepOutOfMemory
+        return original(*args)
+
+    monkeypatch.setattr(trainer, "_train_chunk", train_chunk)
+    with lockstep_settings(memory=MemoryBudget(bytes=1)):  # chunks of one
+        pairs, reports = batched_and_looped(adapter, backbone, support, query, names, grid)
+    assert calls == [1, 1] and reports[0].chunks == [1]
+    assert "out of memory after 1 configurations" in str(reports[0].fallback)
+    for batched, looped in pairs:
+        assert torch.allclose(batched, looped, rtol=0, atol=1e-8)

@@ -36,6 +36,7 @@ from fewtrans_board.adapters.lockstep.plan import (
     freeze_trained,
     group_by_fixed_fields,
     run_plan,
+    train_plan,
 )
 from fewtrans_board.adapters.lockstep.settings import (
     GroupReport,
@@ -194,11 +195,17 @@ def _train(template: Template, settings: LockstepSettings, report: GroupReport) 
         except _FirstStepOutOfMemory:
             done = False  # the except block is left first, so the step's tensors are freed
         if not done:
-            if size == 1:
-                raise NotBatchable("one configuration's batched step does not fit in memory")
-            size = max(1, size // 2)  # the estimate was optimistic; nothing was updated yet
             _empty_cache(stacked[0])
-            continue
+            if size > 1:
+                size = max(1, size // 2)  # the estimate was optimistic; nothing was updated
+                continue
+            if start == 0:
+                raise NotBatchable("one configuration's batched step does not fit in memory")
+            for i in order[start:]:  # earlier chunks are trained: the loop does the rest
+                _restore_rng(plans[i].rng_state)
+                train_plan(plans[i])
+            report.fallback = f"out of memory after {start} configurations; the rest looped"
+            break
         report.chunks.append(len(order[rows]))
         start += len(order[rows])
     for plan in plans:
