@@ -91,11 +91,21 @@ def sync(device: str) -> None:
 
 
 def timed(device: str, fn: Callable[[], Any]) -> float:
-    sync(device)
-    start = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - start
+    """Seconds of ``fn()``; short calls are repeated (up to 5 times or 2 s) and the best kept.
+
+    The first result of ``fn`` is what callers keep (they use ``setdefault``).
+    """
+    best, spent = float("inf"), 0.0
+    for _ in range(5):
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        seconds = time.perf_counter() - start
+        best, spent = min(best, seconds), spent + seconds
+        if seconds > 1.0 or spent > 2.0:
+            break
+    return best
 
 
 # --- backbones and the episode ------------------------------------------------------------
@@ -255,13 +265,15 @@ def measure_family(
             by_epochs: dict[int, int] = {}
             for i, config in enumerate(grid):
                 by_epochs.setdefault(int(config.to_dict().get("epochs", 0)), i)
-            cost, logits = {}, []
+            cost: dict[int, float] = {}
+            kept: dict[int, torch.Tensor] = {}
             for e, i in by_epochs.items():
-                cost[e] = timed(
-                    device,
-                    lambda i=i: logits.extend(loop(adapter, backbone, episode, [grid[i]], [i])),
-                )
-            out["looped"] = logits
+
+                def run_one(i: int = i) -> None:
+                    kept.setdefault(i, loop(adapter, backbone, episode, [grid[i]], [i])[0])
+
+                cost[e] = timed(device, run_one)
+            out["looped"] = [kept[i] for i in by_epochs.values()]
             indices = list(by_epochs.values())
             looped = sum(cost[int(c.to_dict().get("epochs", 0))] for c in grid)
     row.update(
