@@ -13,7 +13,8 @@ from fewtrans_board.errors import ContractError, FewtransError
 from fewtrans_board.registry import Registry
 from fewtrans_board.results.rows import episode_rows
 from fewtrans_board.runner.context import RunContext
-from fewtrans_board.runner.evaluate import evaluate_episode
+from fewtrans_board.runner.episodes import EpisodeInputs
+from fewtrans_board.runner.evaluate import ConfigOutcome, evaluate_episode
 from fewtrans_board.runner.spec import RunSpec
 from fewtrans_board.testing.contract import check_adapter, check_backbone
 
@@ -51,27 +52,28 @@ def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
             raise ValidationError(str(exc)) from exc
         adapter = ctx.adapter_cls()
         first, second, permuted_predictions, hpe = [], [], [], []
+
+        def run(inputs: EpisodeInputs) -> list[ConfigOutcome]:
+            with ctx.batching():  # the run's --batching mode, as evaluate uses it
+                return evaluate_episode(
+                    adapter, ctx.backbone, inputs, ctx.grid, ctx.manifest.sha256
+                )
+
         for episode in ctx.episodes:
             inputs = ctx.inputs(episode)
-            outcomes = evaluate_episode(
-                adapter, ctx.backbone, inputs, ctx.grid, ctx.manifest.sha256
-            )
+            outcomes = run(inputs)
             rows = episode_rows(
                 "validate", ctx.manifest.dataset, ctx.manifest.sha256, inputs, outcomes
             )
             hpe.append(next(r["accuracy"] for r in rows if r["aggregation"] == ctx.hpe.aggregation))
             first.append([o.logits for o in outcomes])
-            again = evaluate_episode(
-                adapter, ctx.backbone, ctx.inputs(episode), ctx.grid, ctx.manifest.sha256
-            )
+            again = run(ctx.inputs(episode))
             second.append([o.logits for o in again])
             shuffled = ctx.inputs(episode)
             shuffled.query_labels = np.random.RandomState(episode.index).permutation(
                 shuffled.query_labels
             )
-            permuted = evaluate_episode(
-                adapter, ctx.backbone, shuffled, ctx.grid, ctx.manifest.sha256
-            )
+            permuted = run(shuffled)
             permuted_predictions.append([o.logits.argmax(axis=1) for o in permuted])
         checks.append(f"logits finite and shaped (queries x ways), {len(ctx.grid)} configurations")
         rerun = _first_mismatch(first, second)

@@ -144,9 +144,10 @@ def verify_contents(
         for index in chosen:
             episode = ctx.episodes[int(index)]
             inputs = ctx.inputs(episode)
-            outcomes = evaluate_episode(
-                adapter, ctx.backbone, inputs, ctx.grid, ctx.manifest.sha256
-            )
+            with ctx.batching():
+                outcomes = evaluate_episode(
+                    adapter, ctx.backbone, inputs, ctx.grid, ctx.manifest.sha256
+                )
             stored_episode = stored[episode.index]
             predictions = [o.logits.argmax(axis=1) for o in outcomes]
             agreements = [

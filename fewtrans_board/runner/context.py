@@ -7,6 +7,7 @@ import platform
 import sys
 import time
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,13 @@ class RunContext:
     def lockstep(self) -> LockstepSettings:
         """How this run batches configurations (``--batching`` on this worker's device)."""
         return settings_for(self.spec.batching, self.device, parse_memory(self.spec.max_memory))
+
+    def batching(self) -> AbstractContextManager[LockstepSettings]:
+        """Apply the run's ``--batching`` and ``--max-memory`` to adapters called inside."""
+        settings = self.lockstep
+        return lockstep_settings(
+            enabled=settings.enabled, heads=settings.heads, memory=settings.memory
+        )
 
     @property
     def preprocessing(self) -> Preprocessing:
@@ -305,10 +313,7 @@ class RunContext:
     def episode_rows(self, episode: ManifestEpisode, adapter: Adapter) -> list[dict[str, Any]]:
         """Evaluate every configuration on an episode and return its result rows."""
         inputs = self.inputs(episode)
-        settings = self.lockstep
-        with lockstep_settings(
-            enabled=settings.enabled, heads=settings.heads, memory=settings.memory
-        ):
+        with self.batching():
             outcomes = evaluate_episode(
                 adapter, self.backbone, inputs, self.grid, self.manifest.sha256
             )
