@@ -71,7 +71,7 @@ class Template:
         plan: the first plan of the group.
 
     Raises:
-        NotBatchable: a trainable tensor has no address, or appears twice.
+        NotBatchable: a trainable tensor has no address.
     """
 
     def __init__(self, plan: TrainingPlan) -> None:
