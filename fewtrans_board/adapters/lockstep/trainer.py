@@ -149,19 +149,28 @@ def _fit_group(
         return predictors
 
 
-def _tolerance(tensor: torch.Tensor) -> float:
-    """Relative tolerance of batched vs plain evaluation for the tensor's precision."""
+def _tolerance(tensor: torch.Tensor, gradient: bool) -> float:
+    """Relative tolerance of batched vs plain results at the tensor's precision.
+
+    On CUDA the recipe runs in bf16 autocast, where batched and plain matmuls round
+    differently: gradients of small random-init models differ by up to ~10% (L2). The
+    gradient check is there to catch tensors the batched loss does not read at all (a
+    relative error of 1), so it stays loose; float64 is held to rounding.
+    """
     import torch
 
     if tensor.dtype == torch.float64:
         return 1e-7
-    return 5e-2 if tensor.device.type == "cuda" else 1e-3
+    if tensor.device.type == "cuda":
+        return 0.5 if gradient else 5e-2
+    return 1e-2 if gradient else 1e-3
 
 
-def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
-    scale = float(b.detach().abs().max()) if b.numel() else 0.0
-    diff = float((a.detach().to(b.dtype) - b.detach()).abs().max()) if b.numel() else 0.0
-    return diff <= _tolerance(b) * max(scale, 1e-6)
+def _close(a: torch.Tensor, b: torch.Tensor, gradient: bool = False) -> bool:
+    """Whether ``a`` matches ``b`` (relative L2 error within the tolerance)."""
+    difference = (a.detach().to(b.dtype) - b.detach()).norm()
+    scale = max(float(b.detach().norm()), 1e-6)  # a floor for tensors that should be zero
+    return float(difference) <= _tolerance(b, gradient) * scale
 
 
 def _train(template: Template, settings: LockstepSettings, report: GroupReport) -> list[Predictor]:
@@ -251,7 +260,7 @@ def _probe(template: Template, stacked: list[torch.Tensor], row: int, batch: np.
     for j, (plain, batched) in enumerate(zip(direct_grads, batched_grads, strict=True)):
         if plain is None:
             continue
-        if batched is None or not _close(batched[0], plain):
+        if batched is None or not _close(batched[0], plain, gradient=True):
             raise NotBatchable(
                 f"the gradient of trainable tensor {j} (shape {tuple(plain.shape)}) differs "
                 "when it is swapped in by attribute: the loss reads it some other way "
