@@ -471,3 +471,22 @@ def test_out_of_memory_after_a_trained_chunk_loops_the_rest(monkeypatch, float64
     assert "out of memory after 1 configurations" in str(reports[0].fallback)
     for batched, looped in pairs:
         assert torch.allclose(batched, looped, rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("name", ["finetune", "coop"])
+def test_bf16_autocast_under_vmap_batches_with_the_cuda_tolerances(name, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The CUDA recipe (bf16 autocast inside the loss) exercised on CPU's autocast."""
+    from fewtrans_board.adapters.builtin import training
+    from fewtrans_board.adapters.lockstep import trainer
+
+    monkeypatch.setattr(training, "autocast", lambda device: torch.autocast("cpu", torch.bfloat16))
+    monkeypatch.setattr(trainer, "_tolerance", lambda t, gradient: 0.5 if gradient else 5e-2)
+    adapter = next(a for a in PLANNED if a.name == name)
+    support, query, names = episode(torch.float32, shots=(3, 4, 3, 2), queries=10)
+    backbone = backbone_for(adapter, torch.float32)
+    pairs, reports = batched_and_looped(
+        adapter, backbone, support, query, names, small_grid(adapter)
+    )
+    assert reports[0].fallback is None and reports[0].chunks == [4]
+    agreement = torch.cat([(b.argmax(1) == s.argmax(1)).float() for b, s in pairs]).mean()
+    assert agreement >= 0.9  # bf16 rounds batched and plain matmuls differently
