@@ -15,6 +15,7 @@ from fewtrans_board.adapters.base import (
     hparam,
 )
 from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
+from fewtrans_board.adapters.lockstep import PlannedAdapter, TrainingPlan
 from fewtrans_board.datasets.spec import ClassSplit, DatasetSpec
 from fewtrans_board.hookspecs import hookimpl
 from fewtrans_board.models.backbone import Backbone, Preprocessing, TextEncoder
@@ -28,10 +29,12 @@ __all__ = [
     "DatasetSpec",
     "ImageSet",
     "ModelSpec",
+    "PlannedAdapter",
     "Predictor",
     "Preprocessing",
     "SupportSet",
     "TextEncoder",
+    "TrainingPlan",
     "__version__",
     "hookimpl",
     "hparam",

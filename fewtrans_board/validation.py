@@ -12,7 +12,8 @@ import numpy as np
 from fewtrans_board.errors import ContractError, FewtransError
 from fewtrans_board.registry import Registered, Registry
 from fewtrans_board.runner.context import RunContext
-from fewtrans_board.runner.evaluate import evaluate_episode
+from fewtrans_board.runner.episodes import EpisodeInputs
+from fewtrans_board.runner.evaluate import ConfigOutcome, evaluate_episode
 from fewtrans_board.runner.inductive import (
     INDUCTIVE_TOLERANCE,
     inductive_gap,
@@ -62,19 +63,22 @@ def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
             raise ValidationError(str(exc)) from exc
         adapter = ctx.adapter_cls()
         first, second, reordered, hpe = [], [], [], []
+
+        def run(inputs: EpisodeInputs) -> list[ConfigOutcome]:
+            with ctx.batching():  # the run's --batching mode, as evaluate uses it
+                return evaluate_episode(
+                    adapter, ctx.backbone, inputs, ctx.grid, ctx.manifest.sha256
+                )
+
         for episode in ctx.episodes:
             inputs = ctx.inputs(episode)
-            outcomes = evaluate_episode(
-                adapter, ctx.backbone, inputs, ctx.grid, ctx.manifest.sha256
-            )
+            outcomes = run(inputs)
             rows = episode_rows(
                 "validate", ctx.manifest.dataset, ctx.manifest.sha256, inputs, outcomes
             )
             hpe.append(next(r["accuracy"] for r in rows if r["aggregation"] == ctx.hpe.aggregation))
             first.append([o.logits for o in outcomes])
-            again = evaluate_episode(
-                adapter, ctx.backbone, ctx.inputs(episode), ctx.grid, ctx.manifest.sha256
-            )
+            again = run(ctx.inputs(episode))
             second.append([o.logits for o in again])
             # Another presentation order, shuffled hidden labels, each configuration fitted
             # alone: an adapter that reads neither positions nor labels predicts the same.

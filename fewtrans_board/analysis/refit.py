@@ -103,6 +103,7 @@ def run_spec_of(
         shards=identity["shards"],
         device=device,
         feature_cache=identity["feature_cache"],
+        batching=identity.get("batching", "auto"),
     )
 
 
@@ -214,14 +215,15 @@ def _iterate(
         def keep(_index: int, _config: Any, predictor: Any, store: list[Any] = kept) -> None:
             store.append(predictor)
 
-        outcomes = evaluate_episode(
-            adapter,
-            ctx.backbone,
-            inputs,
-            [config],
-            ctx.manifest.sha256,
-            observe=keep,
-        )
+        with ctx.batching():
+            outcomes = evaluate_episode(
+                adapter,
+                ctx.backbone,
+                inputs,
+                [config],
+                ctx.manifest.sha256,
+                observe=keep,
+            )
         predictions = outcomes[0].logits.argmax(axis=1)
         stored = _stored_predictions(run, episode_index, index)
         yield AdaptedEpisode(

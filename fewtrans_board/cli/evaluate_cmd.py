@@ -51,6 +51,18 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     return int(index), int(count)
 
 
+def check_max_memory(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Validate ``--max-memory`` (a size such as 40GiB, or a percentage)."""
+    from fewtrans_board.adapters.lockstep.memory import parse_memory
+    from fewtrans_board.errors import ConfigError
+
+    try:
+        parse_memory(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    return value
+
+
 @click.command("evaluate")
 @model_option("Model name, e.g. demo-cnn.digits or timm:ARCH.")
 @weights_option("Local checkpoint for the model (safetensors preferred).")
@@ -109,6 +121,28 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     help="Leaderboard store whose frozen manifests the run is checked against before it "
     "starts (default: $FEWTRANS_BOARD_LEADERBOARD, or ./leaderboard if present).",
 )
+@click.option(
+    "--max-memory",
+    default=None,
+    metavar="SIZE|PCT",
+    callback=check_max_memory,
+    help="Memory for the configurations trained together, e.g. 40GiB or 60% "
+    "(default: 80% of the device's free memory). Results do not depend on it.",
+)
+@click.option(
+    "--batching",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="Train the configurations of an episode in lockstep: auto = on CUDA devices "
+    "(frozen heads also on CPU). Results equal the one-by-one loop up to rounding.",
+)
+@click.option(
+    "--image-cache",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder of decoded-image files shared across runs (default: OUT/decoded).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run report and summary as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @pass_app
@@ -132,6 +166,9 @@ def evaluate_command(
     threads: int | None,
     no_feature_cache: bool,
     leaderboard: Path | None,
+    max_memory: str | None,
+    batching: str,
+    image_cache: Path | None,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -167,6 +204,9 @@ def evaluate_command(
         device=resolve_device(device),
         feature_cache=not no_feature_cache,
         threads=threads,
+        batching=batching,
+        max_memory=max_memory,
+        image_cache=optional_str(image_cache),
     )
     warnings = submission_warnings(app, spec, leaderboard)
     if not as_json:

@@ -286,6 +286,7 @@ def verify_contents(
                 training_free=bool(recorded.get("training_free")),
                 python=python,
                 pins=sorted(meta.plugins),
+                batching=run.meta["identity"].get("batching", "auto"),
             )
             with worker:
                 assert worker.info is not None

@@ -82,11 +82,11 @@ class Preprocessing:
         return tensor
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
-        """Turn ``uint8 [N, 3, S, S]`` into normalised float32 pixels."""
+        """Turn ``uint8 [N, 3, S, S]`` into normalised float32 pixels (on their device)."""
         import torch
 
-        mean = torch.tensor(self.mean, dtype=torch.float32).view(1, 3, 1, 1)
-        std = torch.tensor(self.std, dtype=torch.float32).view(1, 3, 1, 1)
+        mean = torch.tensor(self.mean, dtype=torch.float32, device=images.device).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32, device=images.device).view(1, 3, 1, 1)
         normalized: torch.Tensor = (images.float().div(255.0) - mean) / std
         return normalized
 
@@ -154,7 +154,8 @@ class Backbone:
             batch_size: forward batch size.
 
         Returns:
-            Float32 features ``[N, feature_dim]`` on the backbone's device.
+            Float32 features ``[N, feature_dim]`` on the backbone's device (float64 for a
+            float64 encoder).
         """
         import torch
 
@@ -165,7 +166,9 @@ class Backbone:
         with torch.no_grad():
             for start in range(0, pixels.shape[0], batch_size):
                 chunk = pixels[start : start + batch_size].to(self.device)
-                outputs.append(encoder(chunk).float())
+                output = encoder(chunk)
+                # bf16/fp16 (autocast) become float32; float64 models stay float64
+                outputs.append(output if output.dtype == torch.float64 else output.float())
         encoder.train(was_training)
         if not outputs:
             return torch.zeros(0, self.feature_dim, device=self.device)

@@ -42,7 +42,10 @@ def run_centre_search(
         per_episode = []
         for episode in ctx.episodes:
             inputs = ctx.inputs(episode)
-            outcomes = evaluate_episode(adapter, ctx.backbone, inputs, configs, ctx.manifest.sha256)
+            with ctx.batching():
+                outcomes = evaluate_episode(
+                    adapter, ctx.backbone, inputs, configs, ctx.manifest.sha256
+                )
             per_episode.append(
                 [accuracy_percent(o.logits.argmax(axis=1), inputs.query_labels) for o in outcomes]
             )

@@ -7,11 +7,18 @@ import platform
 import sys
 import time
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from fewtrans_board import __version__
 from fewtrans_board.adapters.base import Adapter, AdapterConfig
+from fewtrans_board.adapters.lockstep import (
+    LockstepSettings,
+    lockstep_settings,
+    parse_memory,
+    settings_for,
+)
 from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
 from fewtrans_board.episodes.verify import verify_manifest
 from fewtrans_board.errors import ConfigError, FewtransError
@@ -19,6 +26,7 @@ from fewtrans_board.hpe.protocols import check_schema_fits, get_hpe_protocol, hp
 from fewtrans_board.models.backbone import Backbone, Preprocessing
 from fewtrans_board.registry import Registry
 from fewtrans_board.results.schema import run_id_of
+from fewtrans_board.runner.decoded import DecodedImages
 from fewtrans_board.runner.episodes import EpisodeInputs, Serve, episode_inputs
 from fewtrans_board.runner.evaluate import evaluate_episode
 from fewtrans_board.runner.features import FeatureCache
@@ -116,6 +124,8 @@ class RunContext:
         self.feature_folder: Path | None = None
         # Per-episode choices adapters report (``predictor.record``), until a shard stores them.
         self.adapter_records: dict[str, dict[str, Any]] = {}
+        self.decoded_folder: Path | None = None
+        self.device = spec.device  # a worker may be placed on one of several GPUs
 
     def _check_items(self) -> None:
         check = verify_manifest(self.manifest, self.dataset.obj, self.root)
@@ -135,8 +145,20 @@ class RunContext:
     def backbone(self) -> Backbone:
         """The loaded backbone (first access loads it)."""
         if self._backbone is None:
-            self._backbone = self.model.obj.load(self.spec.weights, self.spec.device)
+            self._backbone = self.model.obj.load(self.spec.weights, self.device)
         return self._backbone
+
+    @property
+    def lockstep(self) -> LockstepSettings:
+        """How this run batches configurations (``--batching`` on this worker's device)."""
+        return settings_for(self.spec.batching, self.device, parse_memory(self.spec.max_memory))
+
+    def batching(self) -> AbstractContextManager[LockstepSettings]:
+        """Apply the run's ``--batching`` and ``--max-memory`` to adapters called inside."""
+        settings = self.lockstep
+        return lockstep_settings(
+            enabled=settings.enabled, heads=settings.heads, memory=settings.memory
+        )
 
     @property
     def preprocessing(self) -> Preprocessing:
@@ -146,9 +168,24 @@ class RunContext:
 
     @property
     def images(self) -> ImageStore:
-        """The per-process image store."""
+        """The per-process image store (reading the shared decoded file when one is set)."""
         if self._images is None:
-            self._images = ImageStore(self.dataset.obj, self.root, self.preprocessing)
+            decoded = None
+            if self.decoded_folder is not None:
+                decoded = DecodedImages(
+                    self.decoded_folder,
+                    self.manifest.sha256,
+                    self.preprocessing.digest(),
+                    self.episode_items(self.manifest.episodes()),
+                    self.preprocessing.image_size,
+                )
+            self._images = ImageStore(
+                self.dataset.obj,
+                self.root,
+                self.preprocessing,
+                decoded=decoded,
+                device=self.backbone.device,
+            )
         return self._images
 
     @property
@@ -207,7 +244,7 @@ class RunContext:
         for entry in (self.adapter_entry, self.model):
             provenance = entry.provenance()
             code[str(provenance["distribution"])] = str(provenance["version"])
-        return numeric_environment(self.spec.device, code)
+        return numeric_environment(self.device, code)
 
     def run_id(self) -> str:
         """Short hash of the identity."""
@@ -268,6 +305,12 @@ class RunContext:
                 "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
                 "torch_threads": torch.get_num_threads(),
             },
+            "batching": {
+                "mode": self.spec.batching,
+                "plans": self.lockstep.enabled,
+                "heads": self.lockstep.heads,
+                "max_memory": self.lockstep.memory.describe(),
+            },
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
 
@@ -302,7 +345,10 @@ class RunContext:
     def episode_rows(self, episode: ManifestEpisode, adapter: Adapter) -> list[dict[str, Any]]:
         """Evaluate every configuration on an episode and return its result rows."""
         inputs = self.inputs(episode)
-        outcomes = evaluate_episode(adapter, self.backbone, inputs, self.grid, self.manifest.sha256)
+        with self.batching():
+            outcomes = evaluate_episode(
+                adapter, self.backbone, inputs, self.grid, self.manifest.sha256
+            )
         records = {str(o.index): o.record for o in outcomes if o.record is not None}
         if records:
             self.adapter_records[str(episode.index)] = records

@@ -1,4 +1,4 @@
-"""Decode and resize each image once per process; normalise on demand."""
+"""Decode and resize each image once (per process, or once for all with a decoded cache)."""
 
 from __future__ import annotations
 
@@ -12,17 +12,26 @@ from fewtrans_board.errors import FewtransError
 from fewtrans_board.models.backbone import Preprocessing
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
+
+    from fewtrans_board.runner.decoded import DecodedImages
 
 
 class ImageStore:
-    """An LRU cache of resized ``uint8`` images of one dataset under one preprocessing.
+    """Resized ``uint8`` images of one dataset under one preprocessing.
+
+    Items of the ``decoded`` file are read from it (decoded there once for every process);
+    other items go through an in-process LRU cache.
 
     Args:
         spec: the dataset.
         root: its local copy (``None`` for embedded datasets).
         preprocessing: the evaluation transform.
-        max_bytes: cache budget; least recently used images are evicted beyond it.
+        max_bytes: LRU budget; least recently used images are evicted beyond it.
+        decoded: the shared decoded-image file of the run's manifest, if any.
+        device: where :meth:`pixels` returns normalised pixels (``uint8`` travels, the
+            float conversion happens there).
     """
 
     def __init__(
@@ -31,25 +40,44 @@ class ImageStore:
         root: Path | None,
         preprocessing: Preprocessing,
         max_bytes: int = 2 << 30,
+        decoded: DecodedImages | None = None,
+        device: str = "cpu",
     ) -> None:
         self.spec = spec
         self.root = root
         self.preprocessing = preprocessing
         self.max_bytes = max_bytes
+        self.decoded = decoded
+        self.device = device
         self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
         self._bytes = 0
 
-    def uint8(self, item: str) -> torch.Tensor:
-        """The resized ``uint8 [3, S, S]`` image of ``item``."""
-        cached = self._cache.get(item)
-        if cached is not None:
-            self._cache.move_to_end(item)
-            return cached
+    def decode(self, item: str) -> torch.Tensor:
+        """Load ``item`` from the dataset and resize it to ``uint8 [3, S, S]`` (no caching).
+
+        Raises:
+            FewtransError: the reader cannot load the item (names dataset and item).
+        """
         try:
             image = self.spec.reader.load_image(self.root, item)
         except FewtransError as exc:
             raise FewtransError(f"dataset {self.spec.name!r}, item {item!r}: {exc}") from exc
-        tensor = self.preprocessing.resize_uint8(image)
+        return self.preprocessing.resize_uint8(image)
+
+    def _decode_array(self, item: str) -> np.ndarray:
+        return self.decode(item).numpy()
+
+    def uint8(self, item: str) -> torch.Tensor:
+        """The resized ``uint8 [3, S, S]`` image of ``item``."""
+        import torch
+
+        if self.decoded is not None and item in self.decoded:
+            return torch.from_numpy(self.decoded.get(item, self._decode_array))
+        cached = self._cache.get(item)
+        if cached is not None:
+            self._cache.move_to_end(item)
+            return cached
+        tensor = self.decode(item)
         self._cache[item] = tensor
         self._bytes += tensor.numel()
         while self._bytes > self.max_bytes and len(self._cache) > 1:
@@ -58,10 +86,11 @@ class ImageStore:
         return tensor
 
     def pixels(self, items: Sequence[str]) -> torch.Tensor:
-        """Normalised float pixels ``[N, 3, S, S]`` of ``items``."""
+        """Normalised float pixels ``[N, 3, S, S]`` of ``items`` on :attr:`device`."""
         import torch
 
         size = self.preprocessing.image_size
         if not items:
-            return torch.zeros(0, 3, size, size)
-        return self.preprocessing.normalize(torch.stack([self.uint8(i) for i in items]))
+            return torch.zeros(0, 3, size, size, device=self.device)
+        stacked = torch.stack([self.uint8(i) for i in items])
+        return self.preprocessing.normalize(stacked.to(self.device, non_blocking=True))

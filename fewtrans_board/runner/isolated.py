@@ -91,6 +91,7 @@ class IsolatedAdapter:
         training_free: trap gradient steps (the adapter is recorded as training-free).
         python: interpreter of the worker, e.g. an environment holding the pinned plugins.
         pins: distributions whose installed versions the worker reports.
+        batching: the run's ``--batching`` mode, which the worker's fits follow.
     """
 
     def __init__(
@@ -105,6 +106,7 @@ class IsolatedAdapter:
         training_free: bool = False,
         python: str | None = None,
         pins: Sequence[str] = (),
+        batching: str = "auto",
     ) -> None:
         self.hello = {
             "op": "hello",
@@ -116,6 +118,7 @@ class IsolatedAdapter:
             "allow": list(allow) if allow is not None else None,
             "training_free": training_free,
             "pins": list(pins),
+            "batching": batching,
         }
         self.python = python or sys.executable
         self._process: subprocess.Popen[bytes] | None = None

@@ -83,8 +83,18 @@ def run_shard(
     return path
 
 
+def decoded_folder(spec: RunSpec, out: Path) -> Path:
+    """Where the run's decoded-image files live (``--image-cache``, else ``OUT/decoded``)."""
+    return Path(spec.image_cache) if spec.image_cache else out / "decoded"
+
+
 def _worker_run_shard(
-    spec_dict: dict[str, Any], out: str, index: int, threads: int, environment: dict[str, Any]
+    spec_dict: dict[str, Any],
+    out: str,
+    index: int,
+    threads: int,
+    environment: dict[str, Any],
+    device: str | None = None,
 ) -> str:
     """Process-pool / Ray entry point: build a context in the worker and run one shard.
 
@@ -99,12 +109,15 @@ def _worker_run_shard(
 
     torch.set_num_threads(threads)
     spec = RunSpec.from_dict(spec_dict)
-    key = canonical_json(spec_dict)
+    device = device or _POOL_DEVICE.get("device") or spec.device
+    key = (canonical_json(spec_dict), device)
     ctx = _WORKER_CONTEXTS.get(key)
     if ctx is None:
         registry = Registry.from_plugin_manager(get_plugin_manager())
         ctx = RunContext(spec, registry, check_items=False)
         ctx.feature_folder = Path(out) / "features"
+        ctx.decoded_folder = decoded_folder(spec, Path(out))
+        ctx.device = device
         differences = environment_differences(environment, ctx.numeric_environment())
         if differences:
             raise FewtransError(
@@ -116,7 +129,20 @@ def _worker_run_shard(
     return str(run_shard(ctx, Path(out), index))
 
 
-_WORKER_CONTEXTS: dict[str, RunContext] = {}
+_WORKER_CONTEXTS: dict[tuple[str, str], RunContext] = {}
+_POOL_DEVICE: dict[str, str] = {}
+
+
+def _init_pool_worker(parent_pid: int, counter: Any, device: str, gpus: int) -> None:
+    """Pool initializer: die with the parent; take the next worker index and its GPU."""
+    from fewtrans_board.runner.placement import pool_device
+    from fewtrans_board.runner.worker_guard import guard_worker
+
+    guard_worker(parent_pid)
+    with counter.get_lock():
+        worker = counter.value
+        counter.value += 1
+    _POOL_DEVICE["device"] = pool_device(device, worker, gpus)
 
 
 def run_evaluation(
@@ -170,6 +196,7 @@ def _run(
     progress = progress and sys.stderr.isatty()
     ctx = RunContext(spec, registry)
     ctx.feature_folder = out / "features"
+    ctx.decoded_folder = decoded_folder(spec, out)
     if shard is not None and not 0 <= shard < ctx.shard_count:
         raise FewtransError(f"--shard {shard} is outside 0..{ctx.shard_count - 1}")
     if executor not in ("inline", "process", "ray"):
@@ -234,15 +261,18 @@ def _run_process_pool(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    from fewtrans_board.runner.worker_guard import guard_worker, stop_pool
+    from fewtrans_board.runner.placement import gpu_count, spreads_over_gpus
+    from fewtrans_board.runner.worker_guard import stop_pool
 
     threads = resolved_threads(spec)
     environment = ctx.numeric_environment()
+    context = multiprocessing.get_context("spawn")
+    gpus = gpu_count() if spreads_over_gpus(spec.device) else 0
     pool = ProcessPoolExecutor(
         max_workers=workers,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=guard_worker,
-        initargs=(os.getpid(),),
+        mp_context=context,
+        initializer=_init_pool_worker,
+        initargs=(os.getpid(), context.Value("i", 0), spec.device, gpus),
     )
     try:
         futures = {
@@ -271,22 +301,44 @@ def _run_ray(
     if started_here:
         ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
     try:
-        gpus = 1 if spec.device.startswith("cuda") else 0
-        remote = ray.remote(num_cpus=1, num_gpus=gpus)(_worker_run_shard)
-        threads, environment = resolved_threads(spec), ctx.numeric_environment()
-        pending = {
-            remote.remote(spec.to_dict(), str(out), i, threads, environment): i for i in todo
-        }
-        try:
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                for ref in ready:
-                    ray.get(ref)
-                    bar.update(len(ctx.shard_episodes(pending.pop(ref))))
-        except BaseException:
-            for ref in pending:  # an error or Ctrl-C: cancel every shard still queued or running
-                ray.cancel(ref, force=True)
-            raise
+        _run_ray_actors(ray, spec, out, todo, workers, bar, ctx)
     finally:
         if started_here:
             ray.shutdown()
+
+
+def _run_ray_actors(
+    ray: Any, spec: RunSpec, out: Path, todo: list[int], workers: int, bar: Any, ctx: RunContext
+) -> None:
+    """One actor per worker (per GPU for ``--device cuda``), each keeping its loaded model."""
+    from ray.util import ActorPool
+
+    from fewtrans_board.runner.placement import ray_device, spreads_over_gpus
+
+    on_gpus = spec.device.startswith("cuda")
+    if on_gpus and spreads_over_gpus(spec.device) and workers <= 1:
+        workers = max(1, int(ray.cluster_resources().get("GPU", 1)))
+
+    threads, environment = resolved_threads(spec), ctx.numeric_environment()
+
+    class ShardWorker:
+        def __init__(self) -> None:
+            self.device = ray_device(
+                spec.device, ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+            )
+
+        def run(self, index: int) -> tuple[int, str]:
+            path = _worker_run_shard(
+                spec.to_dict(), str(out), index, threads, environment, self.device
+            )
+            return index, path
+
+    actor = ray.remote(num_cpus=1, num_gpus=1 if on_gpus else 0)(ShardWorker)
+    actors = [actor.remote() for _ in range(min(workers, len(todo)))]
+    try:
+        for index, _ in ActorPool(actors).map_unordered(lambda a, i: a.run.remote(i), todo):
+            bar.update(len(ctx.shard_episodes(index)))
+    except BaseException:
+        for running in actors:  # an error or Ctrl-C: no shard goes on computing
+            ray.kill(running)
+        raise

@@ -31,6 +31,12 @@ class RunSpec:
         threads: torch intra-op threads per worker, whatever the executor (``None``:
             :data:`DEFAULT_THREADS`). CPU reductions depend on it, so it is part of the
             run identity: shards computed with different values never mix.
+        batching: ``auto`` (lockstep training of the configurations of an episode on
+            CUDA, frozen heads only on CPU), ``on`` or ``off``; results equal the
+            per-configuration loop up to rounding either way.
+        max_memory: memory budget of the configurations trained together (``40GiB``,
+            ``60%`` of free memory; ``None``: 80% of free memory).
+        image_cache: folder of the shared decoded-image files (``None``: ``OUT/decoded``).
     """
 
     model: str
@@ -46,6 +52,9 @@ class RunSpec:
     device: str = "cpu"
     feature_cache: bool = True
     threads: int | None = None
+    batching: str = "auto"
+    max_memory: str | None = None
+    image_cache: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (for worker processes)."""
@@ -96,6 +105,8 @@ def run_identity(
         "device": spec.device,
         "feature_cache": spec.feature_cache,
         "threads": resolved_threads(spec),
+        # Lockstep training equals the loop only up to rounding: shards never mix modes.
+        "batching": spec.batching,
     }
 
 

@@ -60,6 +60,7 @@ class Worker:
         self.backbone: Any = None
         self.adapter: Any = None
         self.adapter_cls: Any = None
+        self.lockstep: Any = None
 
     def hello(self, request: dict[str, Any]) -> dict[str, Any]:
         """Report the installed pinned distributions, then load plugins, model and adapter."""
@@ -81,9 +82,12 @@ class Worker:
     def _load(self, request: dict[str, Any]) -> dict[str, Any]:
         import torch
 
+        from fewtrans_board.adapters.lockstep import MemoryBudget, settings_for
         from fewtrans_board.plugins import get_plugin_manager
         from fewtrans_board.registry import Registry
 
+        device = request.get("device", "cpu")
+        self.lockstep = settings_for(request.get("batching", "auto"), device, MemoryBudget())
         if request.get("threads"):
             torch.set_num_threads(int(request["threads"]))
         if request.get("training_free"):
@@ -94,7 +98,7 @@ class Worker:
         self.adapter_cls = registry.adapters.get(request["adapter"]).obj
         self.adapter = self.adapter_cls()
         model = registry.model(request["model"])
-        self.backbone = model.obj.load(request.get("weights"), request.get("device", "cpu"))
+        self.backbone = model.obj.load(request.get("weights"), device)
         return {
             "schema": self.adapter_cls.schema(),
             "image_size": int(self.backbone.image_size),
@@ -108,6 +112,7 @@ class Worker:
         import torch
 
         from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
+        from fewtrans_board.adapters.lockstep import lockstep_settings
         from fewtrans_board.runner.evaluate import fit_predictors, predict_logits
 
         n_way = len(request["class_names"])
@@ -121,16 +126,20 @@ class Worker:
         novel = ImageSet(torch.from_numpy(arrays["novel"].copy())) if "novel" in arrays else None
         configs = [self.adapter_cls.Config.from_dict(c) for c in request["configs"]]
         out: dict[str, np.ndarray] = {}
-        fitted = fit_predictors(
-            self.adapter,
-            self.backbone,
-            support,
-            request["class_names"],
-            configs,
-            request["seeds"],
-            lambda i: f"configuration {i}",
-            loop=bool(request.get("loop")),
-        )
+        settings = self.lockstep
+        with lockstep_settings(
+            enabled=settings.enabled, heads=settings.heads, memory=settings.memory
+        ):
+            fitted = fit_predictors(
+                self.adapter,
+                self.backbone,
+                support,
+                request["class_names"],
+                configs,
+                request["seeds"],
+                lambda i: f"configuration {i}",
+                loop=bool(request.get("loop")),
+            )
         for i, predictor, _ in fitted:
             for key, query in queries.items():
                 out[f"c{i}.{key}"] = predict_logits(predictor, query, n_way, f"configuration {i}")

@@ -200,9 +200,8 @@ def edit_provenance(bundle: Path, out: Path, edit: Edit) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from fewtrans_board.results.schema import METADATA_KEY
+    from fewtrans_board.results.schema import METADATA_KEY, run_id_of
     from fewtrans_board.results.shards import seal_table
-    from fewtrans_board.results.schema import run_id_of
 
     def change(name: str, data: bytes) -> bytes:
         if name.endswith(".parquet"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from fewtrans_board.adapters.builtin.training import upcast
 from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ def handcrafted_text_features(
         features = backbone.text.encode(
             backbone.text.tokenize(class_prompts(class_names, template))
         )
-    return F.normalize(features.float(), dim=-1)
+    return F.normalize(upcast(features), dim=-1)
 
 
 def cached_for(
@@ -220,8 +221,8 @@ class ClipPredictor:
         import torch.nn.functional as F
 
         with torch.no_grad():
-            images = F.normalize(self.image_features(query).float(), dim=-1)
-            texts = F.normalize(self.text_features(class_names).float(), dim=-1).to(images.device)
+            images = F.normalize(upcast(self.image_features(query)), dim=-1)
+            texts = F.normalize(upcast(self.text_features(class_names)), dim=-1).to(images.device)
         return self.logit_scale * images @ texts.t()
 
     def predict(self, query: ImageSet) -> torch.Tensor:
@@ -240,5 +241,5 @@ def batched_images(
     outputs = []
     with torch.no_grad(), autocast(device):
         for start in range(0, pixels.shape[0], batch_size):
-            outputs.append(encoder(pixels[start : start + batch_size].to(device)).float())
+            outputs.append(upcast(encoder(pixels[start : start + batch_size].to(device))))
     return torch.cat(outputs)

@@ -3,7 +3,9 @@
 Both families train a few tensors against CLIP's frozen temperature with the FewTrans
 recipe (:func:`~fewtrans_board.adapters.builtin.training.run_adam`: one Adam with one
 learning rate, per-step cosine decay to zero, ``RandomState(11)`` support order) and freeze
-them again once trained.
+them again once trained. :func:`clip_plan` describes one fit as a
+:class:`~fewtrans_board.adapters.lockstep.TrainingPlan`, so a whole HPE grid trains in
+lockstep; :func:`train_clip` runs one directly.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.adapters.base import AdapterConfig, hparam
+from fewtrans_board.adapters.lockstep.plan import TrainingPlan, check_plan, train_plan
 from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
@@ -72,6 +75,43 @@ def check_training_config(method: str, config: Any) -> None:
         )
 
 
+def clip_plan(
+    config: Any,
+    trainable: Sequence[torch.Tensor],
+    loss_of: Callable[[np.ndarray], torch.Tensor],
+    n_items: int,
+    finish: Callable[[], Any],
+    *,
+    modules: Sequence[nn.Module] = (),
+    owners: Sequence[object] = (),
+    train_modules: Sequence[nn.Module] = (),
+) -> TrainingPlan:
+    """The plan of training ``trainable`` with one learning rate (``config.lr``).
+
+    Args:
+        config: a :class:`ClipTrainingConfig` (already checked).
+        trainable: the tensors Adam updates.
+        loss_of: the loss of a batch of support indices.
+        n_items: support size.
+        finish: builds the predictor once trained.
+        modules: the modules the loss runs (where batched training finds the tensors).
+        owners: objects whose attributes hold trainable tensors (e.g. a prompt session).
+        train_modules: modules in train mode while training (e.g. LoRA dropout); every
+            other module stays in eval mode.
+    """
+    return TrainingPlan(
+        groups=[(list(trainable), config.lr)],
+        loss=loss_of,
+        finish=finish,
+        n_items=n_items,
+        batch_size=config.batch_size,
+        epochs=config.epochs,
+        modules=list(modules),
+        owners=list(owners),
+        train_modules=list(train_modules),
+    )
+
+
 def train_clip(
     method: str,
     config: Any,
@@ -94,17 +134,6 @@ def train_clip(
     Raises:
         FewtransError: ``epochs > 0`` but nothing to train.
     """
-    from fewtrans_board.adapters.builtin.training import run_adam
-
-    if config.epochs > 0 and not trainable:
-        raise FewtransError(f"{method}: this configuration has no parameter to train")
-    for module in train_modules:
-        module.train()
-    try:
-        run_adam([(trainable, config.lr)], loss_of, n_items, config.batch_size, config.epochs)
-    finally:
-        for module in train_modules:
-            module.eval()
-        for tensor in trainable:
-            tensor.requires_grad_(False)
-            tensor.grad = None
+    plan = clip_plan(config, trainable, loss_of, n_items, lambda: None, train_modules=train_modules)
+    check_plan(plan, method)
+    train_plan(plan)

@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fewtrans_board.adapters.base import Adapter, AdapterConfig, hparam
+from fewtrans_board.adapters.base import AdapterConfig, hparam
+from fewtrans_board.adapters.lockstep import PlannedAdapter, TrainingPlan
 from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ class FinetunePredictor:
         return self.head(normalized(features))  # type: ignore[no-any-return]
 
 
-class FinetuneAdapter(Adapter):
+class FinetuneAdapter(PlannedAdapter):
     """FewTrans full fine-tuning: every backbone parameter and the head train."""
 
     name = "finetune"
@@ -128,13 +129,13 @@ class FinetuneAdapter(Adapter):
         encoder = copy.deepcopy(backbone.image_encoder).to(backbone.device).eval()
         return encoder, train_only(encoder.parameters(), self.trainable(encoder, config))
 
-    def fit(
+    def plan(
         self,
         backbone: Backbone,
         support: SupportSet,
         class_names: Sequence[str],
         config: Any,
-    ) -> FinetunePredictor:
+    ) -> TrainingPlan:
         """Fine-tune a deep copy of the image encoder with a new head."""
         import torch.nn.functional as F
 
@@ -146,11 +147,20 @@ class FinetuneAdapter(Adapter):
         def head_loss(features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
             return F.cross_entropy(head(features), labels)
 
-        train_encoder(encoder, trainable, head, head_loss, support, config, backbone.device)
-        return FinetunePredictor(encoder, head, backbone.device, self.transductive)
+        device, transductive = backbone.device, self.transductive
+        return encoder_plan(
+            encoder,
+            trainable,
+            head,
+            head_loss,
+            support,
+            config,
+            device,
+            lambda: FinetunePredictor(encoder, head, device, transductive),
+        )
 
 
-def train_encoder(
+def encoder_plan(
     encoder: nn.Module,
     trainable: Sequence[torch.Tensor],
     head: nn.Module,
@@ -158,8 +168,9 @@ def train_encoder(
     support: SupportSet,
     config: Any,
     device: str,
-) -> None:
-    """Train an encoder copy and its head on the support set, then freeze the encoder.
+    finish: Callable[[], Any],
+) -> TrainingPlan:
+    """The plan of training an encoder copy and its head on the support set.
 
     The FewTrans recipe: bf16 autocast on CUDA, L2-normalised features, one Adam for the
     encoder's ``trainable`` (``config.lr_backbone``) and one for the head's parameters
@@ -173,10 +184,11 @@ def train_encoder(
         support: the labeled support set.
         config: a config with ``lr_backbone``, ``lr_head``, ``epochs`` and ``batch_size``.
         device: torch device.
+        finish: builds the predictor once trained.
     """
     import torch
 
-    from fewtrans_board.adapters.builtin.training import autocast, normalized, run_adam
+    from fewtrans_board.adapters.builtin.training import autocast, normalized
 
     pixels = support.images.pixels.to(device)
     labels = support.labels.to(device)
@@ -187,14 +199,15 @@ def train_encoder(
             features = encoder(pixels[index])
         return head_loss(normalized(features), labels[index])
 
-    run_adam(
-        [(trainable, config.lr_backbone), (list(head.parameters()), config.lr_head)],
-        loss_of,
-        len(labels),
-        config.batch_size,
-        config.epochs,
+    return TrainingPlan(
+        groups=[(list(trainable), config.lr_backbone), (list(head.parameters()), config.lr_head)],
+        loss=loss_of,
+        finish=finish,
+        n_items=len(labels),
+        batch_size=config.batch_size,
+        epochs=config.epochs,
+        modules=[encoder, head],
     )
-    encoder.requires_grad_(False)
 
 
 class FinetuneLastKAdapter(FinetuneAdapter):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.adapters.base import Adapter, AdapterConfig, Predictor, hparam
+from fewtrans_board.adapters.lockstep.settings import current_settings
 
 if TYPE_CHECKING:
     import torch
@@ -16,21 +17,50 @@ if TYPE_CHECKING:
     from fewtrans_board.models.backbone import Backbone
 
 
-class StackedHead:
-    """One head out of a stack trained by :func:`train_heads` (linear or cosine)."""
+class HeadStack:
+    """``M`` heads trained by :func:`train_heads` (linear or cosine), scored together.
+
+    The first predictor asked about a query set computes every head's logits in one batched
+    matmul; the others read their slice (the runner asks each configuration in turn).
+    """
 
     def __init__(
-        self, weight: torch.Tensor, bias: torch.Tensor | None, cosine_scale: float | None
+        self,
+        backbone: Backbone,
+        weights: torch.Tensor,
+        biases: torch.Tensor | None,
+        cosine_scale: float | None,
     ) -> None:
-        self.weight = weight
-        self.bias = bias
-        self.cosine_scale = cosine_scale
+        self.backbone = backbone
+        self.weights, self.biases, self.cosine_scale = weights, biases, cosine_scale
+        self._last: tuple[ImageSet | None, torch.Tensor | None] = (None, None)
 
-    def __call__(self, features: torch.Tensor) -> torch.Tensor:
-        """Logits of normalised features."""
-        from fewtrans_board.adapters.builtin.batched_heads import head_logits
+    def logits(self, query: ImageSet) -> torch.Tensor:
+        """Logits ``[M, Q, C]`` of every head on ``query``."""
+        import torch
 
-        return head_logits(features, self.weight, self.bias, self.cosine_scale)
+        from fewtrans_board.adapters.builtin.batched_heads import stacked_head_logits
+        from fewtrans_board.adapters.builtin.training import normalized
+
+        seen, logits = self._last
+        if seen is not query or logits is None:
+            with torch.no_grad():
+                features = normalized(query.features(self.backbone))
+                logits = stacked_head_logits(features, self.weights, self.biases, self.cosine_scale)
+            self._last = (query, logits)
+        return logits
+
+
+class StackedHeadPredictor:
+    """Head ``index`` of a :class:`HeadStack`."""
+
+    def __init__(self, stack: HeadStack, index: int) -> None:
+        self.stack = stack
+        self.index = index
+
+    def predict(self, query: ImageSet) -> torch.Tensor:
+        """Logits of this head on the normalised query features."""
+        return self.stack.logits(query)[self.index]
 
 
 def _fit_many_heads(
@@ -39,7 +69,7 @@ def _fit_many_heads(
     configs: Sequence[Any],
     seeds: Sequence[int],
     cosine: bool,
-) -> list[HeadPredictor]:
+) -> list[StackedHeadPredictor]:
     """Group configurations that differ only in lr/epochs and train each group batched."""
     import torch
 
@@ -49,7 +79,7 @@ def _fit_many_heads(
     features = normalized(support.images.features(backbone))
     labels = support.labels.to(features.device)
     dim = features.shape[1]
-    predictors: list[HeadPredictor | None] = [None] * len(configs)
+    predictors: list[StackedHeadPredictor | None] = [None] * len(configs)
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, config in enumerate(configs):
         fixed = tuple(
@@ -60,8 +90,11 @@ def _fit_many_heads(
         if cosine:
             inits = []
             for i in members:
-                torch.manual_seed(seeds[i])
-                inits.append(torch.randn(support.n_way, dim, device=features.device) * dim**-0.5)
+                # The draws of torch.manual_seed(seed) + CosineHead, from a private
+                # generator: reseeding the global one costs more than these heads train.
+                generator = torch.Generator(features.device).manual_seed(seeds[i])
+                draw = torch.randn(support.n_way, dim, device=features.device, generator=generator)
+                inits.append(draw * dim**-0.5)
             weights, biases = torch.stack(inits), None
             scale = float(configs[members[0]].scale)
         else:
@@ -78,9 +111,9 @@ def _fit_many_heads(
             int(configs[members[0]].batch_size),
             cosine_scale=scale,
         )
+        stack = HeadStack(backbone, trained_w, trained_b, scale)
         for j, i in enumerate(members):
-            bias = trained_b[j] if trained_b is not None else None
-            predictors[i] = HeadPredictor(backbone, StackedHead(trained_w[j], bias, scale))  # type: ignore[arg-type]
+            predictors[i] = StackedHeadPredictor(stack, j)
     return [p for p in predictors if p is not None]
 
 
@@ -187,6 +220,8 @@ class LinearProbeAdapter(Adapter):
         seeds: Sequence[int],
     ) -> list[Predictor]:
         """Train every configuration's head at once; equal to the loop (see batched_heads)."""
+        if not current_settings().heads:
+            return super().fit_many(backbone, support, class_names, configs, seeds)
         return list(_fit_many_heads(backbone, support, configs, seeds, cosine=False))
 
 
@@ -236,4 +271,6 @@ class CosineClassifierAdapter(Adapter):
         seeds: Sequence[int],
     ) -> list[Predictor]:
         """Train every configuration's head at once; equal to the loop (see batched_heads)."""
+        if not current_settings().heads:
+            return super().fit_many(backbone, support, class_names, configs, seeds)
         return list(_fit_many_heads(backbone, support, configs, seeds, cosine=True))

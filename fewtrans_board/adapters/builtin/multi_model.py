@@ -33,9 +33,10 @@ def finetuned_member(
     """A copy of a member encoder fine-tuned on the support set (FewTrans recipe)."""
     import torch.nn.functional as F
 
-    from fewtrans_board.adapters.builtin.finetune import train_encoder
+    from fewtrans_board.adapters.builtin.finetune import encoder_plan
     from fewtrans_board.adapters.builtin.training import make_head, train_only
     from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
+    from fewtrans_board.adapters.lockstep.plan import train_plan
     from fewtrans_board.models.library import resize_pixels
 
     encoder = copy.deepcopy(member.encoder).to(device).eval()
@@ -52,7 +53,8 @@ def finetuned_member(
     def head_loss(features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(head(features), labels)
 
-    train_encoder(encoder, trainable, head, head_loss, resized, config, device)
+    plan = encoder_plan(encoder, trainable, head, head_loss, resized, config, device, lambda: None)
+    train_plan(plan)  # trains encoder and head, then freezes them
     return encoder
 
 

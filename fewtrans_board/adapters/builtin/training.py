@@ -116,8 +116,18 @@ def run_adam(
             optimiser.step()
 
 
+def upcast(x: torch.Tensor) -> torch.Tensor:
+    """At least float32: bf16/fp16 autocast outputs become float32, float64 stays float64.
+
+    Float64 end to end is what the batched-vs-loop exactness tests run in.
+    """
+    import torch
+
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
 def normalized(x: torch.Tensor) -> torch.Tensor:
-    """L2-normalise rows."""
+    """L2-normalise rows (in at least float32)."""
     import torch.nn.functional as F
 
-    return F.normalize(x.float(), dim=-1)
+    return F.normalize(upcast(x), dim=-1)

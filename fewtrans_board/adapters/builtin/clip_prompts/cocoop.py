@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from fewtrans_board.adapters.base import hparam
 from fewtrans_board.adapters.builtin.clip_prompts.common import PHOTO_PREFIX
 from fewtrans_board.adapters.builtin.clip_prompts.coop import CoopAdapter, CoopSession
+from fewtrans_board.adapters.builtin.training import upcast
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,7 +70,7 @@ class CocoopSession(CoopSession):
         with autocast(self.device):
             for start in range(0, contexts.shape[0], step):
                 chunks.append(self.prompter.encode(class_names, contexts[start : start + step]))
-        return F.normalize(torch.cat(chunks).float(), dim=-1)
+        return F.normalize(upcast(torch.cat(chunks)), dim=-1)
 
     def scores(self, image_features: torch.Tensor, class_names: Sequence[str]) -> torch.Tensor:
         """``logit_scale * cos`` of each normalised image feature against its own prompts."""
@@ -105,6 +106,17 @@ class CocoopSession(CoopSession):
             linear = linear + (param * grad).sum()  # its gradient is exactly ``grads``
         return linear - linear.detach() + total
 
+    def lockstep_loss(self, batch: np.ndarray) -> torch.Tensor:
+        """The plain mean cross-entropy of the batch (what :meth:`loss` differentiates).
+
+        Batched training bounds memory by chunking configurations instead of image groups.
+        """
+        import torch.nn.functional as F
+
+        index = self.index(batch)
+        logits = self.scores(self.features[index], self.class_names)
+        return F.cross_entropy(logits, self.labels[index])
+
     def logits(self, index: torch.Tensor) -> torch.Tensor:
         """Logits of support images ``index`` over the episode's classes."""
         return self.scores(self.features[index], self.class_names)
@@ -131,7 +143,7 @@ class CocoopPredictor:
         import torch.nn.functional as F
 
         with torch.no_grad():
-            features = F.normalize(query.features(self.session.backbone).float(), dim=-1)
+            features = F.normalize(upcast(query.features(self.session.backbone)), dim=-1)
             return self.session.scores(features, class_names)
 
     def predict(self, query: ImageSet) -> torch.Tensor:

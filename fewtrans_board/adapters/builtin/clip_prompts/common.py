@@ -13,15 +13,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from fewtrans_board.adapters.base import Adapter
 from fewtrans_board.adapters.builtin.clip_training import (
     ClipTrainingConfig,
     check_training_config,
+    clip_plan,
     reworded,
-    train_clip,
 )
+from fewtrans_board.adapters.builtin.training import upcast
+from fewtrans_board.adapters.lockstep import PlannedAdapter, TrainingPlan
 
 if TYPE_CHECKING:
     import numpy as np
@@ -59,7 +60,16 @@ class PromptSession(ABC):
         frozen: the deep-copied CLIP modules the session runs; none of their parameters
             may receive a gradient.
         device: torch device.
+
+    Class attributes:
+        batchable: whether the grid's sessions may train in lockstep. The loss must read
+            trainable tensors as attributes of the session or as parameters of modules it
+            holds (checked at run time; the plain loop runs otherwise).
+        not_batchable_reason: why not, when ``batchable`` is ``False``.
     """
+
+    batchable: ClassVar[bool] = True
+    not_batchable_reason: ClassVar[str] = ""
 
     def __init__(self, device: str) -> None:
         self.named_trainable: dict[str, torch.Tensor] = {}
@@ -90,6 +100,13 @@ class PromptSession(ABC):
     def loss(self, batch: np.ndarray) -> torch.Tensor:
         """Loss of a batch of support indices (backward puts the update in ``.grad``)."""
 
+    def lockstep_loss(self, batch: np.ndarray) -> torch.Tensor:
+        """:meth:`loss` as batched training runs it under ``vmap`` (same value and gradient).
+
+        Override when :meth:`loss` takes its own gradients; by default it is :meth:`loss`.
+        """
+        return self.loss(batch)
+
     @abstractmethod
     def predictor(self) -> NamePredictor:
         """The predictor of the current state (also scores arbitrary class names)."""
@@ -97,12 +114,17 @@ class PromptSession(ABC):
     def finish(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Called once after training, before :meth:`predictor` (PromptSRC averages prompts)."""
 
+    def finished_predictor(self) -> NamePredictor:
+        """:meth:`finish`, then :meth:`predictor` (a plan's ``finish``)."""
+        self.finish()
+        return self.predictor()
+
 
 def new_parameter(tensor: torch.Tensor, device: str) -> torch.Tensor:
     """A float32 leaf parameter on ``device`` (created on CPU first, for seed stability)."""
     import torch
 
-    return torch.nn.Parameter(tensor.detach().float().to(device))
+    return torch.nn.Parameter(upcast(tensor.detach()).to(device))
 
 
 def random_prompts(*shape: int) -> torch.Tensor:
@@ -143,14 +165,18 @@ def prompted_clip_loss(
     index = torch.as_tensor(batch, device=session.device)
     with autocast(session.device):
         features = encoder(session.pixels[index])
-    images = F.normalize(features.float(), dim=-1)
-    texts = F.normalize(text_features(session.class_names).float(), dim=-1)
+    images = F.normalize(upcast(features), dim=-1)
+    texts = F.normalize(upcast(text_features(session.class_names)), dim=-1)
     logits = session.logit_scale * images @ texts.t()
     return F.cross_entropy(logits, session.labels[index])
 
 
-class PromptAdapter(Adapter):
-    """Base of the CLIP prompt learners: build a session, train it, return its predictor."""
+class PromptAdapter(PlannedAdapter):
+    """Base of the CLIP prompt learners: build a session, train it, return its predictor.
+
+    Subclasses implement :meth:`session`; ``fit`` and the batched ``fit_many`` come from
+    :class:`~fewtrans_board.adapters.lockstep.PlannedAdapter` through :meth:`plan`.
+    """
 
     needs_text = True
     Config = PromptConfig
@@ -165,16 +191,25 @@ class PromptAdapter(Adapter):
     ) -> PromptSession:
         """Build the untrained session of one fit (deep copies, prompts, loss)."""
 
-    def fit(
+    def plan(
         self,
         backbone: Backbone,
         support: SupportSet,
         class_names: Sequence[str],
         config: Any,
-    ) -> NamePredictor:
-        """Train the prompts on the support set and return a name-aware predictor."""
+    ) -> TrainingPlan:
+        """The session's training: its trainable tensors at ``config.lr``, its loss."""
         check_training_config(self.name, config)
         session = self.session(backbone, support, class_names, config)
-        train_clip(self.name, config, session.trainable, session.loss, len(support))
-        session.finish()
-        return session.predictor()
+        plan = clip_plan(
+            config,
+            session.trainable,
+            session.loss,
+            len(support),
+            session.finished_predictor,
+            modules=session.frozen,
+            owners=[session],
+        )
+        plan.batchable, plan.reason = session.batchable, session.not_batchable_reason
+        plan.batched_loss = session.lockstep_loss
+        return plan

@@ -14,6 +14,7 @@ from fewtrans_board.adapters.builtin.clip_prompts.common import (
     new_parameter,
     random_prompts,
 )
+from fewtrans_board.adapters.builtin.training import upcast
 
 if TYPE_CHECKING:
     import numpy as np
@@ -72,7 +73,7 @@ class CoopSession(PromptSession):
         )
         self.ctx = self.add_trainable("ctx", new_parameter(initial, self.device))
         self.logit_scale = backbone.text.logit_scale
-        self.features = F.normalize(support.images.features(backbone).float(), dim=-1)
+        self.features = F.normalize(upcast(support.images.features(backbone)), dim=-1)
         self.labels = support.labels.to(self.device)
 
     def text_features(self, class_names: Sequence[str]) -> torch.Tensor:
@@ -83,7 +84,7 @@ class CoopSession(PromptSession):
 
         with autocast(self.device):
             features = self.prompter.encode(class_names, self.ctx)
-        return F.normalize(features.float(), dim=-1)
+        return F.normalize(upcast(features), dim=-1)
 
     def logits(self, index: torch.Tensor) -> torch.Tensor:
         """``logit_scale * cos`` of support images ``index`` against the episode's classes."""

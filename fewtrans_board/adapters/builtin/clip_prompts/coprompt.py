@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.adapters.base import hparam
 from fewtrans_board.adapters.builtin.clip_prompts.maple import MapleAdapter, MapleSession
+from fewtrans_board.adapters.builtin.training import upcast
 from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
@@ -52,13 +53,16 @@ def description_features(backbone: Backbone, descriptions: list[list[str]]) -> l
     out = []
     with torch.no_grad():
         for items in descriptions:
-            encoded = backbone.text.encode(backbone.text.tokenize(items)).float()
+            encoded = upcast(backbone.text.encode(backbone.text.tokenize(items)))
             out.append(F.normalize(encoded, dim=-1).to(backbone.device))
     return out
 
 
 class CopromptSession(MapleSession):
     """MaPLe session with feature adapters and consistency to frozen CLIP."""
+
+    batchable = False
+    not_batchable_reason = "CoPrompt's loss draws a random description per step"
 
     def __init__(
         self,
@@ -83,7 +87,7 @@ class CopromptSession(MapleSession):
         self.descriptions = description_features(
             backbone, descriptions_for(self.class_names, fallback)
         )
-        self.frozen_images = F.normalize(support.images.features(backbone).float(), dim=-1).to(
+        self.frozen_images = F.normalize(upcast(support.images.features(backbone)), dim=-1).to(
             self.device
         )
         self.weight = weight
@@ -95,7 +99,7 @@ class CopromptSession(MapleSession):
         from fewtrans_board.adapters.builtin.training import autocast
 
         with autocast(self.device):
-            features = self.model.visual(pixels).float()
+            features = upcast(self.model.visual(pixels))
         mixed = IMAGE_RATIO * self.image_adapter(features) + (1 - IMAGE_RATIO) * features
         return F.normalize(mixed, dim=-1)
 

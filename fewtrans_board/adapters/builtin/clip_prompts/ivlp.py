@@ -22,6 +22,7 @@ from fewtrans_board.adapters.builtin.clip_prompts.common import (
     prompted_clip_loss,
     random_prompts,
 )
+from fewtrans_board.adapters.builtin.training import upcast
 from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ class DeepTextSession(PromptSession):
         from fewtrans_board.adapters.builtin.training import autocast
 
         with autocast(self.device):
-            return self.prompter.encode(class_names, self.ctx).float()
+            return upcast(self.prompter.encode(class_names, self.ctx))
 
     def loss(self, batch: np.ndarray) -> torch.Tensor:
         """Cross-entropy of prompted images against prompted class texts."""

@@ -28,6 +28,7 @@ class MapleSession(DeepTextSession):
     same_depth = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        import torch
         from torch import nn
 
         from fewtrans_board.adapters.builtin.clip_prompts.common import vit_width
@@ -41,7 +42,11 @@ class MapleSession(DeepTextSession):
         self.add_trainable_module("projections", self.projections)
         n_ctx = self.prompter.n_ctx
         self.visual_prompts = DeepVisualPrompts(n_ctx, depth, image_width).to(self.device)
-        self.visual_prompts.prompts.requires_grad_(False)  # unused: the provider supplies them
+        # Unused (the provider supplies the prompts); zeroed so that every configuration of
+        # the grid holds the same frozen tensor and the grid can train in lockstep.
+        self.visual_prompts.prompts = nn.Parameter(
+            torch.zeros_like(self.visual_prompts.prompts), requires_grad=False
+        )
         self.visual_prompts.attach(self.model.visual, provider=self.image_prompts)
 
     def image_prompts(self) -> torch.Tensor:

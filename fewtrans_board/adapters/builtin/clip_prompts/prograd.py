@@ -55,6 +55,9 @@ def project_conflicting_gradient(
 class ProgradSession(CoopSession):
     """CoOp session with ProGrad's two gradients and projection."""
 
+    batchable = False
+    not_batchable_reason = "ProGrad's loss projects its own gradients"
+
     def __init__(self, *args: Any, strength: float, temperature: float, **kwargs: Any) -> None:
         from fewtrans_board.adapters.builtin.clip_common import handcrafted_text_features
 

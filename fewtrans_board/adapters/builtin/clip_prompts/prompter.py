@@ -20,6 +20,7 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from fewtrans_board.adapters.builtin.training import upcast
 from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ class TextPrompter:
     def initial_context(self) -> torch.Tensor:
         """Embeddings ``[n_ctx, W]`` of the prefix's first ``n_ctx`` tokens (a fresh copy)."""
         _, embeddings = self.placeholders(["x"])
-        return embeddings[0, 1 : 1 + self.n_ctx].detach().float().cpu().clone()
+        return upcast(embeddings[0, 1 : 1 + self.n_ctx].detach()).cpu().clone()
 
     def embed(
         self, class_names: Sequence[str], context: torch.Tensor

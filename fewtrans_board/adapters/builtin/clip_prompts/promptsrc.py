@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.adapters.base import hparam
 from fewtrans_board.adapters.builtin.clip_prompts.ivlp import IvlpAdapter, IvlpSession
+from fewtrans_board.adapters.builtin.training import upcast
 from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def ensemble_text_features(backbone: Backbone, class_names: Sequence[str]) -> to
     with torch.no_grad():
         for template in OPENAI_IMAGENET_TEMPLATES:
             tokens = backbone.text.tokenize([template(n) for n in class_names])
-            features = backbone.text.encode(tokens).float()
+            features = upcast(backbone.text.encode(tokens))
             total = features if total is None else total + features
     assert total is not None
     return F.normalize(total / len(OPENAI_IMAGENET_TEMPLATES), dim=-1)
@@ -59,6 +60,9 @@ def ensemble_text_features(backbone: Backbone, class_names: Sequence[str]) -> to
 
 class PromptSrcSession(IvlpSession):
     """IVLP prompts plus the self-regulating targets and the GPA accumulator."""
+
+    batchable = False
+    not_batchable_reason = "PromptSRC's loss accumulates the prompts of each epoch (GPA)"
 
     def __init__(
         self,
@@ -72,7 +76,7 @@ class PromptSrcSession(IvlpSession):
         import torch.nn.functional as F
 
         super().__init__(backbone, support, class_names, **kwargs)
-        frozen = support.images.features(backbone).float()
+        frozen = upcast(support.images.features(backbone))
         self.frozen_images = F.normalize(frozen, dim=-1).to(self.device)
         n_support = len(support)
         self.targets = ensemble_text_features(self.backbone, self.class_names).to(self.device)
@@ -113,7 +117,7 @@ class PromptSrcSession(IvlpSession):
         index = torch.as_tensor(batch, device=self.device)
         with autocast(self.device):
             prompted = self.model.visual(self.pixels[index])
-        images = F.normalize(prompted.float(), dim=-1)
+        images = F.normalize(upcast(prompted), dim=-1)
         texts = F.normalize(self.text_features(self.class_names), dim=-1)
         logits = self.logit_scale * images @ texts.t()
         frozen = self.frozen_images[index]

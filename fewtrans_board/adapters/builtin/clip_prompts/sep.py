@@ -27,6 +27,7 @@ from fewtrans_board.adapters.builtin.clip_prompts.common import (
     new_parameter,
     random_prompts,
 )
+from fewtrans_board.adapters.builtin.training import upcast
 from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ class SepSession(PromptSession):
         )
         self.logit_scale = backbone.text.logit_scale
         self.support_pixels(support)
-        self.frozen_images = F.normalize(support.images.features(backbone).float(), dim=-1).to(
+        self.frozen_images = F.normalize(upcast(support.images.features(backbone)), dim=-1).to(
             self.device
         )
         self.handcrafted = handcrafted_text_features(backbone, self.class_names).to(self.device)
@@ -139,7 +140,7 @@ class SepSession(PromptSession):
 
         with autocast(self.device):
             prompted = self.model.visual(pixels)
-        summed = F.normalize(prompted.float(), dim=-1) + F.normalize(frozen.float(), dim=-1)
+        summed = F.normalize(upcast(prompted), dim=-1) + F.normalize(upcast(frozen), dim=-1)
         fused: torch.Tensor = F.normalize(summed, dim=-1)
         return fused
 
@@ -152,7 +153,7 @@ class SepSession(PromptSession):
         from fewtrans_board.adapters.builtin.training import autocast
 
         with autocast(self.device):
-            prompted = F.normalize(self.prompter.encode(class_names, self.ctx).float(), dim=-1)
+            prompted = F.normalize(upcast(self.prompter.encode(class_names, self.ctx)), dim=-1)
         episode = list(class_names) == self.class_names
         handcrafted = (
             self.handcrafted
@@ -202,7 +203,7 @@ class SepSession(PromptSession):
         def images(query: ImageSet) -> torch.Tensor:
             import torch
 
-            frozen = query.features(backbone).float().to(device)
+            frozen = upcast(query.features(backbone)).to(device)
             out = []
             with torch.no_grad():
                 for start in range(0, len(frozen), 256):

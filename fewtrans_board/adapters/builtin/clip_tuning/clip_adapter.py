@@ -19,6 +19,7 @@ from fewtrans_board.adapters.builtin.clip_tuning.common import (
     TuningState,
     scaled_cosine,
 )
+from fewtrans_board.adapters.builtin.training import upcast
 from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ class ClipAdapterAdapter(ClipTuningAdapter):
             return adapted
 
         text = handcrafted_text_features(backbone, class_names).to(device)
-        features = support.images.features(backbone).float().to(device)
+        features = upcast(support.images.features(backbone)).to(device)
         labels = support.labels.to(device)
 
         def loss_of(batch: Any) -> torch.Tensor:
@@ -106,7 +107,7 @@ class ClipAdapterAdapter(ClipTuningAdapter):
             return F.cross_entropy(logits, labels[index])
 
         def image_features(query: ImageSet) -> torch.Tensor:
-            return adapt(query.features(backbone).float())
+            return adapt(upcast(query.features(backbone)))
 
         def text_features(names: Sequence[str]) -> torch.Tensor:
             return handcrafted_text_features(backbone, names)

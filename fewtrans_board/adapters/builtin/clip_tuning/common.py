@@ -7,8 +7,10 @@ learners) and returns a :class:`ClipTuningPredictor`, which scores query images 
 class names.
 
 An adapter implements :meth:`ClipTuningAdapter.build`, which returns a :class:`TuningState`
-(trainable tensors, the loss of a support batch, the predictor factory); ``fit`` runs the
-optimiser on it. Tests call ``build`` directly to inspect what receives gradients.
+(trainable tensors, the loss of a support batch, the predictor factory); ``plan`` turns it
+into a :class:`~fewtrans_board.adapters.lockstep.TrainingPlan`, so ``fit`` runs it and
+``fit_many`` trains the HPE grid in lockstep (the loss must read trainable tensors as
+parameters of ``owned`` modules). Tests call ``build`` directly to inspect what receives gradients.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fewtrans_board.adapters.base import Adapter
 from fewtrans_board.adapters.builtin.clip_common import ClipPredictor
 from fewtrans_board.adapters.builtin.clip_training import (
     ClipTrainingConfig,
     check_training_config,
-    train_clip,
+    clip_plan,
 )
+from fewtrans_board.adapters.lockstep import PlannedAdapter, TrainingPlan
 
 if TYPE_CHECKING:
     import numpy as np
@@ -86,7 +88,7 @@ def scaled_cosine(image: torch.Tensor, text: torch.Tensor, logit_scale: float) -
     return logit_scale * normalized(image) @ normalized(text).t()
 
 
-class ClipTuningAdapter(Adapter):
+class ClipTuningAdapter(PlannedAdapter):
     """Base class: ``fit`` trains what :meth:`build` sets up with the FewTrans recipe."""
 
     needs_text = True
@@ -116,17 +118,22 @@ class ClipTuningAdapter(Adapter):
                 ``fit``, since tests call ``build`` directly).
         """
 
-    def fit(
+    def plan(
         self,
         backbone: Backbone,
         support: SupportSet,
         class_names: Sequence[str],
         config: Any,
-    ) -> ClipTuningPredictor:
-        """Check the config, build the state, train it with the FewTrans recipe, predict."""
+    ) -> TrainingPlan:
+        """Check the config and build the state; its training is the plan."""
         check_training_config(self.name, config)
         state = self.build(backbone, support, class_names, config)
-        train_clip(
-            self.name, config, state.trainable, state.loss_of, len(support), state.train_modules
+        return clip_plan(
+            config,
+            state.trainable,
+            state.loss_of,
+            len(support),
+            state.predictor,
+            modules=state.owned,
+            train_modules=state.train_modules,
         )
-        return state.predictor()

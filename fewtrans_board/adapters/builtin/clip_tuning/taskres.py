@@ -21,6 +21,7 @@ from fewtrans_board.adapters.builtin.clip_tuning.common import (
     TuningState,
     scaled_cosine,
 )
+from fewtrans_board.adapters.builtin.training import upcast
 
 if TYPE_CHECKING:
     import torch
@@ -80,14 +81,16 @@ class TaskResAdapter(ClipTuningAdapter):
         device = backbone.device
         scale = text.logit_scale
         with torch.no_grad():
-            base = text.encode(text.tokenize(class_prompts(class_names))).float().to(device)
-        residual = torch.nn.Parameter(torch.zeros_like(base))
-        features = support.images.features(backbone).float().to(device)
+            base = upcast(text.encode(text.tokenize(class_prompts(class_names)))).to(device)
+        # The residual lives in a module so that batched training can swap it per configuration.
+        holder = torch.nn.Module()
+        holder.residual = torch.nn.Parameter(torch.zeros_like(base))
+        features = upcast(support.images.features(backbone)).to(device)
         labels = support.labels.to(device)
         alpha = config.alpha
 
         def classifier() -> torch.Tensor:
-            return F.normalize(base + alpha * residual, dim=-1)
+            return F.normalize(base + alpha * holder.residual, dim=-1)
 
         def loss_of(batch: Any) -> torch.Tensor:
             index = torch.as_tensor(batch, device=device)
@@ -115,7 +118,7 @@ class TaskResAdapter(ClipTuningAdapter):
                 cached_for(class_names, text_features),
                 class_names,
                 scale,
-                {"residual": residual},
+                {"residual": holder.residual},
             )
 
-        return TuningState([residual], [], loss_of, predictor)
+        return TuningState([holder.residual], [holder], loss_of, predictor)

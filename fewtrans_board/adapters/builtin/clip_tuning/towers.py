@@ -19,6 +19,7 @@ from fewtrans_board.adapters.builtin.clip_tuning.common import (
     TuningState,
     scaled_cosine,
 )
+from fewtrans_board.adapters.builtin.training import upcast
 
 if TYPE_CHECKING:
     import torch
@@ -112,7 +113,7 @@ class TowerTuningAdapter(ClipTuningAdapter):
         if self.image_trains:
             pixels = support.images.pixels.to(device)
         else:
-            cached = support.images.features(backbone).float().to(device)
+            cached = upcast(support.images.features(backbone)).to(device)
         frozen_text = (
             None
             if self.text_trains
@@ -136,7 +137,7 @@ class TowerTuningAdapter(ClipTuningAdapter):
                 return handcrafted_text_features(backbone, names)
             with torch.no_grad(), autocast(device):
                 encoded = model.encode_text(text_encoder.tokenize(class_prompts(names)).to(device))
-            result: torch.Tensor = encoded.float()
+            result: torch.Tensor = upcast(encoded)
             return result
 
         def predictor() -> ClipTuningPredictor:

@@ -19,8 +19,9 @@ from fewtrans_board.adapters.base import hparam
 from fewtrans_board.adapters.builtin.finetune import (
     FinetuneAdapter,
     FinetunePredictor,
-    train_encoder,
+    encoder_plan,
 )
+from fewtrans_board.adapters.lockstep import TrainingPlan
 
 if TYPE_CHECKING:
     import torch
@@ -67,26 +68,31 @@ class TsaAdapter(FinetuneAdapter):
 
         return attach_parallel(encoder, config.hidden, config.adapter_scale, self.name)
 
-    def fit(
+    def plan(
         self,
         backbone: Backbone,
         support: SupportSet,
         class_names: Sequence[str],
         config: Any,
-    ) -> FinetunePredictor:
+    ) -> TrainingPlan:
         """Train adapters and transform with the support NCC loss; the head is the NCC head."""
-        import torch
-
-        from fewtrans_board.adapters.builtin.training import autocast, normalized
         from fewtrans_board.adapters.builtin.vision_peft.ncc import NccHead
 
         device = backbone.device
         encoder, trainable = self.copy_encoder(backbone, config)
         head = NccHead(backbone.feature_dim, support.n_way, config.logit_scale, device)
-        train_encoder(encoder, trainable, head, head.batch_loss, support, config, device)
-        head.requires_grad_(False)
-        pixels = support.images.pixels.to(device)
-        with torch.no_grad(), autocast(device):
-            features = encoder(pixels)
-        head.set_prototypes(normalized(features), support.labels.to(device))
-        return FinetunePredictor(encoder, head, device, transductive=False)
+
+        def finish() -> FinetunePredictor:
+            import torch
+
+            from fewtrans_board.adapters.builtin.training import autocast, normalized
+
+            pixels = support.images.pixels.to(device)
+            with torch.no_grad(), autocast(device):
+                features = encoder(pixels)
+            head.set_prototypes(normalized(features), support.labels.to(device))
+            return FinetunePredictor(encoder, head, device, transductive=False)
+
+        return encoder_plan(
+            encoder, trainable, head, head.batch_loss, support, config, device, finish
+        )
