@@ -243,7 +243,11 @@ class OutputPath(click.Path):
         if ancestor != path.absolute() and not ancestor.is_dir():
             self.fail(f"cannot create {path}: {ancestor} is a file, not a folder", param, ctx)
         if not os.access(ancestor, os.W_OK):
-            self.fail(f"cannot write to {ancestor}", param, ctx)
+            self.fail(
+                f"cannot write to {ancestor} (read-only or not yours); choose a writable folder",
+                param,
+                ctx,
+            )
         return path
 
 
