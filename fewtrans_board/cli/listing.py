@@ -10,8 +10,6 @@ from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import DefaultGroup, echo_json, echo_table
 from fewtrans_board.registry import Catalog, Registered
 
-PATTERN_HELP = "fnmatch pattern on names, e.g. 'bscd-*' (default: all)."
-
 
 def _matching(catalog: Catalog[Any], pattern: str) -> list[Registered[Any]]:
     """List entries matching ``pattern``; a plain name that matches nothing is an error."""

@@ -227,6 +227,9 @@ class Manifest:
         if wrong:
             raise corrupt_manifest(path, f"columns {wrong} have unexpected types")
         rows = {name: table.column(name).to_pylist() for name in COLUMNS}
+        unknown = sorted(set(rows["role"]) - set(ROLES))
+        if unknown:
+            raise corrupt_manifest(path, f"roles {unknown[:5]} are not {', '.join(ROLES)}")
         meta = {k: v for k, v in stored.items() if k not in UNHASHED_KEYS}
         manifest = cls(rows=rows, meta=meta, sha256=str(stored.get("sha256", "")))
         actual = manifest.compute_sha256()
@@ -268,9 +271,7 @@ class Manifest:
                     "stream": stream,
                     "classes": {},
                     "novel_classes": {},
-                    "support": [],
-                    "query": [],
-                    "novel": [],
+                    **{role: [] for role in ROLES},
                 }
             current["novel_classes" if role == "novel" else "classes"][label] = (cls_index, cls_id)
             current[role].append((item, label))
