@@ -194,7 +194,7 @@ def build_entry(
         centre = ["--centre", str(work / "centre.json")]
     cli(
         "evaluate", "--model", entry.model, "--adapter", entry.adapter,
-        "--manifest", str(manifests / entry.manifest), "--protocol", "fewtrans-reference",
+        "--manifest", str(manifests / entry.manifest), "--hpe", "fewtrans-reference",
         *centre, "--out", str(work / "run"), "--device", "cpu", "--threads", "1", "--quiet",
     )  # fmt: skip
     (work / "submission.toml").write_text(

@@ -172,11 +172,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def extra_benchmark(
     name: str, *manifests: str, held_out: tuple[str, ...] = ("digits",)
 ) -> Iterator[None]:
-    """Add a small sub-benchmark to ``BENCHMARKS`` for a block; the table is restored after."""
-    from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark
+    """Add a small sub-benchmark to ``SUB_BENCHMARKS`` for a block; the table is restored after."""
+    from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS, SubBenchmark
 
-    saved = dict(BENCHMARKS)
-    BENCHMARKS[name] = Benchmark(
+    saved = dict(SUB_BENCHMARKS)
+    SUB_BENCHMARKS[name] = SubBenchmark(
         name=name,
         title=name.title(),
         description=f"The {name} test sub-benchmark.",
@@ -186,5 +186,5 @@ def extra_benchmark(
     try:
         yield
     finally:
-        BENCHMARKS.clear()
-        BENCHMARKS.update(saved)
+        SUB_BENCHMARKS.clear()
+        SUB_BENCHMARKS.update(saved)

@@ -212,17 +212,17 @@ MANIFESTS = ROOT / "leaderboard" / "manifests"
 
 def test_base_to_novel_tables_evaluate_base2novel_manifests() -> None:
     from fewtrans_board.episodes.frozen import FEWTRANS_TEST, FROZEN
-    from fewtrans_board.leaderboard.benchmarks import BENCHMARKS
+    from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 
     frozen = {m.filename: m for m in FROZEN}
     for name in ("fewtrans-base-to-novel", "fewtrans-multimodal", "demo-base-to-novel"):
-        manifests = BENCHMARKS[name].manifests
+        manifests = SUB_BENCHMARKS[name].manifests
         assert manifests and all(frozen[m].protocol == "fewtrans-base2novel" for m in manifests)
     # FewTrans's datasets are built locally; the digits miniature is committed.
-    assert {frozen[m].dataset for m in BENCHMARKS["fewtrans-base-to-novel"].manifests} == set(
+    assert {frozen[m].dataset for m in SUB_BENCHMARKS["fewtrans-base-to-novel"].manifests} == set(
         FEWTRANS_TEST
     )
-    assert BENCHMARKS["fewtrans-base-to-novel"].reporting == "base-to-novel"
+    assert SUB_BENCHMARKS["fewtrans-base-to-novel"].reporting == "base-to-novel"
     committed = MANIFESTS / "fewtrans-base2novel--digits.parquet"
     episodes = Manifest.load(committed).episodes()
     assert len(episodes) == 600 and all(ep.novel_query for ep in episodes)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fewtrans_board.episodes.frozen import FROZEN
-from fewtrans_board.leaderboard.benchmarks import (
-    BENCHMARKS,
+from fewtrans_board.leaderboard.sub_benchmarks import (
+    SUB_BENCHMARKS,
     benchmark_of_run,
     statistic_ddof_of_run,
 )
@@ -15,15 +15,15 @@ from fewtrans_board.leaderboard.benchmarks import (
 def test_plain_clip_few_shot_is_called_partially_transductive() -> None:
     # Inductive-CLIP paper: CLIP's pretraining has seen these classes, so plain CLIP
     # k-shot is "partially transductive"; the inductive benchmark is a separate one.
-    assert "inductive-clip" not in BENCHMARKS
-    clip = BENCHMARKS["clip-partially-transductive"]
+    assert "inductive-clip" not in SUB_BENCHMARKS
+    clip = SUB_BENCHMARKS["clip-partially-transductive"]
     assert "partially transductive" in clip.title and "partially transductive" in clip.description
     assert {m.split("--")[0] for m in clip.manifests} == {"clip-kshot"}
 
 
 def test_every_benchmark_manifest_is_in_the_frozen_catalogue() -> None:
     frozen = {m.filename for m in FROZEN}
-    for benchmark in BENCHMARKS.values():
+    for benchmark in SUB_BENCHMARKS.values():
         assert set(benchmark.manifests) <= frozen, benchmark.name
 
 

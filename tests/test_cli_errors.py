@@ -82,7 +82,7 @@ def evaluate(invoke, pm: PluginManager, tmp_path: Path, *extra: str) -> Result: 
 
 def test_a_plugin_exception_in_fit_names_adapter_episode_and_line(invoke, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     pm = manager(mine=adapter_plugin(DividingAdapter))
-    result = evaluate(invoke, pm, tmp_path, "--adapter", "dividing", "--protocol", "single")
+    result = evaluate(invoke, pm, tmp_path, "--adapter", "dividing", "--hpe", "single")
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Error:"))
@@ -99,7 +99,7 @@ def test_a_plugin_exception_in_fit_names_adapter_episode_and_line(invoke, tmp_pa
 def test_debug_adds_the_full_traceback(invoke, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     pm = manager(mine=adapter_plugin(DividingAdapter))
     args = ["--debug", "evaluate", "--model", "demo-cnn.digits", "--adapter", "dividing"]
-    args += ["--manifest", str(DIGITS), "--limit", "1", "--protocol", "single"]
+    args += ["--manifest", str(DIGITS), "--limit", "1", "--hpe", "single"]
     args += ["--out", str(tmp_path / "run"), "--device", "cpu", "--quiet"]
     result = invoke(args, pm=pm)
     assert result.exit_code == 1
@@ -108,7 +108,7 @@ def test_debug_adds_the_full_traceback(invoke, tmp_path: Path) -> None:  # type:
 
 def test_a_model_loader_that_raises_is_reported_in_a_few_lines(invoke, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     pm = manager(broken=BrokenModelPlugin())
-    for command in ("evaluate", "validate"):
+    for command in ("evaluate", "preflight"):
         args = [command, "--model", "broken.model", "--adapter", "mean-centroid"]
         args += ["--manifest", str(DIGITS), "--device", "cpu"]
         args += ["--limit", "1", "--out", str(tmp_path / "run")] if command == "evaluate" else []
@@ -129,7 +129,7 @@ def test_predict_returning_numpy_is_a_contract_error_not_a_traceback(invoke) -> 
     with pytest.raises(ContractError, match=r"predict returned ndarray; return a torch\.Tensor"):
         check_adapter(NumpyAdapter)
     pm = manager(mine=adapter_plugin(NumpyAdapter))
-    args = ["validate", "--model", "demo-cnn.digits", "--adapter", "numpy-logits"]
+    args = ["preflight", "--model", "demo-cnn.digits", "--adapter", "numpy-logits"]
     result = invoke([*args, "--manifest", str(DIGITS), "--episodes", "1", "--device", "cpu"], pm=pm)
     assert result.exit_code == 1 and "predict returned ndarray" in result.output
     assert "Traceback" not in result.output and "'detach'" not in result.output
@@ -218,7 +218,7 @@ def test_non_positive_counts_are_refused(invoke, tmp_path: Path, bad: list[str])
 @pytest.mark.parametrize(
     "command",
     [
-        ["validate", "--model", "m", "--adapter", "a"],
+        ["preflight", "--model", "m", "--adapter", "a"],
         ["hpe", "search", "--model", "m", "--adapter", "a", "--out", "c.json"],
         ["submission", "verify", str(DIGITS)],
     ],

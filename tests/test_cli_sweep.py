@@ -67,7 +67,7 @@ def _workspace(root: Path) -> Iterator[Workspace]:
         "--out {root}/store/manifests/sweep.parquet")  # fmt: skip
     evaluate = (
         "evaluate --model demo-cnn.digits --manifest {root}/store/manifests/sweep.parquet "
-        "--protocol fewtrans-reference --device cpu --threads 1 --quiet --adapter mean-centroid"
+        "--hpe fewtrans-reference --device cpu --threads 1 --quiet --adapter mean-centroid"
     )
     _ok(ws, evaluate + " --out {root}/runs/a")
     _ok(ws, evaluate + " --config normalize=true --out {root}/runs/b")
@@ -93,7 +93,7 @@ RUN = "--model demo-cnn.digits --device cpu --threads 1 --adapter linear-probe"
 BASELINES: dict[str, tuple[str, str]] = {
     "plugins": ("", ""),
     "datasets list": ("digits", ""),
-    "datasets check": ("digits", "--no-verify-images"),
+    "datasets scan": ("digits", "--no-verify-images"),
     "models list": ("demo-*", ""),
     "adapters list": ("linear-*", "--options"),
     "manifest build": (
@@ -106,19 +106,19 @@ BASELINES: dict[str, tuple[str, str]] = {
     "evaluate": (
         "",
         f"{RUN} --manifest {{root}}/store/manifests/sweep.parquet --out {{root}}/new --quiet "
-        "--protocol fewtrans-reference --shards 1 --limit 1 --executor inline --workers 1 "
+        "--hpe fewtrans-reference --shards 1 --limit 1 --executor inline --workers 1 "
         "--leaderboard {root}/store",
     ),
     "results summary": ("{root}/runs/a", "--ddof 1"),
-    "hpe grid": ("", "--adapter linear-probe --protocol fewtrans-paper"),
+    "hpe grid": ("", "--adapter linear-probe --hpe fewtrans-paper"),
     "hpe search": (
         "",
         f"{RUN} --manifest {SEARCH} --limit 1 --config epochs=1 --out {{root}}/new",
     ),
-    "validate": (
+    "preflight": (
         "",
         f"{RUN} --manifest {{root}}/store/manifests/sweep.parquet --episodes 1 "
-        "--protocol fewtrans-reference",
+        "--hpe fewtrans-reference",
     ),
     "demo": ("", "--out {root}/new --episodes 1 --adapters mean-centroid --quiet"),
     "submission template": ("", ""),
@@ -138,7 +138,7 @@ BASELINES: dict[str, tuple[str, str]] = {
         "--repo {root}/repo --base HEAD --head HEAD --store leaderboard",
     ),
     "leaderboard rebuild": ("", "--leaderboard {root}/store --check"),
-    "benchmarks": ("", ""),
+    "sub-benchmarks": ("", ""),
     "compare": ("{root}/runs/a {root}/runs/b", "--seed 0"),
     "site build": ("", "--leaderboard {root}/store --out {root}/new --results {root}/runs/a"),
     "simpleshot-toy": ("", "--episodes 1 --seed 0"),
@@ -224,6 +224,8 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
 
 def walk(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
     for name, command in sorted(group.commands.items()):
+        if command.hidden:  # a former name: same command and parameters as the new one
+            continue
         path = f"{prefix} {name}".strip()
         if isinstance(command, click.Group):
             yield from walk(command, path)

@@ -239,7 +239,7 @@ def test_class_order_follows_the_index_files(
 
 
 def test_datasets_check_passes_on_complete_copy(invoke) -> None:  # type: ignore[no-untyped-def]
-    result = invoke(["datasets", "check", "digits"])
+    result = invoke(["datasets", "scan", "digits"])
     assert (
         result.exit_code == 0
         and "1797 items in 10 classes" in result.output
@@ -248,7 +248,7 @@ def test_datasets_check_passes_on_complete_copy(invoke) -> None:  # type: ignore
 
 
 def test_datasets_check_flags_incomplete_copy(invoke, synthetic_roots: dict[str, Path]) -> None:  # type: ignore[no-untyped-def]
-    result = invoke(["datasets", "check", "dtd", "--root", str(synthetic_roots["dtd"]), "--json"])
+    result = invoke(["datasets", "scan", "dtd", "--root", str(synthetic_roots["dtd"]), "--json"])
     report = json.loads(result.output)
     assert result.exit_code == 1 and not report["ok"]
     assert report["total"] == sum(report["counts"].values()) < report["expected_total"] == 5640
@@ -267,7 +267,7 @@ def test_datasets_check_reports_problems(
     (tmp_path / "Clouds").mkdir()
     bad = tmp_path / "Forest" / "img_00001.jpg"
     bad.write_bytes(b"not an image at all")
-    result = invoke(["datasets", "check", "eurosat", "--root", str(tmp_path)])
+    result = invoke(["datasets", "scan", "eurosat", "--root", str(tmp_path)])
     assert result.exit_code == 1
     assert "1 missing or empty classes: River" in result.output
     assert "1 extra folders not in the class list: Clouds" in result.output
@@ -276,9 +276,9 @@ def test_datasets_check_reports_problems(
 
 
 def test_missing_root_gives_layout_help(invoke, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    result = invoke(["datasets", "check", "bscd-isic", "--root", str(tmp_path / "nope")])
+    result = invoke(["datasets", "scan", "bscd-isic", "--root", str(tmp_path / "nope")])
     assert result.exit_code == 2 and "does not exist" in result.output
-    result = invoke(["datasets", "check", "bscd-isic"])
+    result = invoke(["datasets", "scan", "bscd-isic"])
     assert (
         result.exit_code == 1
         and "needs --root" in result.output

@@ -35,7 +35,7 @@ from tests.test_runner import DIGITS, evaluate_args
 SLOW_RUN = (
     "finetune",
     *("--limit", "4", "--shards", "4", "--config", "epochs=3"),
-    *("--protocol", "fewtrans-reference"),
+    *("--hpe", "fewtrans-reference"),
 )
 FAST_RUN = ("mean-centroid", "--limit", "4", "--shards", "2")
 KILL_ROUNDS = int(os.environ.get("FEWTRANS_KILL_ROUNDS", "1"))

@@ -180,7 +180,7 @@ def test_from_an_empty_folder_to_a_leaderboard_entry(
     store = "--leaderboard {root}/leaderboard"
     evaluated = journey.ok(
         f"evaluate {RUN} --manifest {{root}}/leaderboard/manifests/{MANIFEST} --quiet "
-        f"--protocol {protocol} --centre {{root}}/centre.json --out {{work}}/run {store}",
+        f"--hpe {protocol} --centre {{root}}/centre.json --out {{work}}/run {store}",
         work=work,
     )
     assert "not submittable" not in evaluated.output, evaluated.output

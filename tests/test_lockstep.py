@@ -353,7 +353,7 @@ def test_evaluate_batches_by_default_and_records_it(tmp_path, invoke) -> None:  
                 str(out),
                 "--limit",
                 "2",
-                "--protocol",
+                "--hpe",
                 "fewtrans-reference",
                 "--config",
                 "epochs=2",

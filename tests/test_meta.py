@@ -212,7 +212,7 @@ def test_protonet_fwt_through_the_cli_is_an_ordinary_model_adapter_pair(
     result = invoke(
         [
             "evaluate", "--model", "meta-trained", "--weights", str(checkpoint), "--adapter", "protonet",
-            "--manifest", str(FIVE_WAY), "--protocol", "single", "--limit", "3", "--device", "cpu",
+            "--manifest", str(FIVE_WAY), "--hpe", "single", "--limit", "3", "--device", "cpu",
             "--out", str(out), "--quiet",
         ]
     )  # fmt: skip

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fewtrans_board.leaderboard import benchmarks as benchmarks_module
+from fewtrans_board.leaderboard import sub_benchmarks as benchmarks_module
 from fewtrans_board.plugins import get_plugin_manager
 from fewtrans_board.results.load import find_runs, load_run
 from fewtrans_board.stats import average_ci, mean_ci
@@ -87,16 +87,16 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         )
         run("leaderboard", "add", str(work / f"{ident}.zip"), "--leaderboard", str(store))
     # The demo benchmark's reference is fine-tuning; use the random-init entry so flags show.
-    patched = dict(benchmarks_module.BENCHMARKS)
+    patched = dict(benchmarks_module.SUB_BENCHMARKS)
     patched["demo"] = dataclasses.replace(patched["demo"], reference_adapter="mean-centroid")
-    original = benchmarks_module.BENCHMARKS.copy()
-    benchmarks_module.BENCHMARKS.clear()
-    benchmarks_module.BENCHMARKS.update(patched)
+    original = benchmarks_module.SUB_BENCHMARKS.copy()
+    benchmarks_module.SUB_BENCHMARKS.clear()
+    benchmarks_module.SUB_BENCHMARKS.update(patched)
     try:
         run("site", "build", "--leaderboard", str(store), "--out", str(work / "_site"))
     finally:
-        benchmarks_module.BENCHMARKS.clear()
-        benchmarks_module.BENCHMARKS.update(original)
+        benchmarks_module.SUB_BENCHMARKS.clear()
+        benchmarks_module.SUB_BENCHMARKS.update(original)
     return store, work / "_site"
 
 

@@ -14,9 +14,9 @@ from click.testing import CliRunner, Result
 
 from fewtrans_board.cli import make_cli
 from fewtrans_board.episodes.manifest import Manifest
-from fewtrans_board.leaderboard.benchmarks import BENCHMARKS
 from fewtrans_board.leaderboard.eligibility import submission_problems
 from fewtrans_board.leaderboard.store import LeaderboardStore
+from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 from fewtrans_board.plugins import get_plugin_manager
 from tests.conftest import REPO, extra_benchmark
 
@@ -104,7 +104,7 @@ def test_benchmarks_lists_every_sub_benchmark_from_the_live_table() -> None:
     with extra_benchmark("added-here", "x.parquet"):
         rows = json.loads(ok(["benchmarks", "--json"]).output)
         text = ok(["benchmarks"]).output
-    assert [r["name"] for r in rows] == [*BENCHMARKS, "added-here"]
+    assert [r["name"] for r in rows] == [*SUB_BENCHMARKS, "added-here"]
     demo = next(r for r in rows if r["name"] == "demo")
     assert demo["hpe_protocols"] == ["fewtrans-paper", "fewtrans-reference"]
     assert demo["held_out"] == ["digits"]
@@ -124,7 +124,7 @@ def two_protocols(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         for adapter in ("mean-centroid", "linear-probe"):
             out = work / f"{adapter}-{protocol}"
             ok(["evaluate", "--model", "demo-cnn.digits", "--adapter", adapter, "--manifest",
-                SEARCH, "--limit", "4", "--protocol", protocol, "--config",
+                SEARCH, "--limit", "4", "--hpe", protocol, "--config",
                 *(["epochs=1"] if adapter == "linear-probe" else ["normalize=false"]),
                 "--device", "cpu", "--threads", "1", "--quiet", "--out", out])  # fmt: skip
             runs[f"{adapter}/{protocol}"] = out
@@ -191,7 +191,7 @@ def test_an_incomplete_run_is_refused_saying_what_is_missing(
 ) -> None:
     ok(["evaluate", "--model", "demo-cnn.digits", "--adapter", "mean-centroid",
         "--manifest", tiny_store / "leaderboard" / "manifests" / "tiny.parquet",
-        "--protocol", "fewtrans-reference", "--device", "cpu", "--threads", "1", "--quiet",
+        "--hpe", "fewtrans-reference", "--device", "cpu", "--threads", "1", "--quiet",
         "--out", tmp_path / "run", *extra])  # fmt: skip
     refused = run(["submission", "pack", tmp_path / "run", "--meta", tiny_store / "meta.toml",
                    "--out", tmp_path / "b.zip", "--leaderboard", tiny_store / "leaderboard"])  # fmt: skip
@@ -225,7 +225,7 @@ def test_validate_refuses_a_plugin_that_imports_torch_at_import_time(tmp_path: P
     (tmp_path / "fewtrans_heavy.py").write_text(HEAVY_PLUGIN)
     with installed_distribution(tmp_path, "fewtrans-heavy", "0.1", "fewtrans_heavy"):
         cli = make_cli(get_plugin_manager(allow=["fewtrans-heavy"]))
-        args = ["validate", "--model", "demo-cnn.digits", "--adapter", "heavy-centroid"]
+        args = ["preflight", "--model", "demo-cnn.digits", "--adapter", "heavy-centroid"]
         args += ["--manifest", str(SEARCH), "--episodes", "1", "--device", "cpu"]
         result = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert result.exit_code == 1
@@ -233,7 +233,7 @@ def test_validate_refuses_a_plugin_that_imports_torch_at_import_time(tmp_path: P
 
 
 def test_built_in_plugins_are_not_re_imported_by_validate() -> None:
-    args = ["validate", "--model", "demo-cnn.digits", "--adapter", "mean-centroid"]
+    args = ["preflight", "--model", "demo-cnn.digits", "--adapter", "mean-centroid"]
     args += ["--manifest", SEARCH, "--episodes", "1", "--device", "cpu", "--json"]
     report = json.loads(ok(args).output)
     assert not any("does not import torch" in check for check in report["checks"])
@@ -279,6 +279,6 @@ def test_setup_lists_every_package_folder() -> None:
 
 def test_readme_documents_the_journey() -> None:
     text = (REPO / "README.md").read_text()
-    for needle in ("fewtrans-board benchmarks", "hpe search", "not submittable",
+    for needle in ("fewtrans-board sub-benchmarks", "hpe search", "not submittable",
                    "--allow-protocol-mismatch", "timm:<name>.random", "--debug", "--threads"):  # fmt: skip
         assert needle in text, needle

@@ -58,7 +58,7 @@ def test_evaluate_defaults_to_one_thread_whatever_the_cores_and_records_it(
     recorded = {}
     for given in (None, 2):
         args = ["evaluate", "--model", "demo-cnn.digits", "--adapter", "mean-centroid"]
-        args += ["--manifest", str(SEARCH), "--limit", "1", "--protocol", "single"]
+        args += ["--manifest", str(SEARCH), "--limit", "1", "--hpe", "single"]
         args += ["--device", "cpu", "--quiet", "--out", str(tmp_path / f"run-{given}"), "--json"]
         args += ["--threads", str(given)] if given else []
         result = invoke(args, pm=get_plugin_manager(entry_points=False))

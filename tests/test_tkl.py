@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fewtrans_board.errors import FewtransError
-from fewtrans_board.leaderboard.benchmarks import BENCHMARKS
+from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 from fewtrans_board.unlearning.similarity import (
     DatasetFeatures,
     mmd_distance,
@@ -202,8 +202,8 @@ def test_unavailable_weightings_say_why_and_bad_weights_are_refused() -> None:
 
 
 def test_clip_settings_pin_the_model_to_the_target() -> None:
-    inductive = BENCHMARKS["clip-inductive"]
-    original = BENCHMARKS["clip-partially-transductive"]
+    inductive = SUB_BENCHMARKS["clip-inductive"]
+    original = SUB_BENCHMARKS["clip-partially-transductive"]
     # The inductive setting covers the seven forget datasets, the original all twelve.
     assert set(inductive.manifests) < set(original.manifests) and len(inductive.manifests) == 7
     base = "open-clip:ViT-B-16/openai"

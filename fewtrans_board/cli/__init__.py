@@ -25,7 +25,7 @@ from fewtrans_board.plugin_calls import PluginCallError
 from fewtrans_board.plugins import PluginManager, get_plugin_manager
 
 CORE_ONLY_COMMANDS = frozenset(
-    {"submission", "leaderboard", "site", "compare", "results", "benchmarks"}
+    {"submission", "leaderboard", "site", "compare", "results", "sub-benchmarks", "benchmarks"}
 )
 """Command groups that run with built-in plugins only.
 

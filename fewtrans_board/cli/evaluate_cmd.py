@@ -16,12 +16,12 @@ from fewtrans_board.cli.groups import (
     config_option,
     device_option,
     echo_json,
+    hpe_option,
     manifest_option,
     model_option,
     optional_str,
     parse_config_options,
     print_summaries,
-    protocol_option,
     resolve_device,
     root_option,
     show_progress,
@@ -68,7 +68,7 @@ def check_max_memory(ctx: click.Context, param: click.Parameter, value: str | No
 @weights_option("Local checkpoint for the model (safetensors preferred).")
 @adapter_option("Adapter name, e.g. linear-probe.")
 @manifest_option("Frozen episode manifest (Parquet).", required=True)
-@protocol_option("HPE protocol: fewtrans-paper, fewtrans-reference or single.")
+@hpe_option("HPE protocol: fewtrans-paper, fewtrans-reference or single.")
 @root_option("Local dataset copy (omit for embedded datasets).")
 @click.option(
     "--out",
@@ -179,7 +179,7 @@ def evaluate_command(
     submitted to any sub-benchmark (limited run, manifest or protocol a sub-benchmark does
     not accept, no held-out centre search).
     """
-    from fewtrans_board.leaderboard.benchmarks import statistic_ddof_of_run
+    from fewtrans_board.leaderboard.sub_benchmarks import statistic_ddof_of_run
     from fewtrans_board.results.load import load_run
     from fewtrans_board.results.summary import summarize
     from fewtrans_board.runner.run import run_evaluation
@@ -289,7 +289,7 @@ def results_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def results_summary(paths: tuple[Path, ...], ddof: int | None, as_json: bool) -> None:
     """Mean ± 95% CI per dataset and aggregation for the runs under PATHS."""
-    from fewtrans_board.leaderboard.benchmarks import statistic_ddof_of_run
+    from fewtrans_board.leaderboard.sub_benchmarks import statistic_ddof_of_run
     from fewtrans_board.results.load import find_runs, load_run
     from fewtrans_board.results.summary import summarize
 

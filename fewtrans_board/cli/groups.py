@@ -309,11 +309,93 @@ def manifest_option(help_text: str, *, required: bool = False) -> Callable[[F], 
     )
 
 
-def protocol_option(help_text: str) -> Callable[[F], F]:
-    """``--protocol NAME``: the HPE protocol, passed as ``hpe``."""
-    return click.option(
-        "--protocol", "hpe", default="fewtrans-paper", show_default=True, help=help_text
+def hpe_option(help_text: str) -> Callable[[F], F]:
+    """``--hpe NAME``: the HPE protocol, passed as ``hpe`` (formerly ``--protocol``).
+
+    ``--protocol`` names the episode-sampling protocol of ``manifest build``; the old
+    spelling here is kept as a hidden, warning alias for one release.
+    """
+    return renamed_option(
+        "--hpe", "hpe", old="--protocol", default="fewtrans-paper", help=help_text
     )
+
+
+def renamed_option(
+    flag: str, dest: str, *, old: str, default: Any, help: str, **kwargs: Any
+) -> Callable[[F], F]:
+    """An option ``flag`` with a hidden former spelling ``old`` that still works, with a warning.
+
+    Args:
+        flag: the option's name.
+        dest: the parameter the command receives.
+        old: the former spelling (hidden from ``--help``).
+        default: the value when neither spelling is given.
+        help: help text of ``flag``.
+        kwargs: further ``click.option`` arguments (e.g. ``type``).
+    """
+    key = f"renamed-option:{dest}"
+
+    def remember_old(ctx: click.Context, _: click.Parameter, value: Any) -> None:
+        if value is None:
+            return
+        click.echo(f"Warning: {old} is now {flag}; {old} goes away in the next release.", err=True)
+        # Click handles the options given on the command line first, in their order: if
+        # ``flag`` was given before ``old`` it is resolved already, otherwise it comes later.
+        if dest in ctx.params and ctx.params[dest] != value:
+            raise click.BadParameter(
+                f"{flag} {ctx.params[dest]!r} and {old} {value!r} disagree", ctx
+            )
+        ctx.meta[key] = value
+
+    def resolve(ctx: click.Context, _: click.Parameter, value: Any) -> Any:
+        former = ctx.meta.pop(key, None)
+        if value is not None and former is not None and value != former:
+            raise click.BadParameter(f"{flag} {value!r} and {old} {former!r} disagree", ctx)
+        chosen = value if value is not None else former
+        return default if chosen is None else chosen
+
+    def decorate(function: F) -> F:
+        function = click.option(
+            flag,
+            dest,
+            default=None,
+            callback=resolve,
+            help=f"{help}  [default: {default}]",
+            **kwargs,
+        )(function)
+        return click.option(
+            old, f"_{dest}_former", hidden=True, expose_value=False, callback=remember_old, **kwargs
+        )(function)
+
+    return decorate
+
+
+def renamed_command(command: click.Command, old_name: str) -> click.Command:
+    """A hidden copy of ``command`` under its former name that warns when used (one release).
+
+    Args:
+        command: the command under its new name.
+        old_name: the former name.
+    """
+    import copy
+    import functools
+
+    alias = copy.copy(command)
+    alias.name, alias.hidden = old_name, True
+    target = command.callback
+    assert target is not None
+
+    @functools.wraps(target)
+    def warn_then_run(*args: Any, **kwargs: Any) -> Any:
+        click.echo(
+            f"Warning: '{old_name}' is now '{command.name}'; '{old_name}' goes away in the next "
+            "release.",
+            err=True,
+        )
+        return target(*args, **kwargs)
+
+    alias.callback = warn_then_run
+    return alias
 
 
 def root_option(help_text: str) -> Callable[[F], F]:

@@ -16,11 +16,11 @@ from fewtrans_board.cli.groups import (
     device_option,
     echo_json,
     echo_table,
+    hpe_option,
     manifest_option,
     model_option,
     optional_str,
     parse_config_options,
-    protocol_option,
     resolve_device,
     root_option,
     show_progress,
@@ -36,7 +36,7 @@ def hpe_group() -> None:
 
 @hpe_group.command("grid")
 @adapter_option("Adapter name.")
-@protocol_option("HPE protocol.")
+@hpe_option("HPE protocol.")
 @config_option("Centre override (repeatable).")
 @centre_option("Centre from 'hpe search'.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")

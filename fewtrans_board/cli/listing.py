@@ -57,7 +57,7 @@ def plugins_command(app: App, as_json: bool) -> None:
 
 @click.group("datasets", cls=DefaultGroup)
 def datasets_group() -> None:
-    """List datasets (default) or check a local copy ('datasets check').
+    """List datasets (default) or scan a local copy ('datasets scan').
 
     Listing options (a name pattern, --json) belong to the default subcommand: see
     'datasets list --help'.

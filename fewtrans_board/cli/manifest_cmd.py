@@ -1,4 +1,4 @@
-"""``manifest build|show|verify`` and ``datasets check`` commands."""
+"""``manifest build|show|verify`` and ``datasets scan`` commands."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ root_option = click.option(
 )
 
 
-@click.command("check")
+@click.command("scan")
 @click.argument("name")
 @root_option
 @click.option("--no-verify-images", is_flag=True, help="Skip decoding every image (faster).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @pass_app
-def datasets_check(
+def datasets_scan(
     app: App, name: str, root: Path | None, no_verify_images: bool, as_json: bool
 ) -> None:
     """Check a local copy of dataset NAME: classes, counts, unreadable images.

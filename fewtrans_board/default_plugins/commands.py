@@ -11,10 +11,10 @@ from fewtrans_board.hookspecs import hookimpl
 def register_commands(cli: click.Group) -> None:
     """Attach the built-in commands."""
     from fewtrans_board.cli.analyze_cmd import analyze_group
-    from fewtrans_board.cli.benchmarks_cmd import benchmarks_command
     from fewtrans_board.cli.compare_cmd import compare_command
     from fewtrans_board.cli.demo_cmd import demo_command
     from fewtrans_board.cli.evaluate_cmd import evaluate_command, results_group
+    from fewtrans_board.cli.groups import renamed_command
     from fewtrans_board.cli.hpe_cmd import hpe_group
     from fewtrans_board.cli.leaderboard_cmd import leaderboard_group, submission_group
     from fewtrans_board.cli.listing import (
@@ -23,13 +23,17 @@ def register_commands(cli: click.Group) -> None:
         models_group,
         plugins_command,
     )
-    from fewtrans_board.cli.manifest_cmd import datasets_check, manifest_group
+    from fewtrans_board.cli.manifest_cmd import datasets_scan, manifest_group
     from fewtrans_board.cli.meta_cmd import meta_train_command
+    from fewtrans_board.cli.preflight_cmd import preflight_command
     from fewtrans_board.cli.site_cmd import site_group
+    from fewtrans_board.cli.sub_benchmarks_cmd import sub_benchmarks_command
     from fewtrans_board.cli.unlearn_cmd import tkl_command, unlearn_command
-    from fewtrans_board.cli.validate_cmd import validate_command
 
-    datasets_group.add_command(datasets_check)
+    datasets_group.add_command(datasets_scan)
+    # Former names, hidden and warning, for one release (one meaning per word: 'validate'
+    # checks bundles, 'check' the leaderboard, 'benchmarks/' holds the timing scripts).
+    datasets_group.add_command(renamed_command(datasets_scan, "check"))
     for command in (
         plugins_command,
         datasets_group,
@@ -39,11 +43,11 @@ def register_commands(cli: click.Group) -> None:
         evaluate_command,
         results_group,
         hpe_group,
-        validate_command,
+        preflight_command,
         demo_command,
         submission_group,
         leaderboard_group,
-        benchmarks_command,
+        sub_benchmarks_command,
         compare_command,
         site_group,
         unlearn_command,
@@ -52,3 +56,5 @@ def register_commands(cli: click.Group) -> None:
         meta_train_command,
     ):
         cli.add_command(command)
+    cli.add_command(renamed_command(preflight_command, "validate"))
+    cli.add_command(renamed_command(sub_benchmarks_command, "benchmarks"))

@@ -15,8 +15,8 @@ from typing import Any
 from fewtrans_board.canonical import canonical_json
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.hpe.protocols import get_hpe_protocol
-from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark
 from fewtrans_board.leaderboard.store import LeaderboardStore
+from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS, SubBenchmark
 
 
 def submission_problems(
@@ -67,13 +67,13 @@ def submission_problems(
 
 def _benchmarks_of(
     path: Path, manifest: Manifest, store: LeaderboardStore | None
-) -> tuple[list[Benchmark], str | None]:
+) -> tuple[list[SubBenchmark], str | None]:
     """Sub-benchmarks listing the manifest, or why it is not one of theirs."""
     name = path.name
     if store is not None and not (store.manifests_dir / name).is_file():
         frozen = {sha: filename for sha, (filename, _) in store.frozen.items()}
         name = frozen.get(manifest.sha256, name)
-    benchmarks = [b for b in BENCHMARKS.values() if name in b.manifests]
+    benchmarks = [b for b in SUB_BENCHMARKS.values() if name in b.manifests]
     if not benchmarks:
         return [], (
             f"manifest {path.name} is not a frozen manifest of any sub-benchmark "
@@ -92,7 +92,7 @@ def _benchmarks_of(
 
 
 def _centre_problems(
-    benchmarks: list[Benchmark],
+    benchmarks: list[SubBenchmark],
     roles: Mapping[str, str],
     centre: Mapping[str, Any],
     record: Mapping[str, Any] | None,

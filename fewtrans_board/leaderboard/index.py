@@ -6,11 +6,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from fewtrans_board.leaderboard.benchmarks import BENCHMARKS
 from fewtrans_board.leaderboard.entries import StoredEntry, entry_errors, read_entry
 from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
 from fewtrans_board.leaderboard.store import LeaderboardStore
+from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 from fewtrans_board.results.summary import summarize
 
 
@@ -113,7 +113,7 @@ def index_entries(store: LeaderboardStore) -> Iterator[IndexEntry]:
     superseded = _superseded(metas)
     for ident in idents:
         stored = read_entry(store, ident)
-        ddof = BENCHMARKS[stored.meta.benchmark].statistic_ddof
+        ddof = SUB_BENCHMARKS[stored.meta.benchmark].statistic_ddof
         entry = IndexEntry(
             ident, stored.meta, stored.status, stored, superseded_by=superseded.get(ident)
         )
@@ -132,7 +132,7 @@ def build_index(store: LeaderboardStore) -> dict[str, Any]:
         "schema_version": 1,
         "benchmarks": {
             name: sorted(e["id"] for e in submissions if e["meta"]["benchmark"] == name)
-            for name in BENCHMARKS
+            for name in SUB_BENCHMARKS
         },
         "submissions": submissions,
     }

@@ -7,9 +7,9 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
-from fewtrans_board.leaderboard.benchmarks import BENCHMARKS
 from fewtrans_board.leaderboard.errors import SubmissionError, shown
 from fewtrans_board.leaderboard.shapes import text_problem
+from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 
 # Ids become folder names: lowercase, digits, '-' and '.', no '..', no leading/trailing separator.
 ID_PATTERN = re.compile(r"^(?!.*\.\.)[a-z0-9](?:[a-z0-9.-]{0,98}[a-z0-9])?\Z")
@@ -174,10 +174,10 @@ def parse_meta(text: str) -> SubmissionMeta:
                 "meta-bad-value", f"submission.{key} must be an http(s) URL, got {shown(url)}"
             )
     benchmark = _text(data, "benchmark", required=True)
-    if benchmark not in BENCHMARKS:
+    if benchmark not in SUB_BENCHMARKS:
         raise SubmissionError(
             "unknown-benchmark",
-            f"benchmark {shown(benchmark)} is not one of {', '.join(BENCHMARKS)}",
+            f"benchmark {shown(benchmark)} is not one of {', '.join(SUB_BENCHMARKS)}",
         )
     plugins = data["plugins"]
     if not isinstance(plugins, list) or not 1 <= len(plugins) <= MAX_PINS:

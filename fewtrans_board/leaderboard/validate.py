@@ -16,7 +16,6 @@ from fewtrans_board.canonical import canonical_json
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.errors import FewtransError
 from fewtrans_board.hpe.protocols import check_schema_fits, get_hpe_protocol, schema_roles
-from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark
 from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.columns import check_columns
 from fewtrans_board.leaderboard.errors import SubmissionError, shown
@@ -25,6 +24,7 @@ from fewtrans_board.leaderboard.rows import check_rows
 from fewtrans_board.leaderboard.runs import check_consistent, load_checked_run
 from fewtrans_board.leaderboard.schema import check_centre_values
 from fewtrans_board.leaderboard.store import LeaderboardStore
+from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS, SubBenchmark
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.summary import adapter_configuration
 from fewtrans_board.stats.intervals import mean_ci
@@ -93,7 +93,7 @@ def _norm(distribution: str) -> str:
     return distribution.lower().replace("_", "-")
 
 
-def _check_provenance(meta: SubmissionMeta, run: RunResults, benchmark: Benchmark) -> None:
+def _check_provenance(meta: SubmissionMeta, run: RunResults, benchmark: SubBenchmark) -> None:
     m = run.meta
     try:
         expected = benchmark.expected_model(meta.model, run.dataset)
@@ -178,7 +178,7 @@ def _check_grid(
 
 def _check_centre_search(
     meta: SubmissionMeta,
-    benchmark: Benchmark,
+    benchmark: SubBenchmark,
     centre_search: dict[str, Any] | None,
     run: RunResults,
     roles: dict[str, str],
@@ -307,7 +307,7 @@ def _check_same_configuration(first: RunResults, run: RunResults) -> None:
 
 
 def _frozen_manifest(
-    run: RunResults, store: LeaderboardStore, benchmark: Benchmark, where: str
+    run: RunResults, store: LeaderboardStore, benchmark: SubBenchmark, where: str
 ) -> tuple[str, Manifest]:
     """The frozen manifest a run claims, which must belong to the benchmark and its dataset."""
     sha = run.meta["manifest"]["sha256"]
@@ -342,7 +342,7 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
     meta = contents.meta
     report = ValidationReport(meta)
     report.checks.append("submission.toml complete, plugins pinned")
-    benchmark = BENCHMARKS[meta.benchmark]
+    benchmark = SUB_BENCHMARKS[meta.benchmark]
     if meta.hpe_protocol not in benchmark.hpe_protocols:
         raise SubmissionError(
             "protocol-mismatch",

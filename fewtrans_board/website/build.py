@@ -12,9 +12,9 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from fewtrans_board import __version__
 from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, get_hpe_protocol
-from fewtrans_board.leaderboard.benchmarks import CLIP_SETTINGS
 from fewtrans_board.leaderboard.entries import entry_errors
 from fewtrans_board.leaderboard.store import LeaderboardStore
+from fewtrans_board.leaderboard.sub_benchmarks import CLIP_SETTINGS
 from fewtrans_board.stats.base_novel import harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
 from fewtrans_board.website.analyses import analysis_pages

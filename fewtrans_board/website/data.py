@@ -11,12 +11,16 @@ from typing import Any
 import numpy as np
 
 from fewtrans_board.errors import describe
-from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark, statistic_ddof_of_run
 from fewtrans_board.leaderboard.entries import entry_errors
 from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.index import index_entries
 from fewtrans_board.leaderboard.runs import load_checked_run
 from fewtrans_board.leaderboard.store import LeaderboardStore
+from fewtrans_board.leaderboard.sub_benchmarks import (
+    SUB_BENCHMARKS,
+    SubBenchmark,
+    statistic_ddof_of_run,
+)
 from fewtrans_board.results.load import RunResults, find_runs
 from fewtrans_board.results.per_shot import PerShot, per_shot, shot_seed_pairs
 from fewtrans_board.results.summary import summarize
@@ -195,7 +199,7 @@ class BenchmarkView:
     aggregation).
     """
 
-    benchmark: Benchmark
+    benchmark: SubBenchmark
     datasets: list[str]
     methods: list[MethodView]
     tables: dict[str, list[TableRow]]
@@ -233,7 +237,7 @@ def _manifest_dataset(filename: str) -> str:
     return filename.removesuffix(".parquet").rsplit("--", 1)[-1]
 
 
-def column_keys(benchmark: Benchmark, datasets: dict[str, str]) -> dict[str, str]:
+def column_keys(benchmark: SubBenchmark, datasets: dict[str, str]) -> dict[str, str]:
     """The column key of each of a benchmark's manifests.
 
     A benchmark's columns are its manifests. A column is named after its dataset, or
@@ -259,7 +263,7 @@ def column_keys(benchmark: Benchmark, datasets: dict[str, str]) -> dict[str, str
     return keys
 
 
-def _columns(benchmark: Benchmark, runs: dict[str, MethodRun]) -> list[str]:
+def _columns(benchmark: SubBenchmark, runs: dict[str, MethodRun]) -> list[str]:
     """Column keys by dataset, then in the benchmark's manifest order (5, 20, 50 shots)."""
     order = {m: i for i, m in enumerate(benchmark.manifests)}
     return sorted(runs, key=lambda k: (runs[k].dataset, order.get(runs[k].manifest, len(order)), k))
@@ -269,7 +273,7 @@ def _load_methods(store: LeaderboardStore) -> list[MethodView]:
     datasets = {name: manifest.dataset for name, manifest in store.frozen.values()}
     methods = []
     for entry in index_entries(store):
-        keys = column_keys(BENCHMARKS[entry.meta.benchmark], datasets)
+        keys = column_keys(SUB_BENCHMARKS[entry.meta.benchmark], datasets)
         view = MethodView(
             id=entry.id,
             meta=entry.meta.to_dict(),
@@ -306,7 +310,7 @@ def local_methods(run_dirs: list[Path]) -> list[MethodView]:
         benchmark = next(
             (
                 b.name
-                for b in BENCHMARKS.values()
+                for b in SUB_BENCHMARKS.values()
                 if manifest in b.manifests and b.accepts(model, run.dataset)
             ),
             None,
@@ -314,7 +318,7 @@ def local_methods(run_dirs: list[Path]) -> list[MethodView]:
         if benchmark is None:
             continue
         ident = f"local-{adapter}--{model}".replace(":", "-").replace("/", "-").lower()
-        key = column_keys(BENCHMARKS[benchmark], {}).get(manifest, run.dataset)
+        key = column_keys(SUB_BENCHMARKS[benchmark], {}).get(manifest, run.dataset)
         meta = {
             "method": adapter,
             "model": model,
@@ -386,7 +390,7 @@ def load_reported(store: LeaderboardStore) -> dict[str, list[ReportedTable]]:
             raise SubmissionError(
                 "bad-reported-table", f"{path.name} is unreadable: {describe(exc)}"
             ) from exc
-        if not isinstance(data, dict) or data.get("benchmark") not in BENCHMARKS:
+        if not isinstance(data, dict) or data.get("benchmark") not in SUB_BENCHMARKS:
             raise SubmissionError(
                 "bad-reported-table", f"{path.name} does not name a sub-benchmark in 'benchmark'"
             )
@@ -400,7 +404,7 @@ def build_site_data(store: LeaderboardStore, local_runs: list[Path] | None = Non
     reported = load_reported(store)
     views = []
     datasets_index: dict[str, list[tuple[BenchmarkView, MethodView, str]]] = {}
-    for name, benchmark in BENCHMARKS.items():
+    for name, benchmark in SUB_BENCHMARKS.items():
         entries = [m for m in methods if m.meta["benchmark"] == name and not m.superseded_by]
         if not entries and name not in reported:
             continue

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from fewtrans_board.cli import make_cli
-from fewtrans_board.leaderboard.benchmarks import BENCHMARKS, Benchmark
+from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS, SubBenchmark
 from fewtrans_board.plugins import PluginManager, get_plugin_manager
 from tests.conftest import REPO, installed_distribution
 
@@ -83,7 +83,7 @@ class Board:
         model: str = "demo-cnn.digits",
     ) -> Result:
         args = ["evaluate", "--model", model, "--adapter", adapter]
-        args += ["--manifest", self.manifest(manifest), "--protocol", protocol]
+        args += ["--manifest", self.manifest(manifest), "--hpe", protocol]
         args += ["--out", self.work / out, "--quiet", "--device", "cpu", "--threads", "1"]
         for item in config:
             args += ["--config", item]
@@ -141,8 +141,8 @@ def board(redteam_pm: PluginManager, tmp_path_factory: pytest.TempPathFactory) -
                 ],
             )
         )
-    saved = dict(BENCHMARKS)
-    BENCHMARKS["redteam"] = Benchmark(
+    saved = dict(SUB_BENCHMARKS)
+    SUB_BENCHMARKS["redteam"] = SubBenchmark(
         name="redteam",
         title="Red team",
         description="Two small digits manifests for the red-team suite.",
@@ -150,8 +150,8 @@ def board(redteam_pm: PluginManager, tmp_path_factory: pytest.TempPathFactory) -
         held_out=("digits",),
     )
     yield board
-    BENCHMARKS.clear()
-    BENCHMARKS.update(saved)
+    SUB_BENCHMARKS.clear()
+    SUB_BENCHMARKS.update(saved)
 
 
 @pytest.fixture(scope="module")

@@ -60,7 +60,7 @@ def intake(board: Board, centre: Path, tmp_path_factory: pytest.TempPathFactory)
                 board.pm,
                 [
                     *("evaluate", "--model", "demo-cnn.digits", "--adapter", "linear-probe"),
-                    *("--manifest", board.manifest(manifest), "--protocol", "fewtrans-reference"),
+                    *("--manifest", board.manifest(manifest), "--hpe", "fewtrans-reference"),
                     *("--centre", centre, "--out", board.work / out, "--shards", "2"),
                     *("--quiet", "--device", "cpu", "--threads", "1"),
                 ],
@@ -468,11 +468,11 @@ def test_two_manifests_of_one_dataset_are_two_columns(
 
 
 def test_column_keys_separate_bscd_shots_and_keep_dataset_names_elsewhere() -> None:
-    from fewtrans_board.leaderboard.benchmarks import BENCHMARKS
+    from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
     from fewtrans_board.website.data import column_keys
 
-    bscd = column_keys(BENCHMARKS["bscd"], {})
-    assert len(set(bscd.values())) == len(BENCHMARKS["bscd"].manifests) == 12
+    bscd = column_keys(SUB_BENCHMARKS["bscd"], {})
+    assert len(set(bscd.values())) == len(SUB_BENCHMARKS["bscd"].manifests) == 12
     assert bscd["bscd-5w20s--bscd-eurosat.parquet"] == "bscd-eurosat@bscd-5w20s"
-    fewtrans = column_keys(BENCHMARKS["fewtrans-adapters"], {})
+    fewtrans = column_keys(SUB_BENCHMARKS["fewtrans-adapters"], {})
     assert sorted(fewtrans.values()) == sorted(m.split("--")[1][:-8] for m in fewtrans)

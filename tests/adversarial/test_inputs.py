@@ -7,10 +7,10 @@ import pytest
 
 from fewtrans_board.errors import FewtransError
 from fewtrans_board.plugins import PluginManager
+from fewtrans_board.preflight import PreflightError, run_preflight
 from fewtrans_board.registry import Registry
 from fewtrans_board.results.load import load_run
 from fewtrans_board.runner.spec import RunSpec
-from fewtrans_board.validation import ValidationError, validate_submission
 from tests.adversarial.cheaters import PathPeeker
 from tests.adversarial.conftest import MANIFESTS, Board, ok
 
@@ -21,7 +21,7 @@ def validate(pm: PluginManager, adapter: str, limit: int = 3) -> dict:  # type: 
     spec = RunSpec(
         model="demo-cnn.digits", adapter=adapter, manifest=DIGITS, limit=limit, threads=1
     )
-    return validate_submission(spec, Registry.from_plugin_manager(pm))
+    return run_preflight(spec, Registry.from_plugin_manager(pm))
 
 
 def accuracy(board: Board, out: str) -> tuple[float, float]:
@@ -32,12 +32,12 @@ def accuracy(board: Board, out: str) -> tuple[float, float]:
     return float(np.mean(hpe)), float(np.mean(100.0 / ways))
 
 
-def test_position_oracle_scores_chance_and_fails_validate(board: Board) -> None:
+def test_position_oracle_scores_chance_and_fails_preflight(board: Board) -> None:
     # Without a presentation order a position oracle reads every label (100%).
     ok(board.evaluate("redteam-position", "position"))
     mean, chance = accuracy(board, "position")
     assert mean < chance + 15, (mean, chance)
-    with pytest.raises(ValidationError, match="query positions or labels"):
+    with pytest.raises(PreflightError, match="query positions or labels"):
         validate(board.pm, "redteam-position")
 
 
@@ -47,22 +47,22 @@ def test_nothing_reachable_from_adapter_inputs_names_an_item(board: Board) -> No
     assert PathPeeker.found == []
 
 
-def test_stack_inspection_is_caught_by_validate_and_worthless_in_a_worker(
+def test_stack_inspection_is_caught_by_preflight_and_worthless_in_a_worker(
     board: Board,
 ) -> None:
     # In-process, nothing stops a plugin from reading its callers' frames; validate shuffles
     # the hidden labels and sees the predictions follow them.
-    with pytest.raises(ValidationError, match="query positions or labels"):
+    with pytest.raises(PreflightError, match="query positions or labels"):
         validate(board.pm, "redteam-stack")
 
 
-def test_undeclared_transductive_adapter_fails_validate(board: Board) -> None:
-    with pytest.raises(ValidationError, match="transductive"):
+def test_undeclared_transductive_adapter_fails_preflight(board: Board) -> None:
+    with pytest.raises(PreflightError, match="transductive"):
         validate(board.pm, "redteam-balanced")
 
 
-def test_fit_many_that_beats_fit_fails_validate(board: Board) -> None:
-    with pytest.raises(ValidationError, match="fit_many"):
+def test_fit_many_that_beats_fit_fails_preflight(board: Board) -> None:
+    with pytest.raises(PreflightError, match="fit_many"):
         validate(board.pm, "redteam-fitmany")
 
 

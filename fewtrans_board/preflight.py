@@ -1,4 +1,8 @@
-"""The validation a plugin author runs before submitting (``fewtrans-board validate``)."""
+"""The preflight checks a plugin author runs before evaluating (``fewtrans-board preflight``).
+
+They test plugin code (contract, re-runs, order and label independence, inductiveness);
+``submission validate`` checks the data of a bundle, ``submission verify`` re-runs it.
+"""
 
 from __future__ import annotations
 
@@ -32,12 +36,12 @@ from fewtrans_board.threads import torch_threads
 DEFAULT_MANIFEST = "fewtrans-varied--digits.parquet"
 
 
-class ValidationError(FewtransError):
-    """A submission failed validation."""
+class PreflightError(FewtransError):
+    """A model + adapter pair failed a preflight check."""
 
 
-def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
-    """Validate a model + adapter pair; return a report or raise :class:`ValidationError`.
+def run_preflight(spec: RunSpec, registry: Registry) -> dict[str, Any]:
+    """Run the preflight checks of a model + adapter pair; return a report or raise :class:`PreflightError`.
 
     Args:
         spec: what to validate; an empty ``manifest`` means the frozen digits manifest.
@@ -60,7 +64,7 @@ def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
                 f"model contract ({ctx.model.name}, {ctx.backbone.feature_dim}-d features)"
             )
         except ContractError as exc:
-            raise ValidationError(str(exc)) from exc
+            raise PreflightError(str(exc)) from exc
         adapter = ctx.adapter_cls()
         first, second, reordered, hpe = [], [], [], []
 
@@ -94,7 +98,7 @@ def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
         rerun = _first_mismatch(first, second)
         if rerun is not None:
             e, i, gap = rerun
-            raise ValidationError(
+            raise PreflightError(
                 f"episode {ctx.episodes[e].index}, configuration {i} {ctx.grid[i].to_dict()}: two "
                 "runs with the same seeds gave different logits (max difference "
                 f"{gap:.3g}). A submission that cannot be re-run cannot be verified: seed every "
@@ -104,7 +108,7 @@ def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
         leak = _first_disagreement(first, reordered)
         if leak is not None:
             e, i = leak
-            raise ValidationError(
+            raise PreflightError(
                 f"episode {ctx.episodes[e].index}, configuration {i}: predictions changed when "
                 "the order of the queries and their hidden labels were shuffled and each "
                 "configuration was fitted alone with fit(), so the adapter reads query "
@@ -125,7 +129,7 @@ def validate_submission(spec: RunSpec, registry: Registry) -> dict[str, Any]:
             try:
                 check_import_is_light(*modules)
             except ContractError as exc:
-                raise ValidationError(str(exc)) from exc
+                raise PreflightError(str(exc)) from exc
             checks.append(f"importing {', '.join(modules)} does not import torch")
     return {
         "model": ctx.model.name,
@@ -163,7 +167,7 @@ def _check_inductive(ctx: RunContext, adapter: Any, first: list[list[np.ndarray]
     """Refit one configuration per episode and predict query subsets on their own.
 
     Raises:
-        ValidationError: a query's logits change with the other queries predicted with it.
+        PreflightError: a query's logits change with the other queries predicted with it.
     """
     for e, episode in enumerate(ctx.episodes):
         index = episode.index % len(ctx.grid)
@@ -178,7 +182,7 @@ def _check_inductive(ctx: RunContext, adapter: Any, first: list[list[np.ndarray]
         )
         gap = inductive_gap(first[e][index], probes, outcome.probe_logits)
         if gap > INDUCTIVE_TOLERANCE:
-            raise ValidationError(
+            raise PreflightError(
                 f"episode {episode.index}, configuration {index}: a query's logits change (by "
                 f"{gap:.3g}, relative) with the other queries predicted alongside it, so the "
                 "adapter is transductive. Declare transductive = True on the adapter class "

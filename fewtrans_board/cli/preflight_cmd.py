@@ -1,4 +1,4 @@
-"""``validate``: the checks a plugin author runs before submitting."""
+"""``preflight`` (formerly ``validate``): the checks a plugin author runs before evaluating."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from fewtrans_board.cli.groups import (
     config_option,
     device_option,
     echo_json,
+    hpe_option,
     manifest_option,
     model_option,
     optional_str,
     parse_config_options,
-    protocol_option,
     resolve_device,
     root_option,
     threads_option,
@@ -25,13 +25,13 @@ from fewtrans_board.cli.groups import (
 )
 
 
-@click.command("validate")
+@click.command("preflight")
 @model_option("Model name.")
 @weights_option("Local checkpoint.")
 @adapter_option("Adapter name.")
 @manifest_option("Manifest to run on (default: the frozen digits fewtrans-varied manifest).")
 @root_option("Dataset copy for --manifest.")
-@protocol_option("HPE protocol.")
+@hpe_option("HPE protocol.")
 @config_option("Centre override (repeatable).")
 @click.option(
     "--episodes", type=click.IntRange(1, 50), default=3, show_default=True, help="Episodes to run."
@@ -40,7 +40,7 @@ from fewtrans_board.cli.groups import (
 @threads_option(THREADS_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @pass_app
-def validate_command(
+def preflight_command(
     app: App,
     model: str,
     weights: Path | None,
@@ -61,8 +61,8 @@ def validate_command(
     must not change), checks that each query is predicted on its own, and that importing
     the plugin does not import torch. Exits 1 with the reason on the first failure.
     """
+    from fewtrans_board.preflight import run_preflight
     from fewtrans_board.runner.spec import RunSpec
-    from fewtrans_board.validation import validate_submission
 
     run = RunSpec(
         model=model,
@@ -76,7 +76,7 @@ def validate_command(
         device=resolve_device(device),
         threads=threads,
     )
-    report = validate_submission(run, app.registry)
+    report = run_preflight(run, app.registry)
     if as_json:
         echo_json(report)
     else:

@@ -16,7 +16,7 @@ MODEL_RULES = ("any", "original", "unlearned-target")
 
 
 @dataclass(frozen=True)
-class Benchmark:
+class SubBenchmark:
     """One leaderboard table.
 
     Attributes:
@@ -103,10 +103,10 @@ CLIP_SETTINGS = {
 }
 
 
-BENCHMARKS: dict[str, Benchmark] = {
+SUB_BENCHMARKS: dict[str, SubBenchmark] = {
     b.name: b
     for b in (
-        Benchmark(
+        SubBenchmark(
             name="demo",
             title="Demo: digits",
             description=(
@@ -117,19 +117,19 @@ BENCHMARKS: dict[str, Benchmark] = {
             held_out=("digits",),
             reference_adapter="finetune",
         ),
-        Benchmark(
+        SubBenchmark(
             name="fewtrans-models",
             title="FewTrans: pretrained models",
             description="Pretrained backbones compared under full fine-tuning with HPE on the 10 FewTrans datasets.",
             manifests=FEWTRANS_MANIFESTS,
         ),
-        Benchmark(
+        SubBenchmark(
             name="fewtrans-adapters",
             title="FewTrans: vision transfer algorithms",
             description="Transfer algorithms on a fixed backbone, HPE, 10 FewTrans datasets.",
             manifests=FEWTRANS_MANIFESTS,
         ),
-        Benchmark(
+        SubBenchmark(
             name="demo-base-to-novel",
             title="Demo: digits base-to-novel",
             description=(
@@ -142,7 +142,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             reference_adapter="zero-shot-clip",
             reporting="base-to-novel",
         ),
-        Benchmark(
+        SubBenchmark(
             name="fewtrans-multimodal",
             title="FewTrans: multimodal (CLIP) base classes",
             description=(
@@ -152,7 +152,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             ),
             manifests=FEWTRANS_BASE2NOVEL_MANIFESTS,
         ),
-        Benchmark(
+        SubBenchmark(
             name="fewtrans-base-to-novel",
             title="FewTrans: base-to-novel",
             description=(
@@ -162,14 +162,14 @@ BENCHMARKS: dict[str, Benchmark] = {
             manifests=FEWTRANS_BASE2NOVEL_MANIFESTS,
             reporting="base-to-novel",
         ),
-        Benchmark(
+        SubBenchmark(
             name="bscd",
             title="BSCD-FSL cross-domain",
             description="5-way 5/20/50-shot on CropDisease, EuroSAT, ISIC and ChestX.",
             manifests=_frozen("bscd"),
             statistic_ddof=0,
         ),
-        Benchmark(
+        SubBenchmark(
             name="clip-partially-transductive",
             title="CLIP few-shot (partially transductive)",
             description=(
@@ -187,7 +187,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             model_rule="original",
             paired_with="clip-inductive",
         ),
-        Benchmark(
+        SubBenchmark(
             name="clip-inductive",
             title="CLIP few-shot: inductive (per-target unlearned CLIP)",
             description="K in 1/2/4/8/16, seeds 1-3, on the seven forget datasets. "
@@ -200,7 +200,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             model_rule="unlearned-target",
             paired_with="clip-partially-transductive",
         ),
-        Benchmark(
+        SubBenchmark(
             name="demo-clip-partially-transductive",
             title="Demo: digits 5-9 with the original demo CLIP",
             description="The inductive miniature, K in 1/2/4/8/16: demo-clip.digits has seen the digits 5-9.",
@@ -212,7 +212,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             model_rule="original",
             paired_with="demo-clip-inductive",
         ),
-        Benchmark(
+        SubBenchmark(
             name="demo-clip-inductive",
             title="Demo: digits 5-9 with the digits 5-9 unlearned",
             description="The inductive miniature: demo-clip.digits+unlearn:digits-5-9 (SSD, retain digits 0-4).",
@@ -232,7 +232,7 @@ def _protocol_of(filename: str) -> str | None:
     return next((m.protocol for m in FROZEN if m.filename == filename), None)
 
 
-def benchmark_of_run(manifest: dict[str, Any]) -> Benchmark | None:
+def benchmark_of_run(manifest: dict[str, Any]) -> SubBenchmark | None:
     """The sub-benchmark a run belongs to, from its recorded manifest.
 
     A frozen manifest's file name decides; a run on another file belongs to the first
@@ -242,11 +242,11 @@ def benchmark_of_run(manifest: dict[str, Any]) -> Benchmark | None:
         manifest: the ``manifest`` block of a run's provenance (``file`` and ``protocol``).
     """
     filename = str(manifest.get("file", ""))
-    for benchmark in BENCHMARKS.values():
+    for benchmark in SUB_BENCHMARKS.values():
         if filename in benchmark.manifests:
             return benchmark
     protocol = manifest.get("protocol", {}).get("name")
-    for benchmark in BENCHMARKS.values():
+    for benchmark in SUB_BENCHMARKS.values():
         if any(_protocol_of(m) == protocol for m in benchmark.manifests):
             return benchmark
     return None

@@ -18,7 +18,7 @@ def bad_pm():  # type: ignore[no-untyped-def]
 def validate(invoke, adapter: str, *extra: str):  # type: ignore[no-untyped-def]
     return invoke(
         [
-            "validate",
+            "preflight",
             "--model",
             "demo-cnn.digits",
             "--adapter",

@@ -1,4 +1,4 @@
-"""``benchmarks``: the leaderboard's sub-benchmarks and what a submission to each needs."""
+"""``sub-benchmarks`` (formerly ``benchmarks``): the sub-benchmarks and what each needs."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import click
 from fewtrans_board.cli.groups import echo_json
 
 
-def benchmark_rows() -> list[dict[str, Any]]:
+def sub_benchmark_rows() -> list[dict[str, Any]]:
     """Every sub-benchmark as JSON-friendly data, with how to build each manifest."""
     from fewtrans_board.episodes.frozen import FROZEN
-    from fewtrans_board.leaderboard.benchmarks import BENCHMARKS
+    from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 
     recipes = {m.filename: m for m in FROZEN}
     rows = []
-    for benchmark in BENCHMARKS.values():
+    for benchmark in SUB_BENCHMARKS.values():
         row = dataclasses.asdict(benchmark)
         row["manifests"] = []
         for filename in benchmark.manifests:
@@ -37,16 +37,16 @@ def benchmark_rows() -> list[dict[str, Any]]:
     return rows
 
 
-@click.command("benchmarks")
+@click.command("sub-benchmarks")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def benchmarks_command(as_json: bool) -> None:
+def sub_benchmarks_command(as_json: bool) -> None:
     """List the sub-benchmarks: their frozen manifests, HPE protocols, held-out datasets.
 
     The 'benchmark' of a submission.toml names one of them; a submission covers each of
     its manifests once, with one of its HPE protocols and a centre searched on one of its
     held-out datasets ('fewtrans-board hpe search').
     """
-    rows = benchmark_rows()
+    rows = sub_benchmark_rows()
     if as_json:
         echo_json(rows)
         return
