@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -31,6 +31,7 @@ from fewtrans_board.cli.groups import (
 from fewtrans_board.cli.store_options import LEADERBOARD_ENV
 
 if TYPE_CHECKING:
+    from fewtrans_board.runner.run import RunReport
     from fewtrans_board.runner.spec import RunSpec
 
 EVALUATE_THREADS_HELP = (
@@ -148,29 +149,15 @@ def check_max_memory(ctx: click.Context, param: click.Parameter, value: str | No
 @pass_app
 def evaluate_command(
     app: App,
-    model: str,
-    weights: Path | None,
-    adapter: str,
-    manifest: Path,
-    hpe: str,
-    root: Path | None,
+    /,
     out: Path,
-    config: tuple[str, ...],
-    centre_file: Path | None,
     shard: str | None,
-    shards: int | None,
-    limit: int | None,
-    device: str | None,
     executor: str,
     workers: int,
-    threads: int | None,
-    no_feature_cache: bool,
     leaderboard: Path | None,
-    max_memory: str | None,
-    batching: str,
-    image_cache: Path | None,
     as_json: bool,
     quiet: bool,
+    **run_options: Any,
 ) -> None:
     """Evaluate ADAPTER on MODEL over a manifest with every configuration of the HPE grid.
 
@@ -179,35 +166,9 @@ def evaluate_command(
     submitted to any sub-benchmark (limited run, manifest or protocol a sub-benchmark does
     not accept, no held-out centre search).
     """
-    from fewtrans_board.leaderboard.sub_benchmarks import statistic_ddof_of_run
-    from fewtrans_board.results.load import load_run
-    from fewtrans_board.results.summary import summarize
     from fewtrans_board.runner.run import run_evaluation
-    from fewtrans_board.runner.spec import RunSpec
 
-    shard_choice = parse_shard(shard)
-    if shard_choice is not None:
-        if shards is not None and shards != shard_choice[1]:
-            raise click.BadParameter("--shards disagrees with --shard i/n", param_hint="--shards")
-        shards = shard_choice[1]
-    spec = RunSpec(
-        model=model,
-        adapter=adapter,
-        manifest=str(manifest),
-        hpe=hpe,
-        weights=optional_str(weights),
-        root=optional_str(root),
-        config=parse_config_options(config),
-        centre_file=optional_str(centre_file),
-        limit=limit,
-        shards=shards,
-        device=resolve_device(device),
-        feature_cache=not no_feature_cache,
-        threads=threads,
-        batching=batching,
-        max_memory=max_memory,
-        image_cache=optional_str(image_cache),
-    )
+    spec, shard_index = run_spec_of_options(run_options, shard)
     warnings = submission_warnings(app, spec, leaderboard)
     if not as_json:
         for warning in warnings:
@@ -216,29 +177,69 @@ def evaluate_command(
         spec,
         app.registry,
         out,
-        shard=shard_choice[0] if shard_choice else None,
+        shard=shard_index,
         executor=executor,
         workers=workers,
         progress=show_progress(not (quiet or as_json)),
     )
-    results = load_run(out)
+    print_run_outcome(report, warnings, as_json)
+
+
+def run_spec_of_options(options: dict[str, Any], shard: str | None) -> tuple[RunSpec, int | None]:
+    """The run an ``evaluate`` command line describes, and the one shard it asks for (if any).
+
+    Raises:
+        click.BadParameter: ``--shards`` disagrees with ``--shard i/n``.
+    """
+    from fewtrans_board.runner.spec import RunSpec
+
+    shards = options["shards"]
+    shard_choice = parse_shard(shard)
+    if shard_choice is not None:
+        if shards is not None and shards != shard_choice[1]:
+            raise click.BadParameter("--shards disagrees with --shard i/n", param_hint="--shards")
+        shards = shard_choice[1]
+    spec = RunSpec(
+        model=options["model"],
+        adapter=options["adapter"],
+        manifest=str(options["manifest"]),
+        hpe=options["hpe"],
+        weights=optional_str(options["weights"]),
+        root=optional_str(options["root"]),
+        config=parse_config_options(options["config"]),
+        centre_file=optional_str(options["centre_file"]),
+        limit=options["limit"],
+        shards=shards,
+        device=resolve_device(options["device"]),
+        feature_cache=not options["no_feature_cache"],
+        threads=options["threads"],
+        batching=options["batching"],
+        max_memory=options["max_memory"],
+        image_cache=optional_str(options["image_cache"]),
+    )
+    return spec, shard_choice[0] if shard_choice else None
+
+
+def print_run_outcome(report: RunReport, warnings: list[str], as_json: bool) -> None:
+    """Print what a run did and, once complete, its summary (or all of it as JSON)."""
+    from fewtrans_board.leaderboard.sub_benchmarks import statistic_ddof_of_run
+    from fewtrans_board.results.load import load_run
+    from fewtrans_board.results.summary import summarize
+
+    results = load_run(report.out)
     summary = (
         summarize(results, ddof=statistic_ddof_of_run(results.meta["manifest"]))
         if results.complete
         else None
     )
     if as_json:
-        echo_json(
-            {
-                "report": {**report.__dict__, "out": str(report.out)},
-                "summary": summary,
-                "warnings": warnings,
-            }
-        )
+        run = {**report.__dict__, "out": str(report.out)}
+        echo_json({"report": run, "summary": summary, "warnings": warnings})
         return
     click.echo(
-        f"{out}: {len(report.shards_run)} shard(s) run, {len(report.shards_skipped)} already done, "
-        f"{report.configurations} configurations per episode, {report.seconds:.1f} s"
+        f"{report.out}: {len(report.shards_run)} shard(s) run, {len(report.shards_skipped)} "
+        f"already done, {report.configurations} configurations per episode, "
+        f"{report.seconds:.1f} s"
     )
     if summary is not None:
         print_summaries([summary])
