@@ -72,7 +72,8 @@ def demo_command(
         return
     from fewtrans_board.demo import run_demo
 
-    adapters = adapters or "mean-centroid,linear-probe,cosine-classifier"
+    if adapters is None:
+        adapters = "mean-centroid,linear-probe,cosine-classifier"
     names = [a.strip() for a in adapters.split(",") if a.strip()]
     if not names:
         raise click.BadParameter("names no adapter", param_hint="--adapters")
