@@ -19,7 +19,7 @@ LAYERS: list[set[str]] = [
     {"results"},
     {"runner"},
     {"unlearning", "meta", "analysis"},
-    {"validation", "leaderboard"},
+    {"preflight", "leaderboard"},
     {"website"},
     {"demo", "inductive_demo", "docs"},
     {"cli"},

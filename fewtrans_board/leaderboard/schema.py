@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from fewtrans_board.adapters.lockstep.settings import BATCHING_MODES
 from fewtrans_board.leaderboard.errors import SubmissionError, shown
 from fewtrans_board.leaderboard.shapes import (
     ANY,
@@ -86,7 +87,9 @@ RUN_RECORD = Record(
                 "model": NAME,
                 "adapter": NAME,
                 "hpe": NAME,
-            }
+            },
+            # Verification replays the recorded --batching mode (older runs have none).
+            {"batching": OneOf(BATCHING_MODES)},
         ),
     },
     {"environment": Mapping(ANY, max_items=100)},
