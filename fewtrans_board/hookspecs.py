@@ -54,7 +54,9 @@ def register_datasets(register: Callable[[DatasetSpec], None]) -> None:
     reader that runs only when a command is given ``--root``.
 
     Example:
-        ``register(DatasetSpec(name="my-birds", class_ids=..., reader=FolderReader(...), ...))``
+        ``from fewtrans_board import DatasetSpec``
+        ``from fewtrans_board.toolkit import FolderReader``
+        ``register(DatasetSpec(name="my-birds", ..., reader=FolderReader(subdir="images")))``
     """
 
 
@@ -74,7 +76,11 @@ def register_models(register: Callable[[ModelSpec], None]) -> None:
     and listings stay fast.
 
     Example:
-        ``register(ModelSpec(name="tiny-vit.random", loader=load_tiny_vit, ...))``
+        ``from fewtrans_board import ModelSpec``
+        ``from fewtrans_board.toolkit import load_timm_backbone``
+        ``def load(weights, device):``
+        ``    return load_timm_backbone("resnet50.a1_in1k", weights, device, name="resnet50.a1")``
+        ``register(ModelSpec(name="resnet50.a1", loader=load, family="timm", ...))``
     """
 
 

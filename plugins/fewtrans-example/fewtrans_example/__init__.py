@@ -5,6 +5,9 @@ centred, L2-normalised nearest-centroid classification) and one command
 (``fewtrans-board simpleshot-toy``, a smoke test that needs no data). Heavy libraries
 (torch, timm) are imported inside ``load``/``fit`` and the command only, so
 ``fewtrans-board --help`` stays fast.
+
+It imports only the public API: ``fewtrans_board`` (the plugin contract) and
+``fewtrans_board.toolkit`` (building blocks such as ``load_timm_backbone``).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ __version__ = "0.1.0"
 
 def load_resnet10t(weights: Path | None, device: str) -> Backbone:
     """Load timm ``resnet10t.c3_in1k`` (hub when online, or a local checkpoint)."""
-    from fewtrans_board.models.timm_family import load_timm_backbone
+    from fewtrans_board.toolkit import load_timm_backbone
 
     return load_timm_backbone(
         "resnet10t.c3_in1k", weights, device, name="example-resnet10t.c3_in1k"
@@ -159,7 +162,7 @@ def register_commands(cli: click.Group) -> None:
         """
         import json
 
-        from fewtrans_board.testing import tiny_vit_backbone, toy_episode
+        from fewtrans_board.toolkit import tiny_vit_backbone, toy_episode
 
         backbone = tiny_vit_backbone(seed)
         adapter, config = SimpleShotAdapter(), SimpleShotAdapter.Config()

@@ -46,16 +46,20 @@ def test_simpleshot_uses_nearest_centroid() -> None:
 
 
 def test_toy_command_runs_simpleshot_and_refuses_bad_counts() -> None:
+    """Drive the command as a user does: ``fewtrans-board simpleshot-toy``, this plugin only."""
     import json
+    import os
+    import subprocess
+    import sys
 
-    from click.testing import CliRunner
+    env = {**os.environ, "FEWTRANS_BOARD_LOAD_PLUGINS": "fewtrans-example"}
 
-    from fewtrans_board.cli import make_cli
-    from fewtrans_board.plugins import get_plugin_manager
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "fewtrans_board", "simpleshot-toy", *args]
+        return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
 
-    cli = make_cli(get_plugin_manager(allow=["fewtrans-example"]))
-    result = CliRunner().invoke(cli, ["simpleshot-toy", "--episodes", "2", "--json"])
-    assert result.exit_code == 0, result.output
-    assert 0 <= json.loads(result.output)["accuracy"] <= 100
-    refused = CliRunner().invoke(cli, ["simpleshot-toy", "--episodes", "0"])
-    assert refused.exit_code == 2 and "--episodes" in refused.output
+    result = run("--episodes", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    assert 0 <= json.loads(result.stdout)["accuracy"] <= 100
+    refused = run("--episodes", "0")
+    assert refused.returncode == 2 and "--episodes" in refused.stderr
