@@ -244,6 +244,19 @@ def _run(
     )
 
 
+@dataclass
+class _PoolJob:
+    """The shards ``todo`` of a run for a process pool or Ray, with what workers load."""
+
+    spec: RunSpec
+    out: Path
+    todo: list[int]
+    workers: int
+    bar: Any
+    ctx: RunContext
+    plugins: PluginSelection
+
+
 def _execute(
     ctx: RunContext,
     spec: RunSpec,
@@ -274,63 +287,47 @@ def _execute(
             for index in todo:
                 run_shard(ctx, out, index, bar.update)
         elif executor == "process":
-            _run_process_pool(spec, out, todo, workers, bar, ctx, plugins)
+            _run_process_pool(_PoolJob(spec, out, todo, workers, bar, ctx, plugins))
         else:
-            _run_ray(spec, out, todo, workers, bar, ctx, plugins)
+            _run_ray(_PoolJob(spec, out, todo, workers, bar, ctx, plugins))
     finally:
         bar.close()
 
 
-def _run_process_pool(
-    spec: RunSpec,
-    out: Path,
-    todo: list[int],
-    workers: int,
-    bar: Any,
-    ctx: RunContext,
-    plugins: PluginSelection,
-) -> None:
+def _run_process_pool(job: _PoolJob) -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from fewtrans_board.runner.placement import gpu_count, spreads_over_gpus
     from fewtrans_board.runner.worker_guard import stop_pool
 
+    spec = job.spec
     threads = resolved_threads(spec)
-    environment = ctx.numeric_environment()
+    environment = job.ctx.numeric_environment()
     context = multiprocessing.get_context("spawn")
     gpus = gpu_count() if spreads_over_gpus(spec.device) else 0
     pool = ProcessPoolExecutor(
-        max_workers=workers,
+        max_workers=job.workers,
         mp_context=context,
         initializer=_init_pool_worker,
         initargs=(os.getpid(), context.Value("i", 0), spec.device, gpus),
     )
+    arguments = (spec.to_dict(), str(job.out))
     try:
         futures = {
-            pool.submit(
-                _worker_run_shard, spec.to_dict(), str(out), i, threads, environment, plugins
-            ): i
-            for i in todo
+            pool.submit(_worker_run_shard, *arguments, i, threads, environment, job.plugins): i
+            for i in job.todo
         }
         for future in as_completed(futures):
             future.result()
-            bar.update(len(ctx.shard_episodes(futures[future])))
+            job.bar.update(len(job.ctx.shard_episodes(futures[future])))
     except BaseException:
         stop_pool(pool)  # an error or Ctrl-C: no worker goes on through the queue
         raise
     pool.shutdown(wait=True)
 
 
-def _run_ray(
-    spec: RunSpec,
-    out: Path,
-    todo: list[int],
-    workers: int,
-    bar: Any,
-    ctx: RunContext,
-    plugins: PluginSelection,
-) -> None:
+def _run_ray(job: _PoolJob) -> None:
     try:
         import ray
     except ImportError as exc:
@@ -339,34 +336,27 @@ def _run_ray(
         ) from exc
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=job.workers, include_dashboard=False, log_to_driver=False)
     try:
-        _run_ray_actors(ray, spec, out, todo, workers, bar, ctx, plugins)
+        _run_ray_actors(ray, job)
     finally:
         if started_here:
             ray.shutdown()
 
 
-def _run_ray_actors(
-    ray: Any,
-    spec: RunSpec,
-    out: Path,
-    todo: list[int],
-    workers: int,
-    bar: Any,
-    ctx: RunContext,
-    plugins: PluginSelection,
-) -> None:
+def _run_ray_actors(ray: Any, job: _PoolJob) -> None:
     """One actor per worker (per GPU for ``--device cuda``), each keeping its loaded model."""
     from ray.util import ActorPool
 
     from fewtrans_board.runner.placement import ray_device, spreads_over_gpus
 
+    # The actor class below captures only these picklable values, never the job's bar or ctx.
+    spec, out, plugins, workers = job.spec, str(job.out), job.plugins, job.workers
     on_gpus = spec.device.startswith("cuda")
     if on_gpus and spreads_over_gpus(spec.device) and workers <= 1:
         workers = max(1, int(ray.cluster_resources().get("GPU", 1)))
 
-    threads, environment = resolved_threads(spec), ctx.numeric_environment()
+    threads, environment = resolved_threads(spec), job.ctx.numeric_environment()
 
     class ShardWorker:
         def __init__(self) -> None:
@@ -376,15 +366,15 @@ def _run_ray_actors(
 
         def run(self, index: int) -> tuple[int, str]:
             path = _worker_run_shard(
-                spec.to_dict(), str(out), index, threads, environment, plugins, self.device
+                spec.to_dict(), out, index, threads, environment, plugins, self.device
             )
             return index, path
 
     actor = ray.remote(num_cpus=1, num_gpus=1 if on_gpus else 0)(ShardWorker)
-    actors = [actor.remote() for _ in range(min(workers, len(todo)))]
+    actors = [actor.remote() for _ in range(min(workers, len(job.todo)))]
     try:
-        for index, _ in ActorPool(actors).map_unordered(lambda a, i: a.run.remote(i), todo):
-            bar.update(len(ctx.shard_episodes(index)))
+        for index, _ in ActorPool(actors).map_unordered(lambda a, i: a.run.remote(i), job.todo):
+            job.bar.update(len(job.ctx.shard_episodes(index)))
     except BaseException:
         for running in actors:  # an error or Ctrl-C: no shard goes on computing
             ray.kill(running)
