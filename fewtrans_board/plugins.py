@@ -10,10 +10,11 @@ import difflib
 import importlib
 import importlib.metadata
 import os
+import pickle
 import sys
 import types
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
@@ -69,6 +70,96 @@ class PluginSource:
         return f"{self.name!r} (not from an installed distribution)"
 
 
+@dataclass(frozen=True)
+class ExtraPlugin:
+    """A plugin handed to :func:`get_plugin_manager` in ``extra_plugins``.
+
+    Attributes:
+        name: its name in the manager.
+        module: the module's import path, when the plugin is an importable module.
+        plugin: the plugin object itself (a module, or any object with hook functions).
+    """
+
+    name: str
+    module: str | None
+    plugin: Any = field(compare=False, repr=False)
+
+    def check_portable(self) -> None:
+        """Check that a worker process can get this plugin (import it, or unpickle it).
+
+        Raises:
+            PluginError: naming the plugin and how to pass it instead.
+        """
+        how = (
+            "give extra_plugins an importable module or an instance of a module-level class, "
+            "install the plugin as an entry point, or use the inline executor"
+        )
+        if isinstance(self.plugin, types.ModuleType):
+            if self.module is None or getattr(self.plugin, "__spec__", None) is None:
+                raise PluginError(
+                    f"plugin {self.name!r} is a module made in this process, which a worker "
+                    f"process cannot import; {how}"
+                )
+            return
+        try:
+            pickle.dumps(self.plugin)
+        except Exception as exc:  # pickling raises many types for unpicklable objects
+            raise PluginError(
+                f"plugin {self.name!r} was registered in this process as an object that cannot "
+                f"be sent to a worker process ({type(exc).__name__}: {exc}); {how}"
+            ) from exc
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A module travels as its import path (see :meth:`load`), other plugins as objects.
+        return (ExtraPlugin, (self.name, self.module, None if self.module else self.plugin))
+
+    def load(self) -> Any:
+        """The plugin object; a module that travelled as its path is imported here.
+
+        Raises:
+            PluginError: the module cannot be imported in this process.
+        """
+        if self.plugin is not None or self.module is None:
+            return self.plugin
+        try:
+            return importlib.import_module(self.module)
+        except Exception as exc:
+            raise PluginError(
+                f"plugin {self.name!r} (module {self.module}) cannot be imported in this "
+                f"process: {type(exc).__name__}: {exc}"
+            ) from exc
+
+
+@dataclass(frozen=True)
+class PluginSelection:
+    """Which third-party plugins a manager loaded, so another process can load the same.
+
+    Process-pool and Ray workers rebuild their registry from this (pickled) rather than
+    from every installed entry point, so a run never sees a plugin its caller left out.
+
+    Attributes:
+        entry_points: the ``(entry-point name, distribution)`` pairs loaded, sorted.
+        extras: the ``extra_plugins``, in registration order.
+    """
+
+    entry_points: tuple[tuple[str, str | None], ...] = ()
+    extras: tuple[ExtraPlugin, ...] = ()
+
+    def key(self) -> str:
+        """A text naming every plugin of the selection (for caches keyed by plugin set)."""
+        names = [f"{n} ({d})" for n, d in self.entry_points]
+        return ", ".join(names + [extra.name for extra in self.extras])
+
+    def check_portable(self) -> None:
+        """Check that every extra plugin can be sent to another process.
+
+        Raises:
+            PluginError: naming the plugin and how to pass it instead.
+        """
+        for extra in self.extras:
+            extra.check_portable()
+
+
 class PluginManager(pluggy.PluginManager):
     """A pluggy manager that remembers the distribution and version of every plugin."""
 
@@ -77,6 +168,8 @@ class PluginManager(pluggy.PluginManager):
         self.sources: dict[str, PluginSource] = {}
         self.warnings: list[str] = []
         """Problems that do not stop the plugin from loading (the CLI prints them)."""
+        self.selection: PluginSelection | None = None
+        """The third-party plugins loaded (set by :func:`get_plugin_manager`)."""
 
     def register_plugin(self, plugin: object, source: PluginSource) -> None:
         """Register ``plugin`` under ``source.name``, turning pluggy errors into ours.
@@ -191,6 +284,54 @@ def _load_entry_point(pm: PluginManager, ep: importlib.metadata.EntryPoint) -> N
     pm.register_plugin(plugin, source)
 
 
+def _dist_name(ep: importlib.metadata.EntryPoint) -> str | None:
+    return ep.dist.metadata["Name"] if ep.dist is not None else None
+
+
+def _new_manager(env: Mapping[str, str]) -> PluginManager:
+    """A manager with the hookspecs and the built-in plugins."""
+    pm = PluginManager()
+    pm.add_hookspecs(hookspecs)
+    if env.get(TRACE_PLUGINS_ENV, "") not in ("", "0"):
+        pm.trace.root.setwriter(sys.stderr.write)
+        pm.enable_tracing()
+    for module_name in DEFAULT_PLUGINS:
+        pm.register_plugin(
+            importlib.import_module(module_name),
+            PluginSource(module_name, DISTRIBUTION, __version__, builtin=True, module=module_name),
+        )
+    return pm
+
+
+def _finish(
+    pm: PluginManager,
+    loaded: list[importlib.metadata.EntryPoint],
+    extra_plugins: Mapping[str, Any],
+) -> PluginManager:
+    """Register the extra plugins, check every hook and record the selection."""
+    extras = []
+    for name, plugin in extra_plugins.items():
+        module = plugin.__name__ if isinstance(plugin, types.ModuleType) else None
+        pm.register_plugin(plugin, PluginSource(name, None, None, builtin=False, module=module))
+        extras.append(ExtraPlugin(name, module, plugin))
+    _check_unknown_hooks(pm)
+    pm.selection = PluginSelection(
+        tuple(sorted((ep.name, _dist_name(ep)) for ep in loaded)), tuple(extras)
+    )
+    return pm
+
+
+def _load_selected(
+    pm: PluginManager, chosen: Callable[[importlib.metadata.EntryPoint], bool]
+) -> list[importlib.metadata.EntryPoint]:
+    loaded = []
+    for ep in _iter_entry_points():
+        if chosen(ep):
+            _load_entry_point(pm, ep)
+            loaded.append(ep)
+    return loaded
+
+
 def get_plugin_manager(
     *,
     entry_points: bool = True,
@@ -199,6 +340,9 @@ def get_plugin_manager(
     environ: Mapping[str, str] | None = None,
 ) -> PluginManager:
     """Build a fresh plugin manager with built-ins, third-party plugins and checks applied.
+
+    The manager's :attr:`~PluginManager.selection` records which plugins were loaded, so
+    worker processes can load the same ones (:func:`plugin_manager_for`).
 
     Args:
         entry_points: load third-party plugins from the ``fewtrans_board`` entry-point group.
@@ -215,31 +359,41 @@ def get_plugin_manager(
             unknown hook.
     """
     env = os.environ if environ is None else environ
-    pm = PluginManager()
-    pm.add_hookspecs(hookspecs)
-    if env.get(TRACE_PLUGINS_ENV, "") not in ("", "0"):
-        pm.trace.root.setwriter(sys.stderr.write)
-        pm.enable_tracing()
-
-    for module_name in DEFAULT_PLUGINS:
-        pm.register_plugin(
-            importlib.import_module(module_name),
-            PluginSource(module_name, DISTRIBUTION, __version__, builtin=True, module=module_name),
-        )
-
+    pm = _new_manager(env)
+    loaded: list[importlib.metadata.EntryPoint] = []
     if entry_points:
         allowed = (
             frozenset(allow) if allow is not None else parse_allow_list(env.get(LOAD_PLUGINS_ENV))
         )
-        for ep in _iter_entry_points():
-            dist_name = ep.dist.metadata["Name"] if ep.dist is not None else None
-            if allowed is not None and ep.name not in allowed and dist_name not in allowed:
-                continue
-            _load_entry_point(pm, ep)
+        loaded = _load_selected(
+            pm, lambda ep: allowed is None or ep.name in allowed or _dist_name(ep) in allowed
+        )
+    return _finish(pm, loaded, extra_plugins or {})
 
-    for name, plugin in (extra_plugins or {}).items():
-        module = plugin.__name__ if isinstance(plugin, types.ModuleType) else None
-        pm.register_plugin(plugin, PluginSource(name, None, None, builtin=False, module=module))
 
-    _check_unknown_hooks(pm)
-    return pm
+def plugin_manager_for(
+    selection: PluginSelection, environ: Mapping[str, str] | None = None
+) -> PluginManager:
+    """Build a manager with exactly the plugins of ``selection`` (in a worker process).
+
+    Entry points are matched by name and distribution; the allow-list environment variable
+    is not read, so a worker loads what its caller loaded, whatever its own environment.
+
+    Args:
+        selection: the caller's :attr:`PluginManager.selection`.
+        environ: environment to read the tracing setting from; defaults to ``os.environ``.
+
+    Raises:
+        PluginError: a selected plugin is not installed here, fails to import, or is invalid.
+    """
+    pm = _new_manager(os.environ if environ is None else environ)
+    wanted = set(selection.entry_points)
+    loaded = _load_selected(pm, lambda ep: (ep.name, _dist_name(ep)) in wanted)
+    missing = wanted - {(ep.name, _dist_name(ep)) for ep in loaded}
+    if missing:
+        name, dist = sorted(missing, key=str)[0]
+        raise PluginError(
+            f"plugin {name!r} ({dist or 'no distribution'}) is loaded by the caller but not "
+            "installed where this worker runs; install the same plugins on every worker"
+        )
+    return _finish(pm, loaded, {extra.name: extra.load() for extra in selection.extras})

@@ -25,7 +25,7 @@ from fewtrans_board.errors import (
     UnknownNameError,
 )
 from fewtrans_board.models.spec import ModelSpec
-from fewtrans_board.plugins import PluginManager, PluginSource
+from fewtrans_board.plugins import PluginManager, PluginSelection, PluginSource
 
 T = TypeVar("T")
 
@@ -216,12 +216,15 @@ class Registry:
         datasets: the dataset catalog.
         models: the model catalog.
         adapters: the adapter catalog (entries hold classes).
+        plugins: the third-party plugins it was built from (``None`` for a registry not
+            built from a plugin manager); worker processes load the same ones.
     """
 
     def __init__(self) -> None:
         self.datasets: Catalog[DatasetSpec] = Catalog("dataset")
         self.models: Catalog[ModelSpec] = Catalog("model")
         self.adapters: Catalog[type[Adapter]] = Catalog("adapter")
+        self.plugins: PluginSelection | None = None
 
     def model(self, name: str) -> Registered[ModelSpec]:
         """Look up a model by name, including ``FAMILY:ARGUMENT`` forms."""
@@ -243,6 +246,7 @@ class Registry:
             PluginError: a plugin's hook raised; the message names the plugin.
         """
         registry = cls()
+        registry.plugins = pm.selection
         hooks: list[tuple[str, Catalog[Any], Callable[[object], str]]] = [
             ("register_datasets", registry.datasets, _check_dataset),
             ("register_models", registry.models, _check_model),

@@ -162,3 +162,71 @@ def test_plugin_command_cannot_replace_builtin(invoke) -> None:  # type: ignore[
     pm = get_plugin_manager(entry_points=False, extra_plugins={"hijack": Hijack()})
     with pytest.raises(DuplicateNameError, match=r"'plugins'.*commands.*'hijack'"):
         make_cli(pm)
+
+
+def test_selection_records_what_was_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_entry_points(
+        monkeypatch, broken="tests.plugins.broken_import", hello="tests.plugins.hello_command"
+    )
+    from tests.plugins import tiny_models
+
+    pm = get_plugin_manager(allow=["hello"], extra_plugins={"mod": tiny_models})
+    assert pm.selection is not None
+    assert pm.selection.entry_points == (("hello", None),)
+    assert [(e.name, e.module) for e in pm.selection.extras] == [
+        ("mod", "tests.plugins.tiny_models")
+    ]
+    assert Registry.from_plugin_manager(pm).plugins == pm.selection
+    empty = get_plugin_manager(entry_points=False).selection
+    assert empty is not None and empty.entry_points == () and empty.extras == ()
+
+
+def test_a_worker_manager_loads_exactly_the_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pickle
+
+    from fewtrans_board.plugins import plugin_manager_for
+    from tests.plugins import tiny_models
+
+    fake_entry_points(
+        monkeypatch, broken="tests.plugins.broken_import", hello="tests.plugins.hello_command"
+    )
+    selection = get_plugin_manager(
+        environ={LOAD_PLUGINS_ENV: "hello"}, extra_plugins={"mod": tiny_models}
+    ).selection
+    assert selection is not None
+    travelled = pickle.loads(pickle.dumps(selection))  # as a worker receives it
+    # The worker's own environment allows everything (or nothing): the selection decides.
+    for environ in ({}, {LOAD_PLUGINS_ENV: ""}, {LOAD_PLUGINS_ENV: "broken,hello"}):
+        pm = plugin_manager_for(travelled, environ=environ)
+        assert pm.get_plugin("hello") is not None and pm.get_plugin("broken") is None
+        assert pm.get_plugin("mod") is tiny_models
+        assert pm.selection == selection
+
+
+def test_a_worker_without_a_selected_plugin_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fewtrans_board.plugins import plugin_manager_for
+
+    fake_entry_points(monkeypatch, hello="tests.plugins.hello_command")
+    selection = get_plugin_manager().selection
+    assert selection is not None
+    fake_entry_points(monkeypatch)  # the worker's machine lacks the plugin
+    with pytest.raises(PluginError, match=r"'hello'.*not installed where this worker runs"):
+        plugin_manager_for(selection)
+
+
+def test_in_process_plugins_that_cannot_travel_are_named() -> None:
+    import types
+
+    made_here = types.ModuleType("made_here")
+    for extras in ({"local": adapter_plugin(CentroidAdapter)}, {"made": made_here}):
+        selection = get_plugin_manager(entry_points=False, extra_plugins=extras).selection
+        assert selection is not None
+        with pytest.raises(PluginError, match="cannot") as info:
+            selection.check_portable()
+        assert repr(next(iter(extras))) in str(info.value)
+        assert "inline executor" in str(info.value)
+    from tests.plugins import tiny_models
+
+    portable = get_plugin_manager(entry_points=False, extra_plugins={"mod": tiny_models})
+    assert portable.selection is not None
+    portable.selection.check_portable()

@@ -363,6 +363,55 @@ def test_process_executor_matches_inline(tmp_path: Path, invoke) -> None:  # typ
     assert load_run(inline).meta["run_id"] == load_run(pooled).meta["run_id"]
 
 
+def test_process_workers_load_only_the_callers_plugins(  # type: ignore[no-untyped-def]
+    tmp_path: Path, invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import installed_distribution
+    from tests.plugins.import_marker import MARKER_ENV
+
+    marker = tmp_path / "imported-by.txt"
+    monkeypatch.setenv(MARKER_ENV, str(marker))
+    pooled = ("--limit", "2", "--shards", "2", "--executor", "process", "--workers", "2")
+
+    def importers() -> set[str]:
+        """Processes other than this one that imported the plugin (the workers)."""
+        lines = marker.read_text().split() if marker.exists() else []
+        return set(lines) - {str(os.getpid())}
+
+    module = "tests.plugins.import_marker"
+    with installed_distribution(tmp_path / "dist", "fewtrans-marker", "0.1", module):
+        result = invoke(
+            evaluate_args(tmp_path / "without", "mean-centroid", *pooled),
+            pm=get_plugin_manager(allow=["fewtrans-example"]),  # installed, allowed; not it
+        )
+        assert result.exit_code == 0, result.output
+        assert importers() == set(), "a worker loaded a plugin the caller's allow-list excludes"
+
+        result = invoke(
+            evaluate_args(tmp_path / "with", "marked-centroid", *pooled),
+            pm=get_plugin_manager(allow=["fewtrans-marker"]),
+        )
+        assert result.exit_code == 0, result.output
+        assert importers(), "the workers ran the plugin's adapter without importing it?"
+        assert load_run(tmp_path / "with").meta["adapter"]["name"] == "marked-centroid"
+
+
+def test_an_in_process_plugin_object_is_refused_before_any_pool(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import CentroidAdapter, adapter_plugin
+
+    pm = get_plugin_manager(
+        entry_points=False, extra_plugins={"local": adapter_plugin(CentroidAdapter)}
+    )
+    out = tmp_path / "pooled"
+    args = ("--limit", "2", "--shards", "2", "--executor", "process", "--workers", "2")
+    result = invoke(evaluate_args(out, "test-centroid", *args), pm=pm)
+    assert result.exit_code == 1
+    assert "plugin 'local'" in result.output and "inline executor" in result.output
+    assert "Traceback" not in result.output and not out.exists()
+    inline = invoke(evaluate_args(out, "test-centroid", "--limit", "2", "--shards", "2"), pm=pm)
+    assert inline.exit_code == 0, inline.output
+
+
 def test_ray_executor_matches_inline(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("ray")
     pm = get_plugin_manager(entry_points=False)

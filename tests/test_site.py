@@ -15,7 +15,9 @@ import subprocess
 import sys
 import threading
 import zipfile
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -253,6 +255,87 @@ def test_submit_page_matches_the_cli(site: tuple[Path, Path], invoke) -> None:  
     assert len(commands) >= 7
     for words in commands:
         assert invoke([*words.split()[:2], "--help"]).exit_code == 0, words
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> Counter[str]:
+    """Count calls of ``module.name`` by run folder, in every module that imported it."""
+    original = getattr(module, name)
+    counts: Counter[str] = Counter()
+
+    def counting(first: Any, *args: Any, **kwargs: Any) -> Any:
+        counts[str(getattr(first, "path", first))] += 1
+        return original(first, *args, **kwargs)
+
+    for loaded in list(sys.modules.values()):
+        if getattr(loaded, "__name__", "").startswith("fewtrans_board") and (
+            getattr(loaded, name, None) is original
+        ):
+            monkeypatch.setattr(loaded, name, counting)
+    return counts
+
+
+def test_a_site_build_loads_and_summarises_each_run_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fewtrans_board.analysis.sensitivity  # noqa: F401  (imported before counting)
+    import fewtrans_board.results.load as results_load
+    import fewtrans_board.results.summary as results_summary
+    from fewtrans_board.website.build import build_site
+
+    store = ROOT / "leaderboard"  # six runs of one benchmark: the sensitivity page is built
+    runs = {str(p) for p in find_runs([store / "results"])}
+    loads = _count_calls(monkeypatch, results_load, "load_run")
+    summaries = _count_calls(monkeypatch, results_summary, "summarize")
+    build_site(store, tmp_path / "site")
+    assert "Hyperparameter sensitivity" in (tmp_path / "site" / "analyses-demo.html").read_text()
+    assert len(runs) >= 3
+    assert loads == dict.fromkeys(runs, 1)
+    assert summaries == dict.fromkeys(runs, 1)
+
+
+def test_the_index_and_the_site_share_one_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fewtrans_board.results.load as results_load
+    from fewtrans_board.leaderboard.entries import load_entries
+    from fewtrans_board.leaderboard.index import build_index
+    from fewtrans_board.leaderboard.store import LeaderboardStore
+    from fewtrans_board.website.data import build_site_data
+
+    store = LeaderboardStore(ROOT / "leaderboard")
+    expected = build_index(store)
+    loads = _count_calls(monkeypatch, results_load, "load_run")
+    entries = list(load_entries(store))
+    assert build_index(store, entries) == expected
+    data = build_site_data(store, entries=entries)
+    assert {m.id for m in data.methods} == {e["id"] for e in expected["submissions"]}
+    assert set(loads.values()) == {1}
+    assert len(loads) == sum(len(e["runs"]) for e in expected["submissions"])
+
+
+def test_columns_convert_like_python_lists() -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    from fewtrans_board.results.load import column_array
+
+    run = load_run(find_runs([ROOT / "leaderboard" / "results"])[0])
+    words = pa.dictionary(pa.int32(), pa.string())
+    columns = [
+        run.table.column(f.name) for f in run.table.schema if not pa.types.is_list(f.type)
+    ] + [
+        pa.chunked_array(  # chunks with different dictionaries
+            [pa.array(["hpe", "vote", "hpe"], words), pa.array(["é", "oracle"], words)]
+        ),
+        pa.chunked_array([pa.array([0.5, 1e-3], pa.float32()), pa.array([2.0], pa.float32())]),
+        pa.chunked_array([pa.array([1, None], pa.int32())]),  # nulls: the general path
+        pa.chunked_array([], type=pa.int16()),
+    ]
+    for column in columns:
+        expected = np.asarray(column.to_pylist())
+        actual = column_array(column)
+        assert actual.dtype == expected.dtype, column.type
+        assert actual.tolist() == expected.tolist(), column.type
 
 
 def test_strict_undefined(tmp_path: Path) -> None:

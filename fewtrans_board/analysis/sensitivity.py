@@ -8,7 +8,7 @@ volatile methods are pulled down by their poor configurations.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fewtrans_board.analysis.plots import scatter
@@ -21,16 +21,27 @@ from fewtrans_board.stats.correlation import pearson
 PAPER_R = 0.38
 
 
-def sensitivity_points(runs: Sequence[RunResults]) -> list[dict[str, Any]]:
+def sensitivity_points(
+    runs: Sequence[RunResults], summaries: Sequence[Mapping[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """One point per run with more than one configuration (single-config runs have no spread).
+
+    Args:
+        runs: the loaded runs.
+        summaries: each run's :func:`~fewtrans_board.results.summary.summarize`, aligned
+            with ``runs``, when the caller already has them (the site build does); the
+            fields used here do not depend on the summary's ``ddof``. Default: summarise.
 
     Returns:
         ``{run_id, path, model, adapter, dataset, configurations, sensitivity, penalty}``
         per run, in input order.
     """
+    if summaries is None:
+        summaries = [summarize(run) for run in runs]
+    elif len(summaries) != len(runs):
+        raise ValueError(f"{len(summaries)} summaries for {len(runs)} runs")
     points = []
-    for run in runs:
-        summary = summarize(run)
+    for summary in summaries:
         if summary["configurations"] < 2:
             continue
         points.append(
@@ -48,13 +59,19 @@ def sensitivity_points(runs: Sequence[RunResults]) -> list[dict[str, Any]]:
     return points
 
 
-def sensitivity_report(runs: Sequence[RunResults]) -> tuple[dict[str, Any], str]:
+def sensitivity_report(
+    runs: Sequence[RunResults], summaries: Sequence[Mapping[str, Any]] | None = None
+) -> tuple[dict[str, Any], str]:
     """Pearson correlation of sensitivity and HPE penalty across runs, with its figure.
+
+    Args:
+        runs: the loaded runs.
+        summaries: their summaries when the caller has them (see :func:`sensitivity_points`).
 
     Raises:
         FewtransError: fewer than three runs with an HPE grid (no correlation to report).
     """
-    points = sensitivity_points(runs)
+    points = sensitivity_points(runs, summaries)
     if len(points) < 3:
         raise FewtransError(
             f"sensitivity needs at least 3 runs with an HPE grid (more than one configuration); "

@@ -1,5 +1,9 @@
 """Read stored entries for the index and the site: through the schema, or stop naming them.
 
+:func:`load_entries` is the one place a build reads the store: it loads each run once and
+summarises it once, and the index (:mod:`~fewtrans_board.leaderboard.index`) and the site
+data are both views of the :class:`LoadedEntry` objects it yields.
+
 ``leaderboard rebuild`` and ``site build`` tolerate nothing silently: an entry whose files
 are outside the layout, whose metadata does not match the schema, whose runs are damaged or
 point at a manifest this store has not frozen, is refused with one
@@ -17,12 +21,14 @@ from typing import Any
 from fewtrans_board.errors import describe
 from fewtrans_board.leaderboard.columns import check_columns
 from fewtrans_board.leaderboard.errors import SubmissionError
-from fewtrans_board.leaderboard.meta import SubmissionMeta
+from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
 from fewtrans_board.leaderboard.runs import load_checked_run
 from fewtrans_board.leaderboard.schema import STATUS
 from fewtrans_board.leaderboard.shapes import check, load_json
 from fewtrans_board.leaderboard.store import LeaderboardStore
+from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 from fewtrans_board.results.load import RunResults
+from fewtrans_board.results.summary import summarize
 
 
 @dataclass
@@ -123,3 +129,105 @@ def read_entry(store: LeaderboardStore, ident: str) -> StoredEntry:
             check_columns(run, where, manifest.dataset)
             entry.runs.append(StoredRun(run, filename, manifest.dataset, manifest.meta))
         return entry
+
+
+@dataclass
+class LoadedEntry:
+    """A stored submission with its runs loaded and summarised, once per build.
+
+    Attributes:
+        id: the submission id.
+        meta: its parsed ``submission.toml``.
+        status: ``validated`` or ``verified``.
+        stored: the entry as read (runs with their frozen manifests, centre search).
+        superseded_by: the id of the submission that supersedes it, if any.
+        summaries: :func:`~fewtrans_board.results.summary.summarize` of each run (with the
+            benchmark's ``ddof``; dataset and manifest from the frozen manifest), aligned
+            with ``stored.runs``.
+    """
+
+    id: str
+    meta: SubmissionMeta
+    status: str
+    stored: StoredEntry
+    superseded_by: str | None = None
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _superseded(metas: dict[str, SubmissionMeta]) -> dict[str, str]:
+    """``{superseded id: superseding id}``; each entry superseded once, by a stored entry, no cycle.
+
+    Raises:
+        SubmissionError: ``bad-store-entry`` naming the entries.
+    """
+    superseded: dict[str, str] = {}
+    for ident, meta in metas.items():
+        old = meta.supersedes
+        if not old:
+            continue
+        if old not in metas:
+            raise SubmissionError(
+                "bad-store-entry", f"stored entry {ident} supersedes {old!r}, which is not stored"
+            )
+        if old in superseded:
+            raise SubmissionError(
+                "bad-store-entry", f"{old} is superseded by both {superseded[old]} and {ident}"
+            )
+        superseded[old] = ident
+    for start in superseded:
+        seen, current = {start}, start
+        while current in superseded:
+            current = superseded[current]
+            if current in seen:
+                raise SubmissionError(
+                    "bad-store-entry", f"stored entries supersede each other in a cycle ({start})"
+                )
+            seen.add(current)
+    return superseded
+
+
+def _check_no_foreign_folders(store: LeaderboardStore, idents: list[str]) -> None:
+    """Refuse a folder under ``submissions/`` that is not a stored entry (it would be ignored)."""
+    foreign = sorted(
+        p.name
+        for p in (store.submissions_dir.iterdir() if store.submissions_dir.is_dir() else [])
+        if not p.name.startswith(".") and p.name not in idents
+    )
+    if foreign:
+        raise SubmissionError(
+            "bad-store-entry",
+            f"{store.submissions_dir.name}/{foreign[0]} is not a stored entry (no "
+            "submission.toml); remove it",
+        )
+
+
+def load_entries(store: LeaderboardStore) -> Iterator[LoadedEntry]:
+    """Every stored submission, sorted by id, each run loaded once and summarised once.
+
+    Entries are produced one at a time so a caller that keeps only the summaries never
+    holds every run in memory at once; a caller that needs them twice keeps the list.
+
+    Raises:
+        SubmissionError: a stored entry is unreadable (named; nothing is skipped).
+    """
+    idents = store.submission_ids()
+    _check_no_foreign_folders(store, idents)
+    metas = {}
+    for ident in idents:
+        with entry_errors(ident):
+            metas[ident] = read_meta(
+                (store.submissions_dir / ident / "submission.toml").read_bytes()
+            )
+    superseded = _superseded(metas)
+    for ident in idents:
+        stored = read_entry(store, ident)
+        ddof = SUB_BENCHMARKS[stored.meta.benchmark].statistic_ddof
+        entry = LoadedEntry(
+            ident, stored.meta, stored.status, stored, superseded_by=superseded.get(ident)
+        )
+        with entry_errors(ident):
+            for item in stored.runs:
+                summary = summarize(item.run, ddof=ddof, manifest=item.manifest_meta)
+                summary.update(dataset=item.dataset, manifest=item.manifest)
+                entry.summaries.append(summary)
+        yield entry

@@ -59,10 +59,14 @@ class RunResults:
         return f"{self.meta['model']['name']} / {self.meta['adapter']['name']}"
 
     def column(self, name: str) -> np.ndarray:
-        """A column as a numpy array, converted once and cached: treat it as read-only."""
+        """A column as a numpy array, converted once and cached: treat it as read-only.
+
+        Integers come back as int64, floats as float64 and strings as a fixed-width unicode
+        array (what ``np.asarray`` of the Python values gives), converted by Arrow.
+        """
         column = self._columns.get(name)
         if column is None:
-            column = np.asarray(self.table.column(name).to_pylist())
+            column = column_array(self.table.column(name))
             column.flags.writeable = False
             self._columns[name] = column
         return column
@@ -130,6 +134,35 @@ class RunResults:
         out["oracle"] = matrix[:, best]
         out["mean-single"] = np.nanmean(matrix, axis=1)
         return out
+
+
+def column_array(column: Any) -> np.ndarray:
+    """A scalar Arrow column as numpy, without a Python object per row.
+
+    Strings (plain or dictionary-encoded) are decoded through their distinct values only.
+    Columns with nulls, or of other types, take the general path (``to_pylist``), so the
+    result always equals ``np.asarray(column.to_pylist())``.
+
+    Args:
+        column: a ``pyarrow.ChunkedArray`` (or ``Array``).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    if column.null_count == 0 and len(column) > 0:
+        if pa.types.is_integer(kind) and not pa.types.is_dictionary(column.type):
+            return np.asarray(column.to_numpy(), dtype=np.int64)
+        if pa.types.is_floating(kind) and not pa.types.is_dictionary(column.type):
+            return np.asarray(column.to_numpy(), dtype=np.float64)
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            encoded = pc.dictionary_encode(column.cast(kind))
+            if isinstance(encoded, pa.ChunkedArray):
+                encoded = encoded.combine_chunks()
+            values = np.asarray(encoded.dictionary.to_pylist(), dtype=str)
+            decoded: np.ndarray = values[encoded.indices.to_numpy()]
+            return decoded
+    return np.asarray(column.to_pylist())
 
 
 def find_runs(paths: list[Path]) -> list[Path]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from fewtrans_board.canonical import canonical_json
 from fewtrans_board.errors import FewtransError
+from fewtrans_board.plugins import PluginSelection
 from fewtrans_board.registry import Registry
 from fewtrans_board.results.shards import write_shard
 from fewtrans_board.runner.context import RunContext
@@ -88,16 +89,35 @@ def decoded_folder(spec: RunSpec, out: Path) -> Path:
     return Path(spec.image_cache) if spec.image_cache else out / "decoded"
 
 
+def worker_plugins(registry: Registry) -> PluginSelection:
+    """The plugins a worker process must load to resolve names as ``registry`` does.
+
+    Raises:
+        FewtransError: the registry was not built from a plugin manager, or one of its
+            extra plugins cannot be sent to another process (named, with what to do).
+    """
+    if registry.plugins is None:
+        raise FewtransError(
+            "the process and ray executors rebuild the registry in each worker, but this "
+            "registry was not built from a plugin manager; build it with "
+            "Registry.from_plugin_manager(get_plugin_manager(...)) or use the inline executor"
+        )
+    registry.plugins.check_portable()
+    return registry.plugins
+
+
 def _worker_run_shard(
     spec_dict: dict[str, Any],
     out: str,
     index: int,
     threads: int,
     environment: dict[str, Any],
+    plugins: PluginSelection,
     device: str | None = None,
 ) -> str:
     """Process-pool / Ray entry point: build a context in the worker and run one shard.
 
+    The worker loads the caller's plugins (``plugins``), never every installed one.
     Refuses to compute when the worker's numeric environment differs from the run's (a
     Ray node with another GPU or library version would otherwise mix numbers silently).
     """
@@ -105,15 +125,15 @@ def _worker_run_shard(
 
     import torch
 
-    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.plugins import plugin_manager_for
 
     torch.set_num_threads(threads)
     spec = RunSpec.from_dict(spec_dict)
     device = device or _POOL_DEVICE.get("device") or spec.device
-    key = (canonical_json(spec_dict), device)
+    key = (canonical_json(spec_dict), device, plugins.key())
     ctx = _WORKER_CONTEXTS.get(key)
     if ctx is None:
-        registry = Registry.from_plugin_manager(get_plugin_manager())
+        registry = Registry.from_plugin_manager(plugin_manager_for(plugins))
         ctx = RunContext(spec, registry, check_items=False)
         ctx.feature_folder = Path(out) / "features"
         ctx.decoded_folder = decoded_folder(spec, Path(out))
@@ -129,7 +149,7 @@ def _worker_run_shard(
     return str(run_shard(ctx, Path(out), index))
 
 
-_WORKER_CONTEXTS: dict[tuple[str, str], RunContext] = {}
+_WORKER_CONTEXTS: dict[tuple[str, str, str], RunContext] = {}
 _POOL_DEVICE: dict[str, str] = {}
 
 
@@ -203,12 +223,14 @@ def _run(
         raise FewtransError(f"unknown executor {executor!r}; use inline, process or ray")
     if workers < 1:
         raise FewtransError(f"--workers must be at least 1, got {workers}")
+    # Checked before a results folder is made: workers must be able to load these plugins.
+    plugins = worker_plugins(registry) if executor != "inline" else None
     indices = [shard] if shard is not None else list(range(ctx.shard_count))
     # The run identity loads the model and adapter: a broken plugin fails here, before a
     # results folder (and its locks) is created for nothing.
     ctx.run_id()
     with claim_shards(ctx, out, indices) as claim:
-        _execute(ctx, spec, out, claim.todo, executor, workers, progress)
+        _execute(ctx, spec, out, claim.todo, executor, workers, progress, plugins)
     todo, done = claim.todo, claim.done
     return RunReport(
         out=out,
@@ -222,6 +244,19 @@ def _run(
     )
 
 
+@dataclass
+class _PoolJob:
+    """The shards ``todo`` of a run for a process pool or Ray, with what workers load."""
+
+    spec: RunSpec
+    out: Path
+    todo: list[int]
+    workers: int
+    bar: Any
+    ctx: RunContext
+    plugins: PluginSelection
+
+
 def _execute(
     ctx: RunContext,
     spec: RunSpec,
@@ -230,8 +265,12 @@ def _execute(
     executor: str,
     workers: int,
     progress: bool,
+    plugins: PluginSelection | None,
 ) -> None:
-    """Compute the shards ``todo`` (their locks are held by the caller)."""
+    """Compute the shards ``todo`` (their locks are held by the caller).
+
+    ``plugins`` are what process and Ray workers load (required for those executors).
+    """
     from tqdm import tqdm
 
     if todo:
@@ -244,53 +283,51 @@ def _execute(
         disable=not progress or total == 0,
     )
     try:
-        if executor == "inline" or len(todo) <= 1:
+        if executor == "inline" or len(todo) <= 1 or plugins is None:
             for index in todo:
                 run_shard(ctx, out, index, bar.update)
         elif executor == "process":
-            _run_process_pool(spec, out, todo, workers, bar, ctx)
+            _run_process_pool(_PoolJob(spec, out, todo, workers, bar, ctx, plugins))
         else:
-            _run_ray(spec, out, todo, workers, bar, ctx)
+            _run_ray(_PoolJob(spec, out, todo, workers, bar, ctx, plugins))
     finally:
         bar.close()
 
 
-def _run_process_pool(
-    spec: RunSpec, out: Path, todo: list[int], workers: int, bar: Any, ctx: RunContext
-) -> None:
+def _run_process_pool(job: _PoolJob) -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from fewtrans_board.runner.placement import gpu_count, spreads_over_gpus
     from fewtrans_board.runner.worker_guard import stop_pool
 
+    spec = job.spec
     threads = resolved_threads(spec)
-    environment = ctx.numeric_environment()
+    environment = job.ctx.numeric_environment()
     context = multiprocessing.get_context("spawn")
     gpus = gpu_count() if spreads_over_gpus(spec.device) else 0
     pool = ProcessPoolExecutor(
-        max_workers=workers,
+        max_workers=job.workers,
         mp_context=context,
         initializer=_init_pool_worker,
         initargs=(os.getpid(), context.Value("i", 0), spec.device, gpus),
     )
+    arguments = (spec.to_dict(), str(job.out))
     try:
         futures = {
-            pool.submit(_worker_run_shard, spec.to_dict(), str(out), i, threads, environment): i
-            for i in todo
+            pool.submit(_worker_run_shard, *arguments, i, threads, environment, job.plugins): i
+            for i in job.todo
         }
         for future in as_completed(futures):
             future.result()
-            bar.update(len(ctx.shard_episodes(futures[future])))
+            job.bar.update(len(job.ctx.shard_episodes(futures[future])))
     except BaseException:
         stop_pool(pool)  # an error or Ctrl-C: no worker goes on through the queue
         raise
     pool.shutdown(wait=True)
 
 
-def _run_ray(
-    spec: RunSpec, out: Path, todo: list[int], workers: int, bar: Any, ctx: RunContext
-) -> None:
+def _run_ray(job: _PoolJob) -> None:
     try:
         import ray
     except ImportError as exc:
@@ -299,27 +336,27 @@ def _run_ray(
         ) from exc
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=job.workers, include_dashboard=False, log_to_driver=False)
     try:
-        _run_ray_actors(ray, spec, out, todo, workers, bar, ctx)
+        _run_ray_actors(ray, job)
     finally:
         if started_here:
             ray.shutdown()
 
 
-def _run_ray_actors(
-    ray: Any, spec: RunSpec, out: Path, todo: list[int], workers: int, bar: Any, ctx: RunContext
-) -> None:
+def _run_ray_actors(ray: Any, job: _PoolJob) -> None:
     """One actor per worker (per GPU for ``--device cuda``), each keeping its loaded model."""
     from ray.util import ActorPool
 
     from fewtrans_board.runner.placement import ray_device, spreads_over_gpus
 
+    # The actor class below captures only these picklable values, never the job's bar or ctx.
+    spec, out, plugins, workers = job.spec, str(job.out), job.plugins, job.workers
     on_gpus = spec.device.startswith("cuda")
     if on_gpus and spreads_over_gpus(spec.device) and workers <= 1:
         workers = max(1, int(ray.cluster_resources().get("GPU", 1)))
 
-    threads, environment = resolved_threads(spec), ctx.numeric_environment()
+    threads, environment = resolved_threads(spec), job.ctx.numeric_environment()
 
     class ShardWorker:
         def __init__(self) -> None:
@@ -329,15 +366,15 @@ def _run_ray_actors(
 
         def run(self, index: int) -> tuple[int, str]:
             path = _worker_run_shard(
-                spec.to_dict(), str(out), index, threads, environment, self.device
+                spec.to_dict(), out, index, threads, environment, plugins, self.device
             )
             return index, path
 
     actor = ray.remote(num_cpus=1, num_gpus=1 if on_gpus else 0)(ShardWorker)
-    actors = [actor.remote() for _ in range(min(workers, len(todo)))]
+    actors = [actor.remote() for _ in range(min(workers, len(job.todo)))]
     try:
-        for index, _ in ActorPool(actors).map_unordered(lambda a, i: a.run.remote(i), todo):
-            bar.update(len(ctx.shard_episodes(index)))
+        for index, _ in ActorPool(actors).map_unordered(lambda a, i: a.run.remote(i), job.todo):
+            job.bar.update(len(job.ctx.shard_episodes(index)))
     except BaseException:
         for running in actors:  # an error or Ctrl-C: no shard goes on computing
             ray.kill(running)

@@ -38,11 +38,13 @@ class AnalysisSection:
 def _sensitivity(view: BenchmarkView) -> AnalysisSection | None:
     from fewtrans_board.analysis.sensitivity import sensitivity_points, sensitivity_report
 
-    runs = [r.run for m in view.methods for r in m.runs.values()]
-    points = sensitivity_points(runs)
+    method_runs = [r for m in view.methods for r in m.runs.values()]
+    runs = [r.run for r in method_runs]
+    summaries = [r.summary for r in method_runs]  # summarised once, when the run was loaded
+    points = sensitivity_points(runs, summaries)
     if len(points) < 3:
         return None
-    data, svg = sensitivity_report(runs)
+    data, svg = sensitivity_report(runs, summaries)
     r = data["pearson"]
     ci = r["ci95"]
     interval = f", 95% CI [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,8 @@ from typing import Any
 import numpy as np
 
 from fewtrans_board.errors import describe
-from fewtrans_board.leaderboard.entries import entry_errors
+from fewtrans_board.leaderboard.entries import LoadedEntry, entry_errors, load_entries
 from fewtrans_board.leaderboard.errors import SubmissionError
-from fewtrans_board.leaderboard.index import index_entries
 from fewtrans_board.leaderboard.runs import load_checked_run
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import (
@@ -269,10 +269,11 @@ def _columns(benchmark: SubBenchmark, runs: dict[str, MethodRun]) -> list[str]:
     return sorted(runs, key=lambda k: (runs[k].dataset, order.get(runs[k].manifest, len(order)), k))
 
 
-def _load_methods(store: LeaderboardStore) -> list[MethodView]:
+def _stored_methods(store: LeaderboardStore, entries: Iterable[LoadedEntry]) -> list[MethodView]:
+    """Views of the loaded entries; their runs and summaries are used, never re-read."""
     datasets = {name: manifest.dataset for name, manifest in store.frozen.values()}
     methods = []
-    for entry in index_entries(store):
+    for entry in entries:
         keys = column_keys(SUB_BENCHMARKS[entry.meta.benchmark], datasets)
         view = MethodView(
             id=entry.id,
@@ -398,19 +399,34 @@ def load_reported(store: LeaderboardStore) -> dict[str, list[ReportedTable]]:
     return grouped
 
 
-def build_site_data(store: LeaderboardStore, local_runs: list[Path] | None = None) -> SiteData:
-    """Load every submission (plus local runs) and derive tables, comparisons, dataset views."""
-    methods = _load_methods(store) + (local_methods(local_runs) if local_runs else [])
+def build_site_data(
+    store: LeaderboardStore,
+    local_runs: list[Path] | None = None,
+    entries: Iterable[LoadedEntry] | None = None,
+) -> SiteData:
+    """Derive tables, comparisons and dataset views of every submission (plus local runs).
+
+    Args:
+        store: the leaderboard store.
+        local_runs: result folders to show as unsubmitted local entries.
+        entries: the store's entries as already loaded by
+            :func:`~fewtrans_board.leaderboard.entries.load_entries`; default: load them.
+
+    Raises:
+        SubmissionError: a stored entry or local run is unreadable (named).
+    """
+    loaded = load_entries(store) if entries is None else entries
+    methods = _stored_methods(store, loaded) + (local_methods(local_runs) if local_runs else [])
     reported = load_reported(store)
     views = []
     datasets_index: dict[str, list[tuple[BenchmarkView, MethodView, str]]] = {}
     for name, benchmark in SUB_BENCHMARKS.items():
-        entries = [m for m in methods if m.meta["benchmark"] == name and not m.superseded_by]
-        if not entries and name not in reported:
+        listed = [m for m in methods if m.meta["benchmark"] == name and not m.superseded_by]
+        if not listed and name not in reported:
             continue
-        members = [m for m in entries if not m.transductive]
-        apart = [m for m in entries if m.transductive]
-        first = (members or apart)[0] if entries else None
+        members = [m for m in listed if not m.transductive]
+        apart = [m for m in listed if m.transductive]
+        first = (members or apart)[0] if listed else None
         datasets = _columns(benchmark, first.runs) if first is not None else []
         reference = next(
             (m for m in members if m.meta["adapter"] == benchmark.reference_adapter), None
@@ -443,7 +459,7 @@ def build_site_data(store: LeaderboardStore, local_runs: list[Path] | None = Non
             {k: r.dataset for k, r in first.runs.items()} if first is not None else {},
         )
         views.append(view)
-        for method in entries:
+        for method in listed:
             for key, run in method.runs.items():
                 datasets_index.setdefault(run.dataset, []).append((view, method, key))
     return SiteData(benchmarks=views, methods=methods, datasets=datasets_index)
