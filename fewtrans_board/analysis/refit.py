@@ -52,11 +52,15 @@ class AdaptedEpisode:
     agreement: float
 
 
-def adapted_encoder(predictor: Any, backbone: Backbone, adapter: str) -> nn.Module:
+def adapted_encoder(
+    predictor: Any, backbone: Backbone, adapter: str, *, frozen_backbone: bool = False
+) -> nn.Module:
     """The image encoder a fitted predictor classifies with.
 
-    Fine-tuning and PEFT predictors hold their adapted copy as ``encoder``; frozen-feature
-    predictors (heads, prototypes) use the unchanged ``backbone``.
+    Fine-tuning and PEFT predictors hold their adapted copy as ``encoder``. Frozen-feature
+    predictors (heads, prototypes) use the unchanged ``backbone``: those whose adapter
+    declares ``frozen_backbone`` (the runner enforces it: such adapters may be served cached
+    features only) or that hold the backbone itself. Batched heads hold neither.
 
     Raises:
         FewtransError: the predictor exposes neither.
@@ -66,7 +70,7 @@ def adapted_encoder(predictor: Any, backbone: Backbone, adapter: str) -> nn.Modu
     encoder: Any = getattr(predictor, "encoder", None)
     if isinstance(encoder, nn.Module):
         return encoder
-    if getattr(predictor, "backbone", None) is backbone:
+    if frozen_backbone or getattr(predictor, "backbone", None) is backbone:
         unchanged: nn.Module = backbone.image_encoder
         return unchanged
     raise FewtransError(
@@ -229,7 +233,12 @@ def _iterate(
         yield AdaptedEpisode(
             episode=episode_index,
             backbone=ctx.backbone,
-            encoder=adapted_encoder(kept[0], ctx.backbone, ctx.spec.adapter),
+            encoder=adapted_encoder(
+                kept[0],
+                ctx.backbone,
+                ctx.spec.adapter,
+                frozen_backbone=ctx.adapter_cls.frozen_backbone,
+            ),
             query_pixels=inputs.query.pixels,
             agreement=float((predictions == stored).mean()),
         )

@@ -21,16 +21,19 @@ lists ship in its wheel, so no network is used.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fewtrans_board.analysis.plots import scatter
 from fewtrans_board.analysis.report import provenance
 from fewtrans_board.datasets.spec import DatasetSpec
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.errors import FewtransError, UnknownNameError
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.stats.correlation import spearman
+
+if TYPE_CHECKING:
+    from fewtrans_board.registry import Registry
 
 PAPER_RHO, PAPER_P = -0.881, 0.0039
 LANGUAGE = "en"
@@ -61,6 +64,25 @@ def dataset_zipf(names: Sequence[str]) -> dict[str, Any]:
         "classes": len(scores),
         "names": scores,
     }
+
+
+def check_adapter_pair(registry: Registry, *, finetune: str, zero_shot: str) -> None:
+    """Fail before reading any run unless both adapters are registered and differ.
+
+    Raises:
+        FewtransError: an unknown adapter (naming its option), or one adapter given twice
+            (its gain over itself is zero by construction).
+    """
+    for option, name in (("--finetune", finetune), ("--zero-shot", zero_shot)):
+        try:
+            registry.adapters.get(name)
+        except UnknownNameError as exc:
+            raise FewtransError(f"{option}: {exc}") from None
+    if finetune == zero_shot:
+        raise FewtransError(
+            f"--finetune and --zero-shot both name {finetune!r}; its gain over itself is zero: "
+            "name the fine-tuning adapter and the zero-shot baseline"
+        )
 
 
 def adaptation_gains(

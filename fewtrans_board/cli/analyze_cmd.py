@@ -10,6 +10,8 @@ import click
 
 from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import (
+    SEED,
+    OutputPath,
     device_option,
     echo_json,
     resolve_device,
@@ -20,7 +22,7 @@ from fewtrans_board.cli.groups import (
 RUNS = click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 OUT = click.option(
     "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutputPath(file_okay=False),
     default=Path("analysis"),
     show_default=True,
     help="Folder for NAME.json and NAME.svg (created).",
@@ -102,8 +104,9 @@ def analyze_zipf(
     Needs FINETUNE and ZERO_SHOT runs of one model on at least 3 datasets; reports
     Spearman's rho with p (FewTrans: rho = -0.881).
     """
-    from fewtrans_board.analysis.zipf import zipf_report
+    from fewtrans_board.analysis.zipf import check_adapter_pair, zipf_report
 
+    check_adapter_pair(app.registry, finetune=finetune, zero_shot=zero_shot)
     specs = {entry.name: entry.obj for entry in app.registry.datasets}
     data, svg = zipf_report(_load(runs), specs, finetune=finetune, zero_shot=zero_shot)
     rho = data["spearman"]
@@ -131,12 +134,16 @@ def _refit_options(function: Callable[..., Any]) -> Callable[..., Any]:
         root_option("Local dataset copy (omit for embedded datasets)."),
         weights_option("The model checkpoint the runs used, if any."),
         click.option(
-            "--episodes", type=int, default=5, show_default=True, help="Episodes sampled per run."
+            "--episodes",
+            type=click.IntRange(min=1),
+            default=5,
+            show_default=True,
+            help="Episodes sampled per run (all of them when a run has fewer).",
         ),
-        click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed."),
+        click.option("--seed", type=SEED, default=0, show_default=True, help="Sampling seed."),
         click.option(
             "--config-index",
-            type=int,
+            type=click.IntRange(min=0),
             default=None,
             help="Grid configuration to re-fit (default: the run's best configuration).",
         ),

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import (
+    SEED,
+    FiniteFloatRange,
+    OutputPath,
     device_option,
     echo_json,
     optional_str,
     resolve_device,
     root_option,
+    show_progress,
     weights_option,
 )
 
@@ -34,15 +39,50 @@ from fewtrans_board.cli.groups import (
 )
 @weights_option("Local checkpoint of --model.")
 @click.option("--fwt", is_flag=True, help="Feature-wise transformation during training (+FWT).")
-@click.option("--ways", type=int, default=5, show_default=True, help="Classes per episode.")
-@click.option("--shots", type=int, default=5, show_default=True, help="Support images per class.")
-@click.option("--queries", type=int, default=16, show_default=True, help="Queries per class.")
-@click.option("--epochs", type=int, default=400, show_default=True, help="Training epochs.")
 @click.option(
-    "--episodes-per-epoch", type=int, default=100, show_default=True, help="Episodes per epoch."
+    "--ways",
+    "n_way",
+    type=click.IntRange(min=2),
+    default=5,
+    show_default=True,
+    help="Classes per episode.",
 )
-@click.option("--lr", type=float, default=1e-3, show_default=True, help="Adam learning rate.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Training seed.")
+@click.option(
+    "--shots",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Support images per class.",
+)
+@click.option(
+    "--queries",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Queries per class.",
+)
+@click.option(
+    "--epochs",
+    type=click.IntRange(min=0),
+    default=400,
+    show_default=True,
+    help="Training epochs (0: the untrained initialisation).",
+)
+@click.option(
+    "--episodes-per-epoch",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Episodes per epoch.",
+)
+@click.option(
+    "--lr",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=1e-3,
+    show_default=True,
+    help="Adam learning rate.",
+)
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Training seed.")
 @click.option(
     "--augment/--no-augment",
     default=True,
@@ -59,7 +99,7 @@ from fewtrans_board.cli.groups import (
 @device_option()
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath(dir_okay=False),
     required=True,
     help="The checkpoint to write (.safetensors).",
 )
@@ -68,25 +108,14 @@ from fewtrans_board.cli.groups import (
 @pass_app
 def meta_train_command(
     app: App,
-    method: str,
-    source: str,
+    /,
     root: Path | None,
-    model: str,
     weights: Path | None,
-    fwt: bool,
-    ways: int,
-    shots: int,
-    queries: int,
-    epochs: int,
-    episodes_per_epoch: int,
-    lr: float,
-    seed: int,
-    augment: bool,
-    preprocessing: str,
     device: str | None,
     out: Path,
     as_json: bool,
     quiet: bool,
+    **options: Any,
 ) -> None:
     """Meta-train METHOD on episodes of a source dataset and write a checkpoint.
 
@@ -95,47 +124,24 @@ def meta_train_command(
     fewtrans-board evaluate --model meta-trained --weights OUT --adapter METHOD ...
     (--epochs 0 writes the untrained initialisation: the random-init twin).
     """
-    from tqdm import tqdm
+    from fewtrans_board.meta.train import MetaTrainSpec, epoch_progress, meta_train
 
-    from fewtrans_board.errors import FewtransError
-    from fewtrans_board.meta.train import MetaTrainSpec, meta_train
-
-    if out.suffix != ".safetensors":
-        raise FewtransError(f"--out {out}: the checkpoint is written as .safetensors")
     spec = MetaTrainSpec(
-        method=method,
-        source=source,
-        model=model,
+        **options,
         weights=optional_str(weights),
         root=optional_str(root),
-        fwt=fwt,
-        n_way=ways,
-        shots=shots,
-        queries=queries,
-        epochs=epochs,
-        episodes_per_epoch=episodes_per_epoch,
-        lr=lr,
-        seed=seed,
-        augment=augment,
-        preprocessing=preprocessing,
         device=resolve_device(device),
     )
-    spec.check()
-    bar = tqdm(total=epochs, desc=f"meta-train {method}", unit="epoch", disable=quiet or as_json)
-
-    def progress(epoch: int, loss: float) -> None:
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3f}")
-
-    try:
+    with epoch_progress(spec, show_progress(not (quiet or as_json))) as progress:
         record = meta_train(spec, app.registry, out, progress)
-    finally:
-        bar.close()
     if as_json:
         echo_json(record)
         return
     final = f", final loss {record['losses'][-1]:.4f}" if record["losses"] else " (untrained)"
-    click.echo(f"wrote {out}: {record['method_title']} on {source}, {epochs} epochs{final}")
     click.echo(
-        f"evaluate it: fewtrans-board evaluate --model meta-trained --weights {out} --adapter {method} ..."
+        f"wrote {out}: {record['method_title']} on {spec.source}, {spec.epochs} epochs{final}"
+    )
+    click.echo(
+        f"evaluate it: fewtrans-board evaluate --model meta-trained --weights {out} "
+        f"--adapter {spec.method} ..."
     )

@@ -10,6 +10,8 @@ import click
 
 from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import (
+    FiniteFloatRange,
+    OutputPath,
     device_option,
     echo_json,
     echo_table,
@@ -33,7 +35,7 @@ def data_options(func: F) -> F:
     )(func)
     return click.option(
         "--data-dir",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
         default=None,
         help="Folder holding one local copy per dataset, named like the dataset (DIR/clip-cub).",
     )(func)
@@ -50,9 +52,9 @@ def parse_roots(values: tuple[str, ...]) -> dict[str, Path]:
     return roots
 
 
-def split_list(value: str | None) -> list[str]:
-    """Comma-separated names."""
-    return [v.strip() for v in (value or "").split(",") if v.strip()]
+def split_list(value: str) -> list[str]:
+    """Comma-separated names (blanks dropped: ``''`` and ``','`` name nothing)."""
+    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def _ci(stats: dict[str, Any]) -> str:
@@ -70,17 +72,33 @@ def _ci(stats: dict[str, Any]) -> str:
 @click.option(
     "--out",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath(dir_okay=False),
     help="Unlearned weights (.safetensors); the record is written next to it as .json.",
 )
 @weights_option("Local checkpoint of the base model (offline).")
 @data_options
-@click.option("--alpha", type=float, default=None, help="SSD selection weighting (default 30).")
-@click.option("--lambda", "lam", type=float, default=None, help="SSD dampening (default 1).")
-@click.option("--batch-size", type=int, default=None, help="Importance batch size (default 64).")
+@click.option(
+    "--alpha",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=None,
+    help="SSD selection weighting (default 30).",
+)
+@click.option(
+    "--lambda",
+    "lam",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=None,
+    help="SSD dampening (default 1).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Importance batch size (default 64).",
+)
 @click.option(
     "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutputPath(file_okay=False),
     default=None,
     help="Importance cache (default $FEWTRANS_BOARD_CACHE/importances).",
 )
@@ -116,7 +134,7 @@ def unlearn_command(
     request = UnlearnRequest(
         model=model,
         forget=forget,
-        retain=split_list(retain) or list(default_retain(forget)),
+        retain=list(default_retain(forget)) if retain is None else split_list(retain),
         out=out,
         weights=weights,
         data_dir=data_dir,
@@ -152,7 +170,7 @@ def unlearn_command(
 @click.option("--forget", required=True, help="The unlearned dataset.")
 @click.option(
     "--unlearned",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
     help="Unlearned weights file (default: MODEL+unlearn:FORGET from the store).",
 )
@@ -165,7 +183,7 @@ def unlearn_command(
 @data_options
 @click.option(
     "--wordnet",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=None,
     help="WordNet database folder for the WordNet weighting (needs nltk).",
 )
@@ -197,7 +215,7 @@ def tkl_command(
         model=model,
         forget=forget,
         unlearned_weights=unlearned,
-        validation=split_list(validation) or list(VALIDATION_DATASETS),
+        validation=list(VALIDATION_DATASETS) if validation is None else split_list(validation),
         weights=weights,
         data_dir=data_dir,
         roots=parse_roots(roots),
@@ -208,7 +226,12 @@ def tkl_command(
     result = run_tkl(app.registry, request, report=say)
     if as_json:
         echo_json(result)
-        return
+    else:
+        _print_tkl(result)
+
+
+def _print_tkl(result: dict[str, Any]) -> None:
+    """The per-dataset drops, TKL under every weighting, and the forget set's zero-shot."""
     echo_table(
         ["validation", "before", "after", "drop (points)"],
         [
@@ -232,4 +255,4 @@ def tkl_command(
         if t["value"] is None:
             click.echo(f"{t['weighting']}: {t['note']}")
     z = result["forget_zero_shot"]
-    click.echo(f"\n{forget} zero-shot: {_ci(z['before'])} -> {_ci(z['after'])}")
+    click.echo(f"\n{result['forget']} zero-shot: {_ci(z['before'])} -> {_ci(z['after'])}")

@@ -22,6 +22,19 @@ METADATA_KEY = "fewtrans_board.meta"
 ENCODER, HEAD = "encoder.", "head."
 
 
+def check_checkpoint_path(path: Path) -> None:
+    """Fail before training unless ``path`` names a ``.safetensors`` file.
+
+    Raises:
+        FewtransError: another suffix.
+    """
+    if path.suffix != ".safetensors":
+        raise FewtransError(
+            f"--out {path}: the checkpoint is written as .safetensors; name it "
+            f"{path.with_suffix('.safetensors').name}"
+        )
+
+
 def write_checkpoint(
     path: Path,
     encoder: dict[str, torch.Tensor],

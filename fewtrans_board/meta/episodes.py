@@ -75,7 +75,8 @@ class SourceEpisodes:
         if len(self.pools) < n_way:
             raise FewtransError(
                 f"dataset {spec.name!r} has {len(self.pools)} source classes with at least "
-                f"{needed} images (shots + queries) at {root}; {n_way}-way episodes need {n_way}"
+                f"{needed} images (shots + queries) at {root or 'its embedded copy'}; "
+                f"{n_way}-way episodes need {n_way}: lower --ways, --shots or --queries"
             )
         self.store = ImageStore(spec, root, preprocessing)
         self.preprocessing = preprocessing

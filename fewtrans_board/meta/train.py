@@ -15,10 +15,11 @@ no query depends on another.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fewtrans_board import __version__
-from fewtrans_board.errors import FewtransError
-from fewtrans_board.meta.checkpoint import write_checkpoint
+from fewtrans_board.errors import FewtransError, UnknownNameError
+from fewtrans_board.meta.checkpoint import check_checkpoint_path, write_checkpoint
 from fewtrans_board.meta.episodes import SourceEpisodes, TrainingEpisode
 from fewtrans_board.meta.methods import METHODS, MetaMethod
 from fewtrans_board.models.backbone import Preprocessing
@@ -233,7 +234,11 @@ def meta_train(
     from fewtrans_board.meta.fwt import fwt_hooks
 
     method = spec.check()
-    dataset = registry.datasets.get(spec.source)
+    check_checkpoint_path(out)
+    try:
+        dataset = registry.datasets.get(spec.source)
+    except UnknownNameError as exc:
+        raise FewtransError(f"--source: {exc}") from None
     model = registry.model(spec.model)
     started = time.time()
     torch.manual_seed(spec.seed)
@@ -304,6 +309,28 @@ def meta_train(
     }
     write_checkpoint(out, encoder.state_dict(), {k: v.detach() for k, v in head.items()}, record)
     return record
+
+
+@contextlib.contextmanager
+def epoch_progress(spec: MetaTrainSpec, show: bool) -> Iterator[ProgressCallback]:
+    """A progress callback for :func:`meta_train` that draws a bar over the epochs.
+
+    Args:
+        spec: the training inputs (the bar counts ``spec.epochs``).
+        show: draw the bar (``False``: the callback does nothing visible).
+    """
+    from tqdm import tqdm
+
+    bar = tqdm(total=spec.epochs, desc=f"meta-train {spec.method}", unit="epoch", disable=not show)
+
+    def progress(_epoch: int, loss: float) -> None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.3f}")
+
+    try:
+        yield progress
+    finally:
+        bar.close()
 
 
 def _source_ids(spec: Any) -> tuple[int, ...]:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fewtrans_board.datasets.spec import DatasetSpec
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.errors import FewtransError, UnknownNameError
 from fewtrans_board.models.backbone import Preprocessing
 from fewtrans_board.unlearning.sets import template_for
 
@@ -140,3 +140,52 @@ def root_of(
         f"dataset {dataset!r} needs its local copy: pass --data-dir DIR (with DIR/{dataset}) "
         f"or --root {dataset}=PATH"
     )
+
+
+def check_datasets(
+    registry: Registry,
+    named: Mapping[str, Sequence[str]],
+    data_dir: Path | None,
+    roots: Mapping[str, Path],
+) -> None:
+    """Fail before any work on a dataset or local copy that cannot serve.
+
+    Args:
+        registry: the installed datasets.
+        named: the datasets a command reads, by the option that named them
+            (``{"--forget": [...], "--retain": [...]}``).
+        data_dir: ``--data-dir``, if given.
+        roots: the ``--root DATASET=PATH`` pairs.
+
+    Raises:
+        FewtransError: an option naming no dataset or an unregistered one; a ``--root``
+            for a dataset the command does not read, or for an embedded one; a local copy
+            that is not a folder.
+    """
+    for option, names in named.items():
+        if not names:
+            raise FewtransError(f"{option} names no dataset; give one or more as A,B")
+        for name in names:
+            try:
+                registry.datasets.get(name)
+            except UnknownNameError as exc:
+                raise FewtransError(f"{option}: {exc}") from None
+    used = list(dict.fromkeys(n for names in named.values() for n in names))
+    for name, path in roots.items():
+        if name not in used:
+            raise FewtransError(
+                f"--root {name}={path}: this command reads only {', '.join(used)}; "
+                "drop it or correct the dataset name"
+            )
+    for name in used:
+        _, root = root_of(registry, name, data_dir, roots)
+        if root is None and name in roots:
+            raise FewtransError(
+                f"--root {name}={roots[name]}: {name!r} is embedded in its package and needs "
+                "no local copy; drop the option"
+            )
+        if root is not None and not root.is_dir():
+            option = f"--root {name}=PATH" if name in roots else "--data-dir"
+            raise FewtransError(
+                f"the local copy of {name!r} at {root} is not a folder; correct {option}"
+            )

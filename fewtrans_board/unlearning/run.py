@@ -12,7 +12,7 @@ from fewtrans_board import __version__
 from fewtrans_board.errors import FewtransError
 from fewtrans_board.models.unlearned_names import split_name, unlearned_name
 from fewtrans_board.models.unlearned_records import SCHEMA, UnlearnedStore, write_record
-from fewtrans_board.unlearning.data import LabeledSplit, load_split, root_of
+from fewtrans_board.unlearning.data import LabeledSplit, check_datasets, load_split, root_of
 from fewtrans_board.unlearning.importance import ImportanceCache, mean_importance
 from fewtrans_board.unlearning.sets import ALPHA, IMPORTANCE_BATCH, LAMBDA
 from fewtrans_board.unlearning.ssd import EXCLUDED, dampen
@@ -63,7 +63,9 @@ def _check(request: UnlearnRequest) -> None:
     if split_name(request.model)[1] is not None:
         raise FewtransError(f"{request.model!r} is already unlearned; start from the base model")
     if request.forget in request.retain:
-        raise FewtransError(f"{request.forget!r} cannot be both forgotten and retained")
+        raise FewtransError(
+            f"{request.forget!r} cannot be both forgotten (--forget) and retained (--retain)"
+        )
     if not request.retain:
         raise FewtransError("SSD for CLIP needs at least one retain dataset (--retain A,B,C)")
     if request.out.suffix != ".safetensors":
@@ -116,6 +118,12 @@ def unlearn(
     from fewtrans_board.models.weights import file_sha256
 
     _check(request)
+    check_datasets(
+        registry,
+        {"--forget": [request.forget], "--retain": request.retain},
+        request.data_dir,
+        request.roots,
+    )
     say = report or (lambda _msg: None)
     cache = cache or ImportanceCache()
     entry = registry.model(request.model)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.errors import FewtransError
 from fewtrans_board.models.unlearned_names import unlearned_name
-from fewtrans_board.unlearning.data import LabeledSplit, load_split, root_of
+from fewtrans_board.unlearning.data import LabeledSplit, check_datasets, load_split, root_of
 from fewtrans_board.unlearning.sets import VALIDATION_DATASETS
 from fewtrans_board.unlearning.similarity import (
     DatasetFeatures,
@@ -96,6 +96,24 @@ def distances(
     return out
 
 
+def _taxonomy(folder: Path | None) -> Callable[[], Taxonomy]:
+    """WordNet for the WordNet weighting: opened now when ``--wordnet`` names a folder.
+
+    Without ``--wordnet`` an unreadable WordNet leaves that weighting unavailable (reported
+    with the reason); a folder the user named must serve, so it fails before any work.
+
+    Raises:
+        FewtransError: ``folder`` is not a readable WordNet database (or nltk is missing).
+    """
+    if folder is None:
+        return lambda: NltkWordNet(None)
+    try:
+        wordnet = NltkWordNet(folder)
+    except FewtransError as exc:
+        raise FewtransError(f"--wordnet {folder}: {exc}") from None
+    return lambda: wordnet
+
+
 def run_tkl(
     registry: Registry, request: TklRequest, report: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
@@ -106,7 +124,17 @@ def run_tkl(
     """
     say = report or (lambda _msg: None)
     if request.forget in request.validation:
-        raise FewtransError(f"{request.forget!r} is the forget set; it cannot also validate")
+        raise FewtransError(
+            f"{request.forget!r} is the forget set (--forget); it cannot also validate "
+            "(--validation)"
+        )
+    check_datasets(
+        registry,
+        {"--forget": [request.forget], "--validation": request.validation},
+        request.data_dir,
+        request.roots,
+    )
+    taxonomy = _taxonomy(request.wordnet)
     original = registry.model(request.model).obj.load(request.weights, request.device)
     name = unlearned_name(request.model, request.forget)
     unlearned = registry.model(name).obj.load(request.unlearned_weights, request.device)
@@ -125,7 +153,7 @@ def run_tkl(
         test = split(dataset, "test")
         losses[dataset] = knowledge_loss(zero_shot(original, test), zero_shot(unlearned, test))
     forget_test = split(request.forget, "test")
-    distance = distances(forget_features, features, lambda: NltkWordNet(request.wordnet))
+    distance = distances(forget_features, features, taxonomy)
     return {
         "model": request.model,
         "unlearned": name,
