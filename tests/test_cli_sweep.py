@@ -251,6 +251,7 @@ def free_text_values(ws: Workspace) -> dict[str, list[str]]:
         "ident": ["no-such-id", "../escape"],
         "name": ["no-such-dataset"],
         "pattern": ["no-such-name", ""],
+        "max_memory": ["x", "", "0", "-4GiB", "150%", "0%"],
         "runs": [ws.path("folder"), ws.path("file.txt")],
         # the baseline compares simpleshot (as the fine-tune) with mean-centroid
         "finetune": ["no-such-adapter", "", "mean-centroid", "linear-probe"],
@@ -397,9 +398,7 @@ def test_invalid_input_gets_one_line_and_changes_nothing(
 
 SLOW_BASELINES = {"submission verify", "tkl", "unlearn"}
 """9-20 s each on CPU; tests/test_unlearning.py and the submission tests run these commands."""
-BROKEN_BASELINES = {
-    "site build": "KeyError 'digits' in stats.bootstrap on a store plus one local run",
-}
+BROKEN_BASELINES: dict[str, str] = {}
 """Baselines that fail for a bug outside the sweep (strict xfail: remove once fixed)."""
 
 

@@ -125,8 +125,12 @@ def pack_checked(
         else:
             embedded = run_centre_record(runs)
             record = None if embedded is None else read_centre_search(json.dumps(embedded).encode())
+        try:
+            parsed = read_meta(meta.read_bytes())
+        except SubmissionError as exc:  # name the file the user gave, not "submission.toml"
+            raise SubmissionError(exc.code, f"--meta {meta}: {exc.message}") from exc
         contents = BundleContents(
-            read_meta(meta.read_bytes()),
+            parsed,
             record,
             list(runs),
             {run: f"results/{run.name}" for run in runs},

@@ -294,11 +294,16 @@ def _stored_methods(store: LeaderboardStore, entries: Iterable[LoadedEntry]) -> 
     return methods
 
 
-def local_methods(run_dirs: list[Path]) -> list[MethodView]:
+def local_methods(run_dirs: list[Path], datasets: dict[str, str] | None = None) -> list[MethodView]:
     """Unsubmitted local runs (e.g. the demo's) shown as entries with status ``local``.
 
     Each run joins the first benchmark whose manifests include its manifest and whose
     model rule accepts its model (original vs unlearned CLIP); other runs are skipped.
+
+    Args:
+        run_dirs: folders holding runs.
+        datasets: dataset of each frozen manifest by file name (the store's), so local
+            runs get the same column keys as the stored entries beside them.
 
     Raises:
         SubmissionError: a run whose files or metadata do not match the schema (named).
@@ -319,7 +324,7 @@ def local_methods(run_dirs: list[Path]) -> list[MethodView]:
         if benchmark is None:
             continue
         ident = f"local-{adapter}--{model}".replace(":", "-").replace("/", "-").lower()
-        key = column_keys(SUB_BENCHMARKS[benchmark], {}).get(manifest, run.dataset)
+        key = column_keys(SUB_BENCHMARKS[benchmark], datasets or {}).get(manifest, run.dataset)
         meta = {
             "method": adapter,
             "model": model,
@@ -416,7 +421,9 @@ def build_site_data(
         SubmissionError: a stored entry or local run is unreadable (named).
     """
     loaded = load_entries(store) if entries is None else entries
-    methods = _stored_methods(store, loaded) + (local_methods(local_runs) if local_runs else [])
+    of_manifest = {name: manifest.dataset for name, manifest in store.frozen.values()}
+    local = local_methods(local_runs, of_manifest) if local_runs else []
+    methods = _stored_methods(store, loaded) + local
     reported = load_reported(store)
     views = []
     datasets_index: dict[str, list[tuple[BenchmarkView, MethodView, str]]] = {}
