@@ -2,7 +2,7 @@
 
 Follows README and CONTRIBUTING as a new method author would: copy the example plugin,
 rename it, add an adapter that trains (a learning-rate and an epoch axis), install it,
-look at it, validate it, search its HPE centre on held-out tasks, evaluate, pack, validate,
+look at it, preflight it, search its HPE centre on held-out tasks, evaluate, pack, validate,
 verify in a plugin worker, add it to a leaderboard and build the site, under both
 leaderboard protocols. The plugin is "installed" by a ``*.dist-info`` folder on
 ``sys.path`` / ``PYTHONPATH`` (what pip writes, without pip's minute); everything else is
@@ -158,13 +158,13 @@ RUN = "--model demo-cnn.digits --adapter ridge-head --device cpu --threads 1"
 
 @pytest.fixture(scope="module")
 def centre(journey: Journey) -> Path:
-    """Look at the installed plugin, validate it, search its centre on held-out tasks."""
+    """Look at the installed plugin, preflight it, search its centre on held-out tasks."""
     ridge = next(p for p in journey.json("plugins") if p["name"] == "ridge")
     assert (ridge["distribution"], ridge["version"]) == ("fewtrans-ridge", "0.1.0")
     options = journey.ok("adapters list ridge-head --options").output
     assert "--lr (float, default 0.5, > 0) [HPE lr]" in options
     assert "--weight_decay (float, default 0.001, >= 0)" in options
-    report = journey.json(f"validate {RUN} --manifest {{search}} --episodes 1")
+    report = journey.json(f"preflight {RUN} --manifest {{search}} --episodes 1")
     assert "importing fewtrans_ridge does not import torch" in report["checks"]
     journey.ok(
         f"hpe search {RUN} --manifest {{search}} --limit 2 --out {{root}}/centre.json --json"

@@ -102,8 +102,8 @@ def test_evaluate_warns_up_front_and_json_carries_the_warnings(tmp_path: Path) -
 
 def test_benchmarks_lists_every_sub_benchmark_from_the_live_table() -> None:
     with extra_benchmark("added-here", "x.parquet"):
-        rows = json.loads(ok(["benchmarks", "--json"]).output)
-        text = ok(["benchmarks"]).output
+        rows = json.loads(ok(["sub-benchmarks", "--json"]).output)
+        text = ok(["sub-benchmarks"]).output
     assert [r["name"] for r in rows] == [*SUB_BENCHMARKS, "added-here"]
     demo = next(r for r in rows if r["name"] == "demo")
     assert demo["hpe_protocols"] == ["fewtrans-paper", "fewtrans-reference"]
