@@ -11,7 +11,7 @@ import pytest
 from fewtrans_board.leaderboard.errors import SubmissionError, one_line
 from fewtrans_board.leaderboard.layout import check_tree, normalise
 from fewtrans_board.leaderboard.meta import EXAMPLE, read_meta
-from fewtrans_board.leaderboard.schema import CENTRE_SEARCH, check_centre_values
+from fewtrans_board.leaderboard.schema import CENTRE_SEARCH, RUN_RECORD, check_centre_values
 from fewtrans_board.leaderboard.shapes import (
     Items,
     Mapping,
@@ -142,3 +142,25 @@ def test_centre_values_have_their_declared_types() -> None:
     record = {"adapter": "a", "centre": {}, "dataset": "cub", "manifest_protocol": "p"}
     error = refusal(check, record, CENTRE_SEARCH, "centre-search.json", "bad-centre-search")
     assert "lacks manifest_sha256, episodes, log" in str(error)
+
+
+def test_a_forged_batching_mode_is_refused_before_verification_replays_it() -> None:
+    # Verification replays the recorded --batching mode in the plugin worker: a value the
+    # worker cannot apply must be refused by the schema, not surface as a worker load error.
+    identity = {
+        "grid": [{"lr": 0.1}],
+        "limit": None,
+        "shards": 1,
+        "manifest_sha256": "0" * 64,
+        "model": "demo-cnn.digits",
+        "adapter": "linear-probe",
+        "hpe": "fewtrans-paper",
+    }
+    record = {"run_id": "0123456789abcdef", "identity": identity}
+    for mode in ("auto", "on", "off"):
+        check({**record, "identity": {**identity, "batching": mode}}, RUN_RECORD, "run.json", "x")
+    check(record, RUN_RECORD, "run.json", "x")  # runs from before the mode was recorded
+    for forged in ("turbo", "", True, None):
+        bad = {**record, "identity": {**identity, "batching": forged}}
+        error = refusal(check, bad, RUN_RECORD, "results/x/run.json", "bad-run-meta")
+        assert error.code == "bad-run-meta" and "identity.batching" in str(error)

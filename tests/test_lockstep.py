@@ -104,7 +104,7 @@ def batched_and_looped(adapter, backbone, support, query, names, grid):  # type:
     return pairs, reports
 
 
-def lora_changes(adapter: type[PlannedAdapter]) -> dict[str, Any]:
+def deterministic_changes(adapter: type[PlannedAdapter]) -> dict[str, Any]:
     """Deterministic training (no LoRA dropout) and no description files needed."""
     changes: dict[str, dict[str, Any]] = {
         "clip-lora": {"dropout": 0.0},
@@ -117,7 +117,7 @@ def lora_changes(adapter: type[PlannedAdapter]) -> dict[str, Any]:
 def test_batched_training_equals_the_loop_in_float64(adapter, float64) -> None:  # type: ignore[no-untyped-def]
     support, query, names = episode(torch.float64)
     backbone = backbone_for(adapter, torch.float64)
-    grid = small_grid(adapter, **lora_changes(adapter))
+    grid = small_grid(adapter, **deterministic_changes(adapter))
     pairs, reports = batched_and_looped(adapter, backbone, support, query, names, grid)
     for batched, looped in pairs:
         assert batched.dtype == torch.float64

@@ -15,9 +15,9 @@ from fewtrans_board import __version__
 from fewtrans_board.adapters.base import Adapter, AdapterConfig
 from fewtrans_board.adapters.lockstep import (
     LockstepSettings,
-    lockstep_settings,
     parse_memory,
     settings_for,
+    settings_in_force,
 )
 from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
 from fewtrans_board.episodes.verify import verify_manifest
@@ -155,10 +155,7 @@ class RunContext:
 
     def batching(self) -> AbstractContextManager[LockstepSettings]:
         """Apply the run's ``--batching`` and ``--max-memory`` to adapters called inside."""
-        settings = self.lockstep
-        return lockstep_settings(
-            enabled=settings.enabled, heads=settings.heads, memory=settings.memory
-        )
+        return settings_in_force(self.lockstep)
 
     @property
     def preprocessing(self) -> Preprocessing:

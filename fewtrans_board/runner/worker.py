@@ -60,7 +60,7 @@ class Worker:
         self.backbone: Any = None
         self.adapter: Any = None
         self.adapter_cls: Any = None
-        self.lockstep: Any = None
+        self.lockstep: Any = None  # LockstepSettings once loaded (torch-free import here)
 
     def hello(self, request: dict[str, Any]) -> dict[str, Any]:
         """Report the installed pinned distributions, then load plugins, model and adapter."""
@@ -112,7 +112,7 @@ class Worker:
         import torch
 
         from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
-        from fewtrans_board.adapters.lockstep import lockstep_settings
+        from fewtrans_board.adapters.lockstep import settings_in_force
         from fewtrans_board.runner.evaluate import fit_predictors, predict_logits
 
         n_way = len(request["class_names"])
@@ -126,10 +126,7 @@ class Worker:
         novel = ImageSet(torch.from_numpy(arrays["novel"].copy())) if "novel" in arrays else None
         configs = [self.adapter_cls.Config.from_dict(c) for c in request["configs"]]
         out: dict[str, np.ndarray] = {}
-        settings = self.lockstep
-        with lockstep_settings(
-            enabled=settings.enabled, heads=settings.heads, memory=settings.memory
-        ):
+        with settings_in_force(self.lockstep):
             fitted = fit_predictors(
                 self.adapter,
                 self.backbone,

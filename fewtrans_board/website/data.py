@@ -269,9 +269,13 @@ def _columns(benchmark: SubBenchmark, runs: dict[str, MethodRun]) -> list[str]:
     return sorted(runs, key=lambda k: (runs[k].dataset, order.get(runs[k].manifest, len(order)), k))
 
 
-def _stored_methods(store: LeaderboardStore, entries: Iterable[LoadedEntry]) -> list[MethodView]:
-    """Views of the loaded entries; their runs and summaries are used, never re-read."""
-    datasets = {name: manifest.dataset for name, manifest in store.frozen.values()}
+def _stored_methods(entries: Iterable[LoadedEntry], datasets: dict[str, str]) -> list[MethodView]:
+    """Views of the loaded entries; their runs and summaries are used, never re-read.
+
+    Args:
+        entries: the store's loaded entries.
+        datasets: dataset of each frozen manifest by file name.
+    """
     methods = []
     for entry in entries:
         keys = column_keys(SUB_BENCHMARKS[entry.meta.benchmark], datasets)
@@ -423,7 +427,7 @@ def build_site_data(
     loaded = load_entries(store) if entries is None else entries
     of_manifest = {name: manifest.dataset for name, manifest in store.frozen.values()}
     local = local_methods(local_runs, of_manifest) if local_runs else []
-    methods = _stored_methods(store, loaded) + local
+    methods = _stored_methods(loaded, of_manifest) + local
     reported = load_reported(store)
     views = []
     datasets_index: dict[str, list[tuple[BenchmarkView, MethodView, str]]] = {}

@@ -24,6 +24,7 @@ from fewtrans_board.adapters.lockstep.settings import (
     lockstep_settings,
     recording,
     settings_for,
+    settings_in_force,
 )
 from fewtrans_board.adapters.lockstep.trainer import fit_plans
 
@@ -41,4 +42,5 @@ __all__ = [
     "recording",
     "run_plan",
     "settings_for",
+    "settings_in_force",
 ]

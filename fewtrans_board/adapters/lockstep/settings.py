@@ -8,7 +8,7 @@ benchmarks use :func:`lockstep_settings` and :func:`recording` directly.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -86,21 +86,29 @@ def current_settings() -> LockstepSettings:
 
 
 @contextmanager
-def lockstep_settings(**changes: Any) -> Iterator[LockstepSettings]:
-    """Change settings inside a ``with`` block (``enabled=...``, ``heads=...``, ``memory=...``).
-
-    Args:
-        changes: fields of :class:`LockstepSettings` to replace.
+def settings_in_force(settings: LockstepSettings) -> Iterator[LockstepSettings]:
+    """Put ``settings`` in force inside a ``with`` block (e.g. a run's, from :func:`settings_for`).
 
     Yields:
-        The settings in force inside the block.
+        ``settings``.
     """
-    settings = replace(current_settings(), **changes)
     token = _SETTINGS.set(settings)
     try:
         yield settings
     finally:
         _SETTINGS.reset(token)
+
+
+def lockstep_settings(**changes: Any) -> AbstractContextManager[LockstepSettings]:
+    """Change settings inside a ``with`` block (``enabled=...``, ``heads=...``, ``memory=...``).
+
+    Args:
+        changes: fields of :class:`LockstepSettings` to replace.
+
+    Returns:
+        A context manager yielding the settings in force inside the block.
+    """
+    return settings_in_force(replace(current_settings(), **changes))
 
 
 @contextmanager
