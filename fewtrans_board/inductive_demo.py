@@ -103,8 +103,8 @@ def zero_shot_table(
 
     table: dict[str, dict[str, dict[str, Any]]] = {}
     backbones = {
-        role: registry.model(name).obj.load(
-            unlearned_weights(out) if role == "unlearned" else None, device
+        role: registry.load_model(
+            name, unlearned_weights(out) if role == "unlearned" else None, device
         )
         for role, name in MODELS.items()
     }

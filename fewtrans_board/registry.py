@@ -12,8 +12,11 @@ import difflib
 import fnmatch
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from fewtrans_board.adapters.base import Adapter
 from fewtrans_board.datasets.spec import DatasetSpec
@@ -26,6 +29,9 @@ from fewtrans_board.errors import (
 )
 from fewtrans_board.models.spec import ModelSpec
 from fewtrans_board.plugins import PluginManager, PluginSelection, PluginSource
+
+if TYPE_CHECKING:
+    from fewtrans_board.models.backbone import Backbone
 
 T = TypeVar("T")
 
@@ -230,6 +236,38 @@ class Registry:
         """Look up a model by name, including ``FAMILY:ARGUMENT`` forms."""
         return resolve_model(self.models, name)
 
+    @contextmanager
+    def in_force(self) -> Iterator[Registry]:
+        """Make this registry the one that models built from other models resolve them in.
+
+        A ``library:A+B`` or ``meta-trained`` model names further models; while this is in
+        force they are looked up here (:func:`registry_in_force`), so they see exactly the
+        plugins the caller selected: an allow-list's excluded plugin stays unloaded and an
+        in-process plugin's models stay reachable.
+        """
+        token = _IN_FORCE.set(self)
+        try:
+            yield self
+        finally:
+            _IN_FORCE.reset(token)
+
+    def load_model(
+        self, name: str, weights: Path | str | None = None, device: str = "cpu"
+    ) -> Backbone:
+        """Resolve ``name`` and load it with this registry in force.
+
+        Args:
+            name: a model name, including ``FAMILY:ARGUMENT`` forms.
+            weights: local checkpoint to use instead of the pinned source.
+            device: torch device string.
+
+        Returns:
+            The loaded backbone.
+        """
+        entry = self.model(name)
+        with self.in_force():
+            return entry.obj.load(weights, device)
+
     @classmethod
     def from_plugin_manager(cls, pm: PluginManager) -> Registry:
         """Collect every ``register_*`` hook implementation into a new registry.
@@ -285,3 +323,20 @@ class Registry:
                         f"{hook_name}: {exc}"
                     ) from exc
         return registry
+
+
+_IN_FORCE: ContextVar[Registry | None] = ContextVar("fewtrans_registry_in_force", default=None)
+
+
+def registry_in_force() -> Registry:
+    """The registry the model being loaded was resolved in (see :meth:`Registry.in_force`).
+
+    Outside any :meth:`Registry.load_model` (a bare ``ModelSpec.load``) it is a fresh
+    registry of the installed plugins, honouring ``FEWTRANS_BOARD_LOAD_PLUGINS``.
+    """
+    current = _IN_FORCE.get()
+    if current is not None:
+        return current
+    from fewtrans_board.plugins import get_plugin_manager
+
+    return Registry.from_plugin_manager(get_plugin_manager())

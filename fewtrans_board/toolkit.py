@@ -9,8 +9,9 @@ made of, so a third-party method can reuse them instead of copying them:
   as ``Error: ...`` instead of a traceback);
 * datasets: :class:`FolderReader` (one folder per class) and the :class:`DatasetReader`
   protocol for readers of other layouts;
-* models: :func:`load_timm_backbone` (any timm architecture, hub or local checkpoint) and
-  :func:`load_open_clip_backbone`;
+* models: :func:`load_timm_backbone` (any timm architecture, hub or local checkpoint),
+  :func:`load_open_clip_backbone`, and :func:`registry_in_force` for a model built from
+  other models (it resolves them in the caller's registry, as ``library:`` does);
 * the FewTrans training recipe: :func:`run_adam` (one Adam per parameter group, per-step
   cosine to zero, ``RandomState(11)`` support order), :func:`make_head`,
   :func:`normalized`, :func:`autocast`, :func:`train_only`, :func:`upcast`,
@@ -104,6 +105,7 @@ if TYPE_CHECKING:
     from fewtrans_board.errors import FewtransError
     from fewtrans_board.models.open_clip_family import load_open_clip_backbone
     from fewtrans_board.models.timm_family import load_timm_backbone
+    from fewtrans_board.registry import registry_in_force
     from fewtrans_board.testing import tiny_clip_backbone, tiny_vit_backbone, toy_episode
 
 # Where each public name lives; a test checks this table against the imports above.
@@ -156,6 +158,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "fewtrans_board.errors": ("FewtransError",),
     "fewtrans_board.models.open_clip_family": ("load_open_clip_backbone",),
     "fewtrans_board.models.timm_family": ("load_timm_backbone",),
+    "fewtrans_board.registry": ("registry_in_force",),
     "fewtrans_board.testing": ("tiny_clip_backbone", "tiny_vit_backbone", "toy_episode"),
 }
 
@@ -202,6 +205,7 @@ __all__ = [
     "normalized",
     "place",
     "recording",
+    "registry_in_force",
     "require_text",
     "require_vit",
     "run_adam",

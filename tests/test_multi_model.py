@@ -153,3 +153,59 @@ def test_random_baseline_is_worse_than_the_pretrained_probe_on_digits(
     gap = probe.aggregations()["hpe"] - random.aggregations()["hpe"]
     assert gap.mean() > 5.0
     assert paired_ttest(probe.aggregations()["hpe"], random.aggregations()["hpe"]).pvalue < 1e-3
+
+
+def _local_model_plugin() -> object:
+    """An in-process plugin registering ``local-cnn`` (the demo CNN under another name)."""
+    from fewtrans_board import hookimpl
+    from fewtrans_board.models.demo_cnn import load_pretrained
+    from fewtrans_board.models.spec import ModelSpec
+
+    class _Plugin:
+        @hookimpl
+        def register_models(self, register) -> None:  # type: ignore[no-untyped-def]
+            register(
+                ModelSpec(
+                    name="local-cnn",
+                    loader=load_pretrained,
+                    family="demo",
+                    architecture="demo-cnn",
+                    source="bundled",
+                )
+            )
+
+    return _Plugin()
+
+
+def test_composite_models_resolve_members_in_the_callers_registry(tmp_path: Path) -> None:
+    """``library:`` and ``meta-trained`` see the caller's plugins, no more and no fewer."""
+    import torch
+
+    from fewtrans_board.errors import UnknownNameError
+    from fewtrans_board.meta.checkpoint import write_checkpoint
+    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.registry import Registry
+
+    local = Registry.from_plugin_manager(
+        get_plugin_manager(entry_points=False, extra_plugins={"local": _local_model_plugin()})
+    )
+    library = local.load_model("library:local-cnn+demo-cnn.random")
+    assert library.feature_dim == 2 * local.load_model("local-cnn").feature_dim
+
+    encoder = local.load_model("local-cnn").image_encoder.state_dict()
+    checkpoint = tmp_path / "meta.safetensors"
+    write_checkpoint(checkpoint, encoder, {}, {"method": "protonet", "base_model": "local-cnn"})
+    meta = local.load_model("meta-trained", checkpoint)
+    x = torch.randn(2, 3, 32, 32)
+    assert torch.equal(meta.embed(x), local.load_model("local-cnn").embed(x))
+
+    # The example plugin is installed, but this caller's allow-list excludes it.
+    excluding = Registry.from_plugin_manager(get_plugin_manager(allow=["something-else"]))
+    member = "example-resnet10t.c3_in1k"
+    assert member in Registry.from_plugin_manager(get_plugin_manager()).models
+    with pytest.raises(UnknownNameError, match=member):
+        excluding.load_model(f"library:{member}+demo-cnn.random")
+    checkpoint_excluded = tmp_path / "excluded.safetensors"
+    write_checkpoint(checkpoint_excluded, encoder, {}, {"method": "protonet", "base_model": member})
+    with pytest.raises(UnknownNameError, match=member):
+        excluding.load_model("meta-trained", checkpoint_excluded)

@@ -49,13 +49,12 @@ def _demo_clip(name: str, weights: Path | None, device: str) -> Backbone:
 
 def _library(argument: str, weights: Path | None, device: str) -> Backbone:
     from fewtrans_board.models.library import load_library
-    from fewtrans_board.plugins import get_plugin_manager
-    from fewtrans_board.registry import Registry
+    from fewtrans_board.registry import registry_in_force
 
-    registry = Registry.from_plugin_manager(get_plugin_manager())
+    registry = registry_in_force()
 
     def load_member(name: str, path: Path | None, member_device: str) -> Backbone:
-        return registry.model(name).obj.load(path, member_device)
+        return registry.load_model(name, path, member_device)
 
     return load_library(argument, weights, device, load_member)
 

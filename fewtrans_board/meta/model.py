@@ -43,19 +43,18 @@ def load_meta_trained(weights: Path | None, device: str) -> MetaBackbone:
     from safetensors.torch import save_file
 
     from fewtrans_board.meta.checkpoint import read_checkpoint
-    from fewtrans_board.plugins import get_plugin_manager
-    from fewtrans_board.registry import Registry
+    from fewtrans_board.registry import registry_in_force
 
     if weights is None:
         raise FewtransError(
             "model 'meta-trained' needs --weights CHECKPOINT written by 'fewtrans-board meta-train'"
         )
     encoder, head, meta = read_checkpoint(weights)
-    base = Registry.from_plugin_manager(get_plugin_manager()).model(meta["base_model"])
+    registry = registry_in_force()
     with tempfile.TemporaryDirectory() as folder:
         encoder_file = Path(folder) / "encoder.safetensors"
         save_file(encoder, str(encoder_file))
-        loaded = base.obj.load(encoder_file, device)
+        loaded = registry.load_model(meta["base_model"], encoder_file, device)
     info: dict[str, Any] = {
         **loaded.info,
         "meta_trained": {k: v for k, v in meta.items() if k != "losses"},

@@ -239,10 +239,9 @@ def meta_train(
         dataset = registry.datasets.get(spec.source)
     except UnknownNameError as exc:
         raise FewtransError(f"--source: {exc}") from None
-    model = registry.model(spec.model)
     started = time.time()
     torch.manual_seed(spec.seed)
-    backbone = model.obj.load(spec.weights, spec.device)
+    backbone = registry.load_model(spec.model, spec.weights, spec.device)
     encoder = copy.deepcopy(backbone.image_encoder).to(spec.device).train()
     encoder.requires_grad_(True)
     head = {k: v.to(spec.device) for k, v in method.init_head(backbone.feature_dim).items()}

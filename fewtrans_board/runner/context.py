@@ -88,6 +88,7 @@ class RunContext:
 
     def __init__(self, spec: RunSpec, registry: Registry, *, check_items: bool = True) -> None:
         self.spec = spec
+        self.registry = registry
         self.manifest = Manifest.load(spec.manifest)
         self.dataset = registry.datasets.get(self.manifest.dataset)
         self.model = registry.model(spec.model)
@@ -145,7 +146,8 @@ class RunContext:
     def backbone(self) -> Backbone:
         """The loaded backbone (first access loads it)."""
         if self._backbone is None:
-            self._backbone = self.model.obj.load(self.spec.weights, self.device)
+            with self.registry.in_force():
+                self._backbone = self.model.obj.load(self.spec.weights, self.device)
         return self._backbone
 
     @property

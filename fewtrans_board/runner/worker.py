@@ -97,8 +97,7 @@ class Worker:
         registry = Registry.from_plugin_manager(pm)
         self.adapter_cls = registry.adapters.get(request["adapter"]).obj
         self.adapter = self.adapter_cls()
-        model = registry.model(request["model"])
-        self.backbone = model.obj.load(request.get("weights"), device)
+        self.backbone = registry.load_model(request["model"], request.get("weights"), device)
         return {
             "schema": self.adapter_cls.schema(),
             "image_size": int(self.backbone.image_size),

@@ -129,7 +129,7 @@ def unlearn(
     entry = registry.model(request.model)
     if not entry.obj.has_text:
         raise FewtransError(f"{request.model!r} has no text tower; SSD for CLIP needs one")
-    backbone = entry.obj.load(request.weights, request.device)
+    backbone = registry.load_model(request.model, request.weights, request.device)
     size = backbone.image_size
     forget = _splits(registry, request, [request.forget], "train", size)[request.forget]
     retain = _splits(registry, request, request.retain, "train", size)
@@ -170,7 +170,8 @@ def unlearn(
     write_record(request.out, record)
     from fewtrans_board.models.unlearned_names import load_unlearned
 
-    after = load_unlearned(entry.obj, name, request.out, request.device)
+    with registry.in_force():
+        after = load_unlearned(entry.obj, name, request.out, request.device)
     evaluated = [request.forget, *(request.retain if request.evaluate_retain else [])]
     tests = _splits(registry, request, evaluated, "test", size)
     record["zero_shot"] = before_after(backbone, after, tests, say)

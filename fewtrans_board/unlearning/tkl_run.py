@@ -135,9 +135,9 @@ def run_tkl(
         request.roots,
     )
     taxonomy = _taxonomy(request.wordnet)
-    original = registry.model(request.model).obj.load(request.weights, request.device)
+    original = registry.load_model(request.model, request.weights, request.device)
     name = unlearned_name(request.model, request.forget)
-    unlearned = registry.model(name).obj.load(request.unlearned_weights, request.device)
+    unlearned = registry.load_model(name, request.unlearned_weights, request.device)
     size = original.image_size
 
     def split(dataset: str, partition: str) -> LabeledSplit:
