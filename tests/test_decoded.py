@@ -207,3 +207,42 @@ def test_pool_and_ray_workers_get_a_gpu_each() -> None:
     assert ray_device("cuda", [3], None) == "cuda:3"  # no restriction: the GPU id
     assert ray_device("cuda", [], "0") == "cuda"
     assert ray_device("cpu", [1], "1") == "cpu"
+
+
+def test_a_shared_image_cache_never_serves_one_copys_pixels_to_another(
+    tmp_path: Path, invoke, datasets_registry
+) -> None:  # type: ignore[no-untyped-def]
+    """Two local copies with the same item names but other pixels get their own files."""
+    from fewtrans_board.datasets.synthetic import write_synthetic_copy
+    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.results.load import load_run
+
+    name = "clip-eurosat"
+    copies = {seed: tmp_path / f"copy-{seed}" for seed in (0, 1)}
+    for seed, root in copies.items():
+        write_synthetic_copy(datasets_registry[name], root, 36, image_size=8, seed=seed)
+    manifest = tmp_path / f"clip-kshot--{name}.parquet"
+    pm = get_plugin_manager(entry_points=False)
+    build = ["manifest", "build", "--protocol", "clip-kshot", "--dataset", name]
+    result = invoke([*build, "--root", str(copies[0]), "--out", str(manifest)], pm=pm)
+    assert result.exit_code == 0, result.output
+    shared = tmp_path / "images"
+
+    def evaluate(seed: int, out: str) -> list[object]:
+        result = invoke(
+            [
+                "evaluate", "--model", "demo-cnn.digits", "--adapter", "mean-centroid",
+                "--manifest", str(manifest), "--root", str(copies[seed]), "--limit", "2",
+                "--out", str(tmp_path / out), "--image-cache", str(shared), "--quiet",
+            ],
+            pm=pm,
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        return load_run(tmp_path / out).table.column("logits").to_pylist()
+
+    first = evaluate(0, "a")
+    assert len(list(shared.iterdir())) == 1
+    assert evaluate(1, "b") != first  # the other copy's pixels, not copy 0's cached ones
+    assert len(list(shared.iterdir())) == 2
+    assert evaluate(0, "c") == first  # the same copy shares its file
+    assert len(list(shared.iterdir())) == 2

@@ -177,6 +177,7 @@ class RunContext:
                     self.preprocessing.digest(),
                     self.episode_items(self.manifest.episodes()),
                     self.preprocessing.image_size,
+                    source=self.image_source(),
                 )
             self._images = ImageStore(
                 self.dataset.obj,
@@ -186,6 +187,12 @@ class RunContext:
                 device=self.backbone.device,
             )
         return self._images
+
+    def image_source(self) -> str:
+        """Where this run's images come from: the resolved local copy, or the embedded data."""
+        if self.root is None:
+            return f"embedded:{self.dataset.name}"
+        return str(self.root.resolve())
 
     @property
     def features(self) -> FeatureCache | None:

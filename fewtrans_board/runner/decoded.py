@@ -1,7 +1,8 @@
 """Decode once: a memory-mapped file of resized ``uint8`` images per (manifest, preprocessing).
 
 Every item of a manifest has a fixed row in one file, named by the hash of what defines
-its content (manifest sha256, preprocessing, item list), so any run, shard or worker
+its content (manifest sha256, preprocessing, item list, the local copy the images are read
+from), so any run, shard or worker
 process over the same manifest and transform reads the same file and decodes each image
 at most once; the operating system's page cache shares the pages between processes.
 
@@ -40,10 +41,17 @@ class DecodedCacheError(FewtransError):
     """The decoded-image file is not what its name promises (delete it to rebuild)."""
 
 
-def decoded_key(manifest_sha256: str, preprocessing_digest: str, items: Sequence[str]) -> str:
-    """Content address of the cache of ``items`` under a manifest and a transform."""
+def decoded_key(
+    manifest_sha256: str, preprocessing_digest: str, items: Sequence[str], source: str = ""
+) -> str:
+    """Content address of the cache of ``items`` under a manifest, a transform and a source.
+
+    ``source`` names the local copy the images are decoded from: two copies of a dataset
+    may hold different pixels under the same item names (a re-encoded or corrupted copy),
+    and a shared ``--image-cache`` must never serve one copy's pixels to a run on another.
+    """
     listing = hashlib.sha256("\n".join(items).encode()).hexdigest()
-    text = f"{FORMAT}|{manifest_sha256}|{preprocessing_digest}|{listing}"
+    text = f"{FORMAT}|{manifest_sha256}|{preprocessing_digest}|{listing}|{source}"
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -61,6 +69,7 @@ class DecodedImages:
         preprocessing_digest: digest of the transform (``Preprocessing.digest()``).
         items: every item the file holds (sorted and de-duplicated here).
         image_size: side ``S`` of the square images.
+        source: the local copy the images are read from (see :func:`decoded_key`).
 
     Raises:
         DecodedCacheError: an existing file with this name has another header.
@@ -73,11 +82,12 @@ class DecodedImages:
         preprocessing_digest: str,
         items: Sequence[str],
         image_size: int,
+        source: str = "",
     ) -> None:
         self.items = sorted(set(items))
         self.row_of = {item: i for i, item in enumerate(self.items)}
         self.shape = (3, image_size, image_size)
-        self.key = decoded_key(manifest_sha256, preprocessing_digest, self.items)
+        self.key = decoded_key(manifest_sha256, preprocessing_digest, self.items, source)
         self.path = Path(folder) / f"{self.key}{SUFFIX}"
         self.header = {
             "format": FORMAT,
