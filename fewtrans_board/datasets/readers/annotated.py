@@ -1,0 +1,204 @@
+"""Readers of layouts whose labels live in an annotation file (.mat, COCO json, csv)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fewtrans_board.datasets.readers.base import FileReader
+from fewtrans_board.datasets.readers.common import ImageWriter, require_file, require_root
+
+if TYPE_CHECKING:
+    from fewtrans_board.datasets.spec import DatasetSpec
+
+
+@dataclass(frozen=True)
+class VggFlowerReader(FileReader):
+    """Oxford 102 Flowers: ``imagelabels.mat`` plus ``jpg/image_{05d}.jpg``.
+
+    Items of a class follow ``imagelabels.mat`` order (FewTrans/Meta-Dataset order).
+    """
+
+    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
+        """Group image files by their 1-based label in ``imagelabels.mat``."""
+        from scipy.io import loadmat
+
+        base = require_root(root, spec)
+        mat = require_file(spec, base / "imagelabels.mat")
+        labels = loadmat(str(mat))["labels"].ravel()
+        listing: list[list[str]] = [[] for _ in spec.class_ids]
+        for position, label in enumerate(labels, start=1):
+            item = f"jpg/image_{position:05d}.jpg"
+            if (base / item).is_file():
+                listing[int(label) - 1].append(item)
+        return listing
+
+    def write_synthetic(
+        self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter
+    ) -> None:
+        """Write ``imagelabels.mat`` and the numbered images."""
+        import numpy as np
+        from scipy.io import savemat
+
+        labels = [c + 1 for c, n in enumerate(counts) for _ in range(n)]
+        order = np.random.RandomState(0).permutation(len(labels))
+        shuffled = [labels[i] for i in order]
+        (root / "jpg").mkdir(parents=True, exist_ok=True)
+        savemat(str(root / "imagelabels.mat"), {"labels": np.array([shuffled], dtype=np.uint8)})
+        for position, label in enumerate(shuffled, start=1):
+            write(root / "jpg" / f"image_{position:05d}.jpg", label - 1)
+
+
+def category_number(class_id: str) -> int:
+    """Category id encoded as the ``NNNN.`` prefix of a class id (``"0042.Amanita muscaria"``)."""
+    return int(class_id.split(".", 1)[0])
+
+
+@dataclass(frozen=True)
+class CocoJsonReader(FileReader):
+    """FGVCx Fungi 2018: ``train.json`` and ``val.json`` (COCO-style), images pooled.
+
+    Class ids are ``"{category_id:04d}.{name}"``; items follow json order, train first,
+    as FewTrans/Meta-Dataset pool them.
+    """
+
+    annotation_files: tuple[str, ...] = ("train.json", "val.json")
+
+    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
+        """Read the annotation files and group file names by category id."""
+        base = require_root(root, spec)
+        index = {category_number(cid): i for i, cid in enumerate(spec.class_ids)}
+        listing: list[list[str]] = [[] for _ in spec.class_ids]
+        for name in self.annotation_files:
+            path = require_file(spec, base / name, "annotation file")
+            data = json.loads(path.read_text(encoding="utf-8"))
+            files = {im["id"]: im["file_name"] for im in data["images"]}
+            for ann in data["annotations"]:
+                position = index.get(int(ann["category_id"]))
+                item = files[ann["image_id"]]
+                if position is not None and (base / item).is_file():
+                    listing[position].append(item)
+        return listing
+
+    def write_synthetic(
+        self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter
+    ) -> None:
+        """Write both annotation files, splitting each class's images between them."""
+        categories = [
+            {"id": category_number(cid), "name": cid.split(".", 1)[1]} for cid in spec.class_ids
+        ]
+        parts: dict[str, dict[str, list[dict[str, object]]]] = {
+            name: {"images": [], "annotations": [], "categories": categories}
+            for name in self.annotation_files
+        }
+        image_id = 0
+        for c, count in enumerate(counts):
+            for i in range(count):
+                part = self.annotation_files[i % len(self.annotation_files)]
+                file_name = f"images/{c:04d}/img_{i:05d}.jpg"
+                write(root / file_name, c)
+                parts[part]["images"].append({"id": image_id, "file_name": file_name})
+                parts[part]["annotations"].append(
+                    {"image_id": image_id, "category_id": category_number(spec.class_ids[c])}
+                )
+                image_id += 1
+        for name, data in parts.items():
+            (root / name).write_text(json.dumps(data), encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class OneHotCsvReader(FileReader):
+    """ISIC 2018 Task 3: a CSV with an image column and one-hot class columns.
+
+    Attributes:
+        csv_path: the ground-truth CSV, relative to the root.
+        image_dir: folder of the images, relative to the root.
+        suffix: image file suffix.
+    """
+
+    csv_path: str = "ISIC2018_Task3_Training_GroundTruth/ISIC2018_Task3_Training_GroundTruth.csv"
+    image_dir: str = "ISIC2018_Task3_Training_Input"
+    suffix: str = ".jpg"
+
+    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
+        """Assign each CSV row to the argmax of its one-hot columns (CSV order)."""
+        base = require_root(root, spec)
+        path = require_file(spec, base / self.csv_path, "label file")
+        listing: list[list[str]] = [[] for _ in spec.class_ids]
+        with path.open(newline="", encoding="utf-8") as handle:
+            for row in csv.DictReader(handle):
+                scores = [float(row[cid]) for cid in spec.class_ids]
+                item = f"{self.image_dir}/{row['image']}{self.suffix}"
+                if (base / item).is_file():
+                    listing[scores.index(max(scores))].append(item)
+        return listing
+
+    def write_synthetic(
+        self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter
+    ) -> None:
+        """Write the CSV and one image per row."""
+        (root / self.csv_path).parent.mkdir(parents=True, exist_ok=True)
+        (root / self.image_dir).mkdir(parents=True, exist_ok=True)
+        with (root / self.csv_path).open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["image", *spec.class_ids])
+            n = 0
+            for c, count in enumerate(counts):
+                for _ in range(count):
+                    name = f"ISIC_{n:07d}"
+                    writer.writerow(
+                        [name, *("1.0" if j == c else "0.0" for j in range(len(counts)))]
+                    )
+                    write(root / self.image_dir / f"{name}{self.suffix}", c)
+                    n += 1
+
+
+@dataclass(frozen=True)
+class ChestXReader(FileReader):
+    """ChestX-ray14 (BSCD-FSL): ``Data_Entry_2017.csv`` plus a flat ``images/`` folder.
+
+    Only single-label rows whose label is one of the spec's classes are kept, as in
+    BSCD-FSL ("No Finding" and multi-label rows are dropped). Items follow CSV order.
+    """
+
+    csv_path: str = "Data_Entry_2017.csv"
+    image_dir: str = "images"
+
+    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
+        """Read single-label rows of the CSV."""
+        base = require_root(root, spec)
+        path = require_file(spec, base / self.csv_path, "label file")
+        index = {cid: i for i, cid in enumerate(spec.class_ids)}
+        listing: list[list[str]] = [[] for _ in spec.class_ids]
+        with path.open(newline="", encoding="utf-8") as handle:
+            for row in csv.DictReader(handle):
+                label = row["Finding Labels"]
+                item = f"{self.image_dir}/{row['Image Index']}"
+                if label in index and (base / item).is_file():
+                    listing[index[label]].append(item)
+        return listing
+
+    def write_synthetic(
+        self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter
+    ) -> None:
+        """Write the CSV (with a multi-label and a No Finding row) and the images."""
+        (root / self.image_dir).mkdir(parents=True, exist_ok=True)
+        with (root / self.csv_path).open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["Image Index", "Finding Labels", "Patient ID"])
+            n = 0
+            for c, count in enumerate(counts):
+                for _ in range(count):
+                    name = f"{n:08d}_000.png"
+                    writer.writerow([name, spec.class_ids[c], n])
+                    write(root / self.image_dir / name, c)
+                    n += 1
+            for extra in ("No Finding", f"{spec.class_ids[0]}|{spec.class_ids[1]}"):
+                name = f"{n:08d}_000.png"
+                writer.writerow([name, extra, n])
+                write(root / self.image_dir / name, 0)
+                n += 1
