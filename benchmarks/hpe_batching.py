@@ -20,8 +20,12 @@ backbones are a random-init timm ViT-B/16 (vision families) and an open_clip ViT
 utilisation (MFU) of batched full fine-tuning against the device's bf16 dense peak, and
 cached vs uncached linear-probe HPE through the runner (decoded-image file + feature
 cache vs embedding every configuration). On CPU the backbones are tiny random-init ViTs
-(32 px) and ``--threads`` (default 1) pins the intra-op threads. Only ratios measured in
-this one run are claims; absolute seconds depend on the machine.
+(32 px) and ``--threads`` (default 1) pins the intra-op threads; ``--size base`` runs the
+GPU's ViT-B/16 code path on CPU (a smoke test of the GPU run before spending device time:
+``--size base --ways 2 --shots 1 --queries 1 --epochs 1 --cache-episodes 1``). Full
+fine-tuning also reports achieved FLOP/s on any device (MFU where the peak is known or
+given). Only ratios measured in this one run are claims; absolute seconds depend on the
+machine.
 """
 
 from __future__ import annotations
@@ -110,8 +114,8 @@ def timed(device: str, fn: Callable[[], Any], repeat: int = 5) -> float:
 # --- backbones and the episode ------------------------------------------------------------
 
 
-def vision_backbone(device: str) -> Backbone:
-    if device == "cpu":
+def vision_backbone(device: str, size: str) -> Backbone:
+    if size == "tiny":
         from fewtrans_board.testing import tiny_vit_backbone
 
         return tiny_vit_backbone(seed=0)
@@ -129,8 +133,8 @@ def vision_backbone(device: str) -> Backbone:
     )
 
 
-def clip_backbone(device: str) -> Backbone:
-    if device == "cpu":
+def clip_backbone(device: str, size: str) -> Backbone:
+    if size == "tiny":
         from fewtrans_board.testing import tiny_clip_backbone
 
         return tiny_clip_backbone(seed=0)
@@ -162,11 +166,11 @@ class Episode:
         support_features = backbone.embed(support_pixels)
         query_features = backbone.embed(query_pixels)
         self.support = SupportSet(
-            ImageSet(support_pixels, features=lambda b: support_features),
+            ImageSet(support_pixels, features=support_features),
             toy.support.labels.to(backbone.device),
             ways,
         )
-        self.query = ImageSet(query_pixels, features=lambda b: query_features)
+        self.query = ImageSet(query_pixels, features=query_features)
         self.class_names = [f"class number {c}" for c in range(ways)]
 
 
@@ -282,7 +286,7 @@ def measure_family(
         looped_over_batched=round(looped / batched, 2),
         agreement_batched_vs_looped=agreement([out["batched"][i] for i in indices], out["looped"]),
     )
-    if adapter_cls.name == "finetune" and device.startswith("cuda"):
+    if adapter_cls.name == "finetune":
         row.update(mfu(adapter_cls, backbone, episode, grid, batched, args))
     return row
 
@@ -315,8 +319,10 @@ def mfu(
     n_support, n_query = len(episode.support), len(episode.query)
     epochs = sum(int(c.to_dict()["epochs"]) for c in grid)
     flops = train_per_image * n_support * epochs + forward_per_image * n_query * len(grid)
-    name = torch.cuda.get_device_name(backbone.device)
-    peak = args.peak_tflops or next((v for k, v in BF16_PEAK_TFLOPS.items() if k in name), None)
+    cuda = str(backbone.device).startswith("cuda")
+    name = torch.cuda.get_device_name(backbone.device) if cuda else "cpu"
+    known = next((v for k, v in BF16_PEAK_TFLOPS.items() if k in name), None) if cuda else None
+    peak = args.peak_tflops or known
     result: dict[str, Any] = {
         "model_tflop": round(flops / 1e12, 1),
         "achieved_tflops": round(flops / seconds / 1e12, 1),
@@ -346,7 +352,7 @@ def cache_ratio(registry: Registry, args: argparse.Namespace, tmp: Path) -> dict
     from fewtrans_board.runner.spec import RunSpec
 
     manifest = str(digits_manifest("fewtrans-varied--digits.parquet", tmp))
-    if args.device == "cpu":
+    if args.size == "tiny":
         model, weights = "demo-cnn.digits", None
     else:
         import timm
@@ -420,12 +426,20 @@ def main() -> None:
     )
     parser.add_argument("--cache-episodes", type=int, default=20)
     parser.add_argument("--peak-tflops", type=float, default=None, help="bf16 dense peak.")
+    parser.add_argument(
+        "--size",
+        choices=("tiny", "base"),
+        default=None,
+        help="Backbones: tiny random-init ViTs at 32 px (CPU default) or ViT-B/16 at 224 px "
+        "(CUDA default; on CPU it smoke-tests the GPU run's code with a small --ways/--epochs).",
+    )
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     args = parser.parse_args()
     cuda = args.device.startswith("cuda")
     args.ways = args.ways or (20 if cuda else 10)
     args.epochs = args.epochs if args.epochs is not None else (20 if cuda else 5)
     args.loop = args.loop or ("projected" if cuda else "full")
+    args.size = args.size or ("base" if cuda else "tiny")
     if not cuda:
         torch.set_num_threads(args.threads)
     families = args.families or list(GPU_FAMILIES if cuda else CPU_FAMILIES)
@@ -435,6 +449,7 @@ def main() -> None:
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "size": args.size,
         "episode": {"ways": args.ways, "shots": args.shots, "queries": args.queries},
         "centre_epochs": args.epochs,
         "families": {},
@@ -458,7 +473,8 @@ def main() -> None:
                 if kind not in backbones:
                     backbones.clear()
                     gc.collect()
-                    backbone = (clip_backbone if kind == "clip" else vision_backbone)(args.device)
+                    load = clip_backbone if kind == "clip" else vision_backbone
+                    backbone = load(args.device, args.size)
                     episode = Episode(backbone, args.ways, args.shots, args.queries)
                     backbones[kind] = (backbone, episode)
                 row = measure_family(adapter_cls, *backbones[kind], args)

@@ -150,6 +150,7 @@ def main() -> None:
             f"{len(grid):5d} {projected:9.1f}",
             flush=True,
         )
+    Path(args.out).mkdir(parents=True, exist_ok=True)
     Path(args.out, "method_costs.json").write_text(json.dumps(report, indent=2))
 
 
