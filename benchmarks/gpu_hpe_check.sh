@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # One-shot GPU check of batched HPE (issue 14). Run from the repository root on a CUDA
 # machine:   OUT=DIR bash benchmarks/gpu_hpe_check.sh
+# The device image lacks open_clip: first run `bash scripts/device_wheels.sh` here, then on
+# the device carry [".whl"] with the command
+#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+#     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; \
+#     PYTHONUNBUFFERED=1 bash benchmarks/gpu_hpe_check.sh
+# Dry-run the same code on CPU first (no device time): benchmarks/hpe_batching.py
+#   --size base --ways 2 --shots 1 --queries 1 --epochs 1 --families linear-probe coop
 # It prints the device, then one JSON line per family as it finishes, then a table, and
 # writes DIR/hpe_batching_cuda.json. Everything stops after 270 s (about 3-4 minutes on one
 # H200; families that would start after 190 s are reported as skipped).
