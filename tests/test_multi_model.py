@@ -10,6 +10,7 @@ import pytest
 from fewtrans_board.adapters.builtin.layer_selection import folds_of, select_layers
 
 LIBRARY = "library:demo-cnn.digits+demo-cnn.random"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_folds_are_leave_one_per_class_for_five_shots_and_absent_for_one_shot() -> None:
@@ -185,12 +186,18 @@ def test_composite_models_resolve_members_in_the_callers_registry(tmp_path: Path
     from fewtrans_board.meta.checkpoint import write_checkpoint
     from fewtrans_board.plugins import get_plugin_manager
     from fewtrans_board.registry import Registry
+    from fewtrans_board.runner.context import RunContext
+    from fewtrans_board.runner.spec import RunSpec
 
     local = Registry.from_plugin_manager(
         get_plugin_manager(entry_points=False, extra_plugins={"local": _local_model_plugin()})
     )
     library = local.load_model("library:local-cnn+demo-cnn.random")
     assert library.feature_dim == 2 * local.load_model("local-cnn").feature_dim
+    manifest = REPO / "leaderboard/manifests/fewtrans-varied--digits.parquet"
+    spec = RunSpec(model="library:local-cnn+demo-cnn.random", adapter="mean-centroid",
+                   manifest=str(manifest), limit=1)  # fmt: skip
+    assert RunContext(spec, local).backbone.feature_dim == library.feature_dim  # the runner too
 
     encoder = local.load_model("local-cnn").image_encoder.state_dict()
     checkpoint = tmp_path / "meta.safetensors"
