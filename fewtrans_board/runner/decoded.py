@@ -1,10 +1,10 @@
-"""Decode once: a memory-mapped file of resized ``uint8`` images per (manifest, preprocessing).
+"""Decode once: a memory-mapped file of resized ``uint8`` images per manifest, transform, copy.
 
 Every item of a manifest has a fixed row in one file, named by the hash of what defines
 its content (manifest sha256, preprocessing, item list, the local copy the images are read
-from), so any run, shard or worker
-process over the same manifest and transform reads the same file and decodes each image
-at most once; the operating system's page cache shares the pages between processes.
+from), so any run, shard or worker process over the same manifest, transform and copy
+reads the same file and decodes each image at most once; the operating system's page
+cache shares the pages between processes.
 
 Layout: a 4 KiB JSON header, one ``uint32`` CRC-32 per row, then the rows
 ``[N, 3, S, S]``. A row is valid when its stored CRC is non-zero and matches its bytes. A
