@@ -16,8 +16,11 @@ LEFT, RIGHT, TOP, BOTTOM = 60, 20, 30, 45
 
 
 def _scale(
-    low: float, high: float, start: float, end: float
+    values: np.ndarray, start: float, end: float
 ) -> tuple[float, float, Callable[[float], float]]:
+    """Padded axis range of ``values`` (``[0, 1]`` when empty) and its map to pixels."""
+    low = float(values.min()) if values.size else 0.0
+    high = float(values.max()) if values.size else 1.0
     if not np.isfinite(low) or not np.isfinite(high):
         low, high = 0.0, 1.0
     if high - low < 1e-12:
@@ -73,18 +76,8 @@ def scatter(
     xs = np.array([x for _, x, _ in finite], dtype=float)
     ys = np.array([y for _, _, y in finite], dtype=float)
     parts = _frame(title, x_title, y_title)
-    x_low, x_high, px = _scale(
-        float(xs.min()) if xs.size else 0.0,
-        float(xs.max()) if xs.size else 1.0,
-        LEFT,
-        WIDTH - RIGHT,
-    )
-    y_low, y_high, py = _scale(
-        float(ys.min()) if ys.size else 0.0,
-        float(ys.max()) if ys.size else 1.0,
-        HEIGHT - BOTTOM,
-        TOP,
-    )
+    x_low, x_high, px = _scale(xs, LEFT, WIDTH - RIGHT)
+    y_low, y_high, py = _scale(ys, HEIGHT - BOTTOM, TOP)
     _y_ticks(parts, y_low, y_high, py)
     for tick in np.linspace(x_low, x_high, 5):
         parts.append(
@@ -136,12 +129,7 @@ def layer_lines(
     def px(i: int) -> float:
         return LEFT + (i + 0.5) / count * (WIDTH - RIGHT - LEFT)
 
-    y_low, y_high, py = _scale(
-        float(values.min()) if values.size else 0.0,
-        float(values.max()) if values.size else 1.0,
-        HEIGHT - BOTTOM,
-        TOP,
-    )
+    y_low, y_high, py = _scale(values, HEIGHT - BOTTOM, TOP)
     _y_ticks(parts, y_low, y_high, py)
     for i, label in enumerate(x_labels):
         parts.append(
