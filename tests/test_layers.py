@@ -10,7 +10,7 @@ import fewtrans_board
 PACKAGE = Path(fewtrans_board.__file__).parent
 
 LAYERS: list[set[str]] = [
-    {"errors", "canonical", "atomic", "plugin_calls", "threads"},
+    {"errors", "canonical", "atomic", "plugin_calls", "threads", "sandbox"},
     {"datasets"},
     {"models"},
     {"adapters"},

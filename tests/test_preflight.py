@@ -38,22 +38,31 @@ def test_validate_passes_an_honest_adapter(invoke) -> None:  # type: ignore[no-u
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["configurations"] == 15 and report["episodes"] == 2
-    assert (
-        "predictions independent of query order and hidden labels; fit_many equals fit"
-        in (report["checks"])
-    )
-    assert "inductive: each query's logits independent of the other queries" in report["checks"]
-    assert "identical results when re-run with the same seeds" in report["checks"]
+    assert report["isolation"] in ("sandbox", "process")
+    checks = report["checks"]
+    assert "predictions independent of query order (labels never reach the worker)" in checks
+    assert any(c.startswith("fit_many matches fit in accuracy") for c in checks), checks
+    assert "inductive: each query's logits independent of the other queries" in checks
+    assert "identical results when re-run with the same seeds in a fresh worker" in checks
 
 
 @pytest.mark.parametrize(
-    ("adapter", "message"),
+    ("adapter", "isolation", "message"),
     [
-        ("unseeded", "same seed gave different logits"),
-        ("peeks-labels", "reads query positions or labels"),
-        ("wrong-shape", "logits have shape"),
+        ("unseeded", "auto", "same seed gave different logits"),
+        ("peeks-labels", "inline", "reads query positions or labels"),
+        ("wrong-shape", "auto", "logits have shape"),
     ],
 )
-def test_validate_rejects(invoke, adapter: str, message: str) -> None:  # type: ignore[no-untyped-def]
-    result = validate(invoke, adapter)
+def test_validate_rejects(invoke, adapter: str, isolation: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    result = validate(invoke, adapter, "--isolation", isolation)
     assert result.exit_code == 1 and message in result.output, result.output
+
+
+def test_a_label_peeker_finds_no_labels_in_the_worker(invoke) -> None:  # type: ignore[no-untyped-def]
+    """The same cheat preflighted in a worker: nothing to read, so it predicts class 0."""
+    result = validate(invoke, "peeks-labels", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    honest = json.loads(validate(invoke, "linear-probe", "--json").output)
+    assert report["hpe_accuracy"] < honest["hpe_accuracy"] - 20

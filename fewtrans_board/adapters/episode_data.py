@@ -90,6 +90,15 @@ class ImageSet:
             self._feature_memo[key] = features
         return features
 
+    def served(self) -> tuple[str, torch.Tensor]:
+        """What the runner handed over: ``("features", [N, D])`` or ``("pixels", [N, 3, H, W])``.
+
+        The runner uses it to send the same tensors to a plugin worker.
+        """
+        if self._features is not None:
+            return "features", self._features
+        return "pixels", self.pixels
+
     def subset(self, index: torch.Tensor) -> ImageSet:
         """The images at ``index`` (a LongTensor of positions), in that order."""
         return ImageSet(

@@ -17,6 +17,7 @@ from fewtrans_board.cli.groups import (
     device_option,
     echo_json,
     hpe_option,
+    isolation_option,
     manifest_option,
     model_option,
     optional_str,
@@ -144,6 +145,7 @@ def check_max_memory(ctx: click.Context, param: click.Parameter, value: str | No
     default=None,
     help="Folder of decoded-image files shared across runs (default: OUT/decoded).",
 )
+@isolation_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the run report and summary as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @pass_app
@@ -216,6 +218,7 @@ def run_spec_of_options(options: dict[str, Any], shard: str | None) -> tuple[Run
         batching=options["batching"],
         max_memory=options["max_memory"],
         image_cache=optional_str(options["image_cache"]),
+        isolation=options.get("isolation") or "auto",
     )
     return spec, shard_choice[0] if shard_choice else None
 

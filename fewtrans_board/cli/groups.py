@@ -427,3 +427,21 @@ def centre_option(help_text: str) -> Callable[[F], F]:
 def device_option(help_text: str = DEVICE_HELP) -> Callable[[F], F]:
     """``--device NAME`` (checked to exist here); resolve with :func:`resolve_device`."""
     return click.option("--device", type=DEVICE, default=None, help=help_text)
+
+
+ISOLATION_HELP = (
+    "Where plugin code runs: auto = a bubblewrap sandbox where one can be made (else a plain "
+    "worker process), sandbox, process, or inline (this process; analyses and debugging). "
+    "Every mode computes the same numbers; verification always uses a worker."
+)
+
+
+def isolation_option() -> Callable[[F], F]:
+    """``--isolation`` of the commands that run plugin code."""
+    return click.option(
+        "--isolation",
+        type=click.Choice(["auto", "sandbox", "process", "inline"]),
+        default="auto",
+        show_default=True,
+        help=ISOLATION_HELP,
+    )

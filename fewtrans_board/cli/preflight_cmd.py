@@ -14,6 +14,7 @@ from fewtrans_board.cli.groups import (
     device_option,
     echo_json,
     hpe_option,
+    isolation_option,
     manifest_option,
     model_option,
     optional_str,
@@ -38,6 +39,7 @@ from fewtrans_board.cli.groups import (
 )
 @device_option()
 @threads_option(THREADS_HELP)
+@isolation_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @pass_app
 def preflight_command(
@@ -52,14 +54,17 @@ def preflight_command(
     episodes: int,
     device: str | None,
     threads: int | None,
+    isolation: str,
     as_json: bool,
 ) -> None:
     """Check a model + adapter before submitting: contract, HPE run, re-runnability, no label use.
 
-    Runs the plugin contract checks, then every HPE configuration on a few episodes twice
-    (results must be identical), once more with the query labels permuted (predictions
-    must not change), checks that each query is predicted on its own, and that importing
-    the plugin does not import torch. Exits 1 with the reason on the first failure.
+    Runs the plugin contract checks, then every HPE configuration on a few episodes in the
+    same plugin worker evaluate uses: twice in separate workers (results must be
+    identical), once more with the queries in another order (predictions must not change),
+    query subsets in a separate episode process (each query is predicted on its own), and
+    fit() against fit_many() in accuracy; and that importing the plugin does not import
+    torch. Exits 1 with the reason on the first failure.
     """
     from fewtrans_board.preflight import run_preflight
     from fewtrans_board.runner.spec import RunSpec
@@ -75,6 +80,7 @@ def preflight_command(
         limit=episodes,
         device=resolve_device(device),
         threads=threads,
+        isolation=isolation,
     )
     report = run_preflight(run, app.registry)
     if as_json:

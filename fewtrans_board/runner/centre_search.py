@@ -16,8 +16,8 @@ from fewtrans_board.hpe.search import centre_search
 from fewtrans_board.registry import Registry
 from fewtrans_board.results.schema import accuracy_percent
 from fewtrans_board.runner.context import RunContext
-from fewtrans_board.runner.evaluate import evaluate_episode
 from fewtrans_board.runner.spec import RunSpec
+from fewtrans_board.sandbox import Isolation
 
 
 def run_centre_search(
@@ -34,32 +34,36 @@ def run_centre_search(
 
     started = time.time()
     ctx = RunContext(RunSpec(**{**spec.to_dict(), "hpe": "single"}), registry)
-    adapter = ctx.adapter_cls()
-    ctx.prefetch_features(ctx.episodes, progress)
-    bar = tqdm(desc="centre search", unit="config", disable=not progress)
+    try:
+        adapter = ctx.adapter_cls() if ctx.isolation is Isolation.INLINE else None
+        ctx.prefetch_features(ctx.episodes, progress)
+        bar = tqdm(desc="centre search", unit="config", disable=not progress)
 
-    def score(configs: list[AdapterConfig]) -> list[float]:
-        per_episode = []
-        for episode in ctx.episodes:
-            inputs = ctx.inputs(episode)
-            with ctx.batching():
-                outcomes = evaluate_episode(
-                    adapter, ctx.backbone, inputs, configs, ctx.manifest.sha256
+        def score(configs: list[AdapterConfig]) -> list[float]:
+            per_episode = []
+            for episode in ctx.episodes:
+                inputs = ctx.inputs(episode)
+                outcomes = ctx.outcomes(inputs, adapter, configs)
+                per_episode.append(
+                    [
+                        accuracy_percent(o.logits.argmax(axis=1), inputs.query_labels)
+                        for o in outcomes
+                    ]
                 )
-            per_episode.append(
-                [accuracy_percent(o.logits.argmax(axis=1), inputs.query_labels) for o in outcomes]
-            )
-        bar.update(len(configs))
-        return [float(v) for v in np.mean(np.array(per_episode), axis=0)]
+            bar.update(len(configs))
+            return [float(v) for v in np.mean(np.array(per_episode), axis=0)]
 
-    result = centre_search(ctx.adapter_cls, ctx.centre, score)
-    bar.close()
+        result = centre_search(ctx.adapter_cls, ctx.centre, score)
+        bar.close()
+        weights_id = ctx.model_facts.weights_id
+    finally:
+        ctx.close()
     record = {
         "kind": "fewtrans-board/centre-search",
         "adapter": ctx.adapter_entry.name,
         "adapter_provenance": ctx.adapter_entry.provenance(),
         "model": ctx.model.name,
-        "weights_id": ctx.backbone.weights_id,
+        "weights_id": weights_id,
         "dataset": ctx.manifest.dataset,
         "manifest_sha256": ctx.manifest.sha256,
         "manifest_protocol": ctx.manifest.meta["protocol"]["name"],

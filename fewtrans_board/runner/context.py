@@ -28,16 +28,32 @@ from fewtrans_board.registry import Registry
 from fewtrans_board.results.schema import run_id_of
 from fewtrans_board.runner.decoded import DecodedImages
 from fewtrans_board.runner.episodes import EpisodeInputs, Serve, episode_inputs
-from fewtrans_board.runner.evaluate import evaluate_episode
+from fewtrans_board.runner.evaluate import ConfigOutcome, config_seed, evaluate_episode
 from fewtrans_board.runner.features import FeatureCache
 from fewtrans_board.runner.images import ImageStore
+from fewtrans_board.runner.isolated import FitReply, PluginWorker, WorkerSettings
+from fewtrans_board.runner.remote import (
+    FAMILY_PRELOAD,
+    ModelFacts,
+    WorkerEmbedder,
+    fit_in_worker,
+    fit_request,
+    outcomes_from_reply,
+    plugin_places,
+    plugins_request,
+    resolve_isolation,
+)
 from fewtrans_board.runner.rows import episode_rows
 from fewtrans_board.runner.spec import (
     RunSpec,
+    cpu_flags_digest,
+    cpu_model,
     load_centre_file,
     numeric_environment,
+    resolved_threads,
     run_identity,
 )
+from fewtrans_board.sandbox import Isolation, Limits
 
 EPISODES_PER_SHARD = 50
 
@@ -127,6 +143,96 @@ class RunContext:
         self.adapter_records: dict[str, dict[str, Any]] = {}
         self.decoded_folder: Path | None = None
         self.device = spec.device  # a worker may be placed on one of several GPUs
+        self.isolation = self._isolation()
+        self._worker: PluginWorker | None = None
+
+    def _isolation(self) -> Isolation:
+        """The run's isolation; ``auto`` runs in-process plugins made in this process inline."""
+        isolation = resolve_isolation(self.spec.isolation)
+        selection = self.registry.plugins
+        if self.spec.isolation == "auto" and selection is not None:
+            try:
+                selection.check_portable()
+            except FewtransError:
+                return Isolation.INLINE
+        return isolation
+
+    # --- the plugin worker --------------------------------------------------------------
+
+    def providers(self) -> list[str]:
+        """The distributions that provide the run's model and adapter (its pins)."""
+        dists = {"fewtrans-board"}
+        for entry in (self.adapter_entry, self.model):
+            distribution = entry.provenance().get("distribution")
+            if distribution:
+                dists.add(str(distribution))
+        return sorted(dists)
+
+    def worker_settings(self) -> WorkerSettings:
+        """How this run's plugin worker loads and runs the plugins (verification replays it)."""
+        selection = self.registry.plugins
+        modules = [e.module for e in selection.extras if e.module] if selection else []
+        modules += (
+            [type(e.plugin).__module__ for e in selection.extras if e.plugin] if selection else []
+        )
+        places = plugin_places(self.providers(), modules)
+        return WorkerSettings(
+            model=self.spec.model,
+            adapter=self.spec.adapter,
+            weights=str(Path(self.spec.weights).resolve()) if self.spec.weights else None,
+            device=self.device,
+            threads=resolved_threads(self.spec),
+            plugins=plugins_request(selection, self.providers()),
+            training_free=bool(self.adapter_cls.training_free),
+            pins=tuple(self.providers()),
+            batching=self.spec.batching,
+            max_memory=self.spec.max_memory,
+            memoize=self.spec.feature_cache,
+            preload=FAMILY_PRELOAD.get(str(self.model.obj.family), ()),
+            plugin_paths=tuple(places.sys_path),
+            bind_paths=tuple(places.binds),
+            isolation=self.isolation,
+            limits=Limits.defaults(self.device),
+        )
+
+    @property
+    def worker(self) -> PluginWorker:
+        """The run's plugin worker (started, with the plugins loaded once, on first use).
+
+        Raises:
+            FewtransError: the worker cannot start, or the model or adapter cannot load.
+        """
+        if self._worker is None:
+            worker = PluginWorker(self.worker_settings())
+            info = worker.start()
+            if info.load_error is not None:
+                worker.close()
+                raise FewtransError(
+                    f"the plugin worker could not load model {self.spec.model!r} and adapter "
+                    f"{self.spec.adapter!r}: {info.load_error}"
+                )
+            self._worker = worker
+        return self._worker
+
+    def close(self) -> None:
+        """Stop the plugin worker, if one was started."""
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.close()
+
+    @property
+    def model_facts(self) -> ModelFacts:
+        """Input size, weights identity and features of the backbone, wherever it runs."""
+        if self.isolation is Isolation.INLINE:
+            b = self.backbone
+            return ModelFacts(
+                b.image_size, b.weights_id, b.feature_dim, dict(b.info), str(b.device)
+            )
+        info = self.worker.info
+        assert info is not None
+        return ModelFacts(
+            info.image_size, info.weights_id, info.feature_dim, info.model_info, info.device
+        )
 
     def _check_items(self) -> None:
         check = verify_manifest(self.manifest, self.dataset.obj, self.root)
@@ -163,7 +269,7 @@ class RunContext:
     def preprocessing(self) -> Preprocessing:
         """The manifest protocol's transform at the backbone's input size."""
         name = self.manifest.meta["protocol"].get("preprocessing", "fewtrans")
-        return Preprocessing.named(name, self.backbone.image_size)
+        return Preprocessing.named(name, self.model_facts.image_size)
 
     @property
     def images(self) -> ImageStore:
@@ -184,7 +290,7 @@ class RunContext:
                 self.root,
                 self.preprocessing,
                 decoded=decoded,
-                device=self.backbone.device,
+                device=self.backbone.device if self.isolation is Isolation.INLINE else "cpu",
             )
         return self._images
 
@@ -201,8 +307,13 @@ class RunContext:
             return None
         if self._features is None:
             universe = sorted(set(self.episode_items(self.episodes)))
+            embedder = (
+                self.backbone
+                if self.isolation is Isolation.INLINE
+                else WorkerEmbedder(self.worker, resolved_threads(self.spec))
+            )
             self._features = FeatureCache(
-                self.backbone, self.images, self.feature_folder, universe=universe
+                embedder, self.images, self.feature_folder, universe=universe
             )
         return self._features
 
@@ -239,7 +350,7 @@ class RunContext:
         return run_identity(
             self.spec,
             self.manifest.sha256,
-            self.backbone.weights_id,
+            self.model_facts.weights_id,
             [c.to_dict() for c in self.grid],
             self.shard_count,
         )
@@ -270,8 +381,8 @@ class RunContext:
             "model": {
                 "name": self.model.name,
                 **self.model.provenance(),
-                "weights_id": self.backbone.weights_id,
-                "info": self.backbone.info,
+                "weights_id": self.model_facts.weights_id,
+                "info": self.model_facts.info,
                 "family": self.model.obj.family,
             },
             "adapter": {
@@ -306,13 +417,16 @@ class RunContext:
                 "device_name": (
                     torch.cuda.get_device_name(self.spec.device)
                     if self.spec.device.startswith("cuda")
-                    else platform.processor() or platform.machine()
+                    else cpu_model()
                 ),
+                "cpu_flags": cpu_flags_digest(),
                 "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
-                "torch_threads": torch.get_num_threads(),
+                "torch_threads": resolved_threads(self.spec),
+                "isolation": self.isolation.value,
             },
             "batching": {
                 "mode": self.spec.batching,
+                "max_memory_option": self.spec.max_memory,
                 "plans": self.lockstep.enabled,
                 "heads": self.lockstep.heads,
                 "max_memory": self.lockstep.memory.describe(),
@@ -348,13 +462,70 @@ class RunContext:
             salt=salt,
         )
 
-    def episode_rows(self, episode: ManifestEpisode, adapter: Adapter) -> list[dict[str, Any]]:
+    def seeds(self, episode: ManifestEpisode, configs: list[AdapterConfig]) -> list[int]:
+        """The torch seed of each configuration on an episode."""
+        return [config_seed(self.manifest.sha256, episode.index, c.digest()) for c in configs]
+
+    @staticmethod
+    def episode_text(episode: ManifestEpisode) -> str:
+        """Names an episode in errors."""
+        return f"episode {episode.index} (stream {episode.stream_index})"
+
+    def where(self, episode: ManifestEpisode) -> str:
+        """Names the run's adapter and an episode in errors."""
+        return f"adapter {self.spec.adapter!r}, {self.episode_text(episode)}"
+
+    def outcomes(
+        self,
+        inputs: EpisodeInputs,
+        adapter: Adapter | None,
+        configs: list[AdapterConfig] | None = None,
+        *,
+        loop: bool = False,
+    ) -> list[ConfigOutcome]:
+        """Fit and predict every configuration on a presented episode, wherever plugins run.
+
+        Args:
+            inputs: the presented episode.
+            adapter: the adapter instance (inline runs; ``None`` in a worker run).
+            configs: the configurations (default: the run's grid).
+            loop: fit each configuration with ``fit``, never ``fit_many``.
+        """
+        configs = self.grid if configs is None else configs
+        if self.isolation is Isolation.INLINE:
+            assert adapter is not None
+            with self.batching():
+                return evaluate_episode(
+                    adapter, self.backbone, inputs, configs, self.manifest.sha256, loop=loop
+                )
+        seeds = self.seeds(inputs.episode, configs)
+        reply = self.ask(inputs, configs, seeds, loop=loop)
+        return outcomes_from_reply(inputs, configs, seeds, reply)
+
+    def ask(
+        self,
+        inputs: EpisodeInputs,
+        configs: list[AdapterConfig],
+        seeds: list[int],
+        **options: Any,
+    ) -> FitReply:
+        """Send one episode request to the plugin worker (see :func:`~.remote.fit_request`)."""
+        request = fit_request(
+            inputs,
+            [c.to_dict() for c in configs],
+            seeds,
+            memoize=self.spec.feature_cache,
+            **options,
+        )
+        episode = inputs.episode
+        return fit_in_worker(self.worker, request, self.where(episode), self.episode_text(episode))
+
+    def episode_rows(
+        self, episode: ManifestEpisode, adapter: Adapter | None
+    ) -> list[dict[str, Any]]:
         """Evaluate every configuration on an episode and return its result rows."""
         inputs = self.inputs(episode)
-        with self.batching():
-            outcomes = evaluate_episode(
-                adapter, self.backbone, inputs, self.grid, self.manifest.sha256
-            )
+        outcomes = self.outcomes(inputs, adapter)
         records = {str(o.index): o.record for o in outcomes if o.record is not None}
         if records:
             self.adapter_records[str(episode.index)] = records

@@ -228,7 +228,7 @@ def evaluate_episode(
         configs: the grid.
         manifest_sha256: the manifest hash (seeds).
         probes: manifest query indices of subsets to predict on as well, each on its own
-            (the inductiveness check of ``validate``).
+            and before the whole set (the inductiveness check of an inline ``preflight``).
         loop: fit with ``fit`` per configuration, never ``fit_many``.
         observe: called with each fitted predictor after it predicted (opt-in; it does not
             change what is computed).
@@ -255,6 +255,17 @@ def evaluate_episode(
     )
     for i, predictor, fit_seconds in fitted:
         start = time.perf_counter()
+        # Subsets first: a predictor that remembered the whole set's answers cannot
+        # replay them for the parts.
+        probe_logits = [
+            predict_logits(
+                predictor,
+                inputs.query.subset(torch.as_tensor(position[probe], dtype=torch.long)),
+                episode.ways,
+                f"{where(i)} (query subset)",
+            )
+            for probe in probes
+        ]
         logits = predict_logits(predictor, inputs.query, episode.ways, where(i))
         novel = None
         if inputs.novel_query is not None and inputs.novel_class_names is not None:
@@ -269,15 +280,6 @@ def evaluate_episode(
                 ),
                 inputs.novel_order,
             )
-        probe_logits = [
-            predict_logits(
-                predictor,
-                inputs.query.subset(torch.as_tensor(position[probe], dtype=torch.long)),
-                episode.ways,
-                f"{where(i)} (query subset)",
-            )
-            for probe in probes
-        ]
         outcomes.append(
             ConfigOutcome(
                 i,

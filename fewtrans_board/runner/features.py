@@ -17,9 +17,9 @@ import hashlib
 import io
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -37,20 +37,63 @@ FORMAT = 2
 LOG = logging.getLogger(__name__)
 
 
+class Embedder(Protocol):
+    """What computes frozen features: a loaded backbone, or a plugin worker's.
+
+    Attributes:
+        weights_id: the weights' identity.
+        feature_dim: the feature dimension.
+        device: the compute device (part of the cache key).
+        threads: torch threads the features are computed with (part of the cache key).
+    """
+
+    weights_id: str
+    feature_dim: int
+    device: str
+    threads: int
+
+    def embed_batches(
+        self, batches: Sequence[torch.Tensor], batch_size: int, progress: Callable[[int], None]
+    ) -> list[np.ndarray]:
+        """Float32 features ``[len(b), D]`` of each batch of pixels, in order."""
+        ...
+
+
+class BackboneEmbedder:
+    """An :class:`Embedder` over a backbone loaded in this process."""
+
+    def __init__(self, backbone: Backbone) -> None:
+        import torch
+
+        self.backbone = backbone
+        self.weights_id = backbone.weights_id
+        self.feature_dim = backbone.feature_dim
+        self.device = str(backbone.device)
+        self.threads = torch.get_num_threads()
+
+    def embed_batches(
+        self, batches: Sequence[torch.Tensor], batch_size: int, progress: Callable[[int], None]
+    ) -> list[np.ndarray]:
+        """Embed each batch with the backbone."""
+        out = []
+        for pixels in batches:
+            out.append(self.backbone.embed(pixels, batch_size).cpu().numpy())
+            progress(len(pixels))
+        return out
+
+
 def cache_fields(
-    backbone: Backbone, preprocessing: Preprocessing, dataset: str = "", batch_size: int = 256
+    embedder: Embedder, preprocessing: Preprocessing, dataset: str = "", batch_size: int = 256
 ) -> dict[str, Any]:
     """Everything that determines the cached features of an item."""
-    import torch
-
     return {
         "format": FORMAT,
-        "weights_id": backbone.weights_id,
+        "weights_id": embedder.weights_id,
         "preprocessing": preprocessing.to_dict(),
         "dataset": dataset,
-        "device": str(backbone.device),
+        "device": embedder.device,
         "batch_size": batch_size,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": embedder.threads,
     }
 
 
@@ -130,7 +173,7 @@ class FeatureCache:
     """Frozen features of dataset items under one backbone and preprocessing.
 
     Args:
-        backbone: the frozen backbone.
+        backbone: the frozen backbone, or an :class:`Embedder` (a plugin worker's).
         images: the image store of the dataset.
         folder: where to persist features (``None`` keeps them in memory only).
         batch_size: embedding batch size.
@@ -141,20 +184,28 @@ class FeatureCache:
 
     def __init__(
         self,
-        backbone: Backbone,
+        backbone: Backbone | Embedder,
         images: ImageStore,
         folder: Path | None = None,
         batch_size: int = 256,
         universe: Sequence[str] = (),
     ) -> None:
-        self.backbone = backbone
+        # A worker's embedder returns features to this process (CPU); a backbone keeps them
+        # on its own device.
+        if isinstance(backbone, Backbone):
+            self.embedder: Embedder = BackboneEmbedder(backbone)
+            self.device = str(backbone.device)
+        else:
+            self.embedder, self.device = backbone, "cpu"
         self.images = images
         self.batch_size = batch_size
-        self.fields = cache_fields(backbone, images.preprocessing, images.spec.name, batch_size)
+        self.fields = cache_fields(
+            self.embedder, images.preprocessing, images.spec.name, batch_size
+        )
         self.key = entry_key(self.fields)
         self.path = folder / f"{self.key}.npz" if folder is not None else None
         self._rows: dict[str, int] = {}
-        self._matrix = np.zeros((0, backbone.feature_dim), dtype=np.float32)
+        self._matrix = np.zeros((0, self.embedder.feature_dim), dtype=np.float32)
         self._universe = sorted(set(universe))
         self._chunk_of = {item: i // batch_size for i, item in enumerate(self._universe)}
         if self.path is not None:
@@ -171,7 +222,7 @@ class FeatureCache:
                 "feature cache %s is unreadable (%s); recomputing it", self.path, describe(exc)
             )
             return
-        entry = decode_entry(data, self.fields, self.backbone.feature_dim)
+        entry = decode_entry(data, self.fields, self.embedder.feature_dim)
         if isinstance(entry, str):
             LOG.warning("feature cache %s is not trusted: %s; recomputing it", self.path, entry)
             return
@@ -193,12 +244,10 @@ class FeatureCache:
             start = chunk * self.batch_size
             batches.append(self._universe[start : start + self.batch_size])
         missing = [i for batch in batches for i in batch]
-        chunks = []
         bar = tqdm(total=len(missing), desc="embedding", unit="img", disable=not progress)
-        for batch in batches:
-            pixels = self.images.pixels(batch)
-            chunks.append(self.backbone.embed(pixels, self.batch_size).cpu().numpy())
-            bar.update(len(batch))
+        chunks = self.embedder.embed_batches(
+            [self.images.pixels(batch) for batch in batches], self.batch_size, bar.update
+        )
         bar.close()
         offset = len(self._rows)
         self._matrix = np.concatenate([self._matrix, *chunks]).astype(np.float32)
@@ -231,9 +280,9 @@ class FeatureCache:
             )
 
     def features(self, items: Sequence[str]) -> torch.Tensor:
-        """Features ``[N, D]`` of ``items`` on the backbone's device (embedding any missing)."""
+        """Features ``[N, D]`` of ``items`` on the backbone's device (CPU when a worker embeds)."""
         import torch
 
         self.ensure(items)
         rows = [self._rows[i] for i in items]
-        return torch.from_numpy(self._matrix[rows]).to(self.backbone.device)
+        return torch.from_numpy(self._matrix[rows]).to(self.device)

@@ -73,8 +73,10 @@ def read_frame(stream: IO[bytes]) -> tuple[dict[str, Any], dict[str, np.ndarray]
         FrameError: end of stream, bad JSON, unknown dtype, or sizes over the limits.
     """
     prefix = stream.read(8)
-    if len(prefix) < 8:
+    if not prefix:
         raise FrameError("the other process closed the connection")
+    if len(prefix) < 8:  # a raw pipe may return part of the prefix
+        prefix += _read_exact(stream, 8 - len(prefix))
     (length,) = struct.unpack(">Q", prefix)
     if length > MAX_HEADER_BYTES:
         raise FrameError(f"message header of {length} bytes (limit {MAX_HEADER_BYTES})")

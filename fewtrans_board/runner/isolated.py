@@ -1,46 +1,152 @@
-"""Run an adapter in a separate worker process; the caller never imports plugin code.
+"""Drive a plugin worker (:mod:`fewtrans_board.runner.worker`) from the calling process.
 
-The scoring process (submission verification) starts :mod:`fewtrans_board.runner.worker`,
-sends it episode tensors and configurations, and receives logits through a pickle-free
-frame format. Every reply is checked (shape, dtype, finiteness) before it is used.
+The caller (``evaluate``, ``preflight``, ``hpe search``, verification) never runs the
+contestant's model or adapter: it starts one worker per run, sends it episode tensors and
+receives logits through a pickle-free frame format, and checks every reply (shape, dtype,
+finiteness) before it is used. Each request runs in a fresh episode process the worker
+forks, so nothing an episode leaves behind reaches the next one.
+
+By default the worker runs in a bubblewrap sandbox (:mod:`fewtrans_board.sandbox`); where
+none can be made, :class:`~fewtrans_board.sandbox.Isolation` ``process`` runs it as a plain
+process with a cleared environment (refused for verification unless asked for).
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fewtrans_board.errors import FewtransError
 from fewtrans_board.runner.frames import FrameError, read_frame, write_frame
+from fewtrans_board.sandbox import Isolation, Limits, sandbox_argv, worker_policy
+from fewtrans_board.sandbox.policy import inside_path
+
+WORKER_MODULE = "fewtrans_board.runner.worker"
 
 
 class WorkerError(FewtransError):
-    """The plugin worker failed, refused a request or answered something malformed."""
+    """The plugin worker failed, refused a request or answered something malformed.
+
+    Attributes:
+        plugin_message: the user-facing error plugin code raised (a contract breach, a
+            :class:`~fewtrans_board.plugin_calls.PluginCallError`), if that is what failed.
+    """
+
+    def __init__(self, message: str, plugin_message: str | None = None) -> None:
+        super().__init__(message)
+        self.plugin_message = plugin_message
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything that decides how a worker loads and runs plugins.
+
+    ``evaluate`` and verification build this the same way, so their workers receive the
+    same ``hello`` for the same run.
+
+    Attributes:
+        model: model name.
+        adapter: adapter name.
+        weights: local checkpoint for the model, if any (bound read-only).
+        device: torch device of the episode processes.
+        threads: torch threads of each episode process.
+        plugins: ``{"allow": [...]}`` (distributions to load) or ``{"selection": ...}`` (the
+            caller's pickled plugin selection, from ``evaluate`` only).
+        training_free: trap gradient steps (the adapter is recorded as training-free).
+        pins: distributions whose installed versions the worker reports.
+        batching: the run's ``--batching`` mode.
+        max_memory: the run's ``--max-memory`` for lockstep chunking.
+        memoize: let image sets keep features computed from pixels.
+        preload: libraries the worker imports before forking (the model family's).
+        plugin_paths: folders appended to the worker's ``sys.path``.
+        bind_paths: plugin code the sandbox shows read-only (package folders, files).
+        isolation: ``sandbox`` or ``process``.
+        python: the worker's interpreter (default: this one).
+        forbidden: paths the worker must never see (refused if a bound path contains one).
+        limits: resource limits of each episode process.
+    """
+
+    model: str
+    adapter: str
+    weights: str | None = None
+    device: str = "cpu"
+    threads: int | None = None
+    plugins: dict[str, Any] = field(default_factory=lambda: {"allow": []})
+    training_free: bool = False
+    pins: tuple[str, ...] = ()
+    batching: str = "auto"
+    max_memory: str | None = None
+    memoize: bool = True
+    preload: tuple[str, ...] = ()
+    plugin_paths: tuple[str, ...] = ()
+    bind_paths: tuple[str, ...] = ()
+    isolation: Isolation = Isolation.SANDBOX
+    python: str | None = None
+    forbidden: tuple[str, ...] = ()
+    limits: Limits = field(default_factory=Limits)
+
+    def hello(self) -> dict[str, Any]:
+        """The worker's configuration frame (paths as the worker sees them, no episode data)."""
+        moved = inside_path if self.isolation is Isolation.SANDBOX else os.path.normpath
+        return {
+            "op": "hello",
+            "model": self.model,
+            "adapter": self.adapter,
+            "weights": moved(self.weights) if self.weights else None,
+            "device": self.device,
+            "threads": self.threads,
+            "plugins": self.plugins,
+            "training_free": self.training_free,
+            "pins": list(self.pins),
+            "batching": self.batching,
+            "max_memory": self.max_memory,
+            "preload": list(self.preload),
+            "plugin_paths": [moved(p) for p in self.plugin_paths],
+            "limits": self.limits.to_dict(),
+        }
 
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """What the worker reported after loading the plugins.
+    """What an episode process reported after loading the plugins.
 
     Attributes:
         installed: installed version of each pinned distribution (``None``: missing).
         load_error: why the model or adapter could not be loaded, if it could not.
         schema: the installed adapter's declarations (``Adapter.schema()``).
-        image_size: the backbone's input size (the parent preprocesses images for it).
+        image_size: the backbone's input size (the caller preprocesses images for it).
         weights_id: the loaded weights' identity.
+        feature_dim: the backbone's feature dimension.
+        model_info: the backbone's ``info`` (provenance).
+        device: the backbone's device.
+        isolation: how episode processes are kept apart (``namespaces``, or why not).
+        batches: the adapter batches its configurations (overrides ``fit_many``).
     """
 
     installed: dict[str, str | None]
     load_error: str | None
-    schema: dict[str, Any]
-    image_size: int
-    weights_id: str
+    schema: dict[str, Any] = field(default_factory=dict)
+    image_size: int = 0
+    weights_id: str = ""
+    feature_dim: int = 0
+    model_info: dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
+    isolation: str = ""
+    batches: bool = False
 
 
 @dataclass
@@ -48,15 +154,17 @@ class FitRequest:
     """One episode as the worker sees it: tensors in presented order, no labels of queries.
 
     Attributes:
-        support: support pixels ``[S, 3, H, W]``.
+        support: support pixels ``[S, 3, H, W]`` or frozen features ``[S, D]``.
         labels: support labels ``[S]``.
         class_names: class names in label order.
         configs: configuration values, one dict each.
         seeds: one torch seed per configuration.
-        query_sets: query pixel sets, each predicted on its own.
-        novel: novel-class query pixels (base-to-novel), if any.
+        query_sets: query sets (pixels or features like ``support``), each predicted alone.
+        novel: novel-class queries (base-to-novel), if any.
         novel_class_names: their class names.
         loop: fit each configuration with ``fit``, never ``fit_many``.
+        kind: ``pixels`` or ``features`` (what ``support`` and the queries hold).
+        memoize: let image sets keep features computed from pixels.
     """
 
     support: np.ndarray
@@ -68,116 +176,355 @@ class FitRequest:
     novel: np.ndarray | None = None
     novel_class_names: list[str] | None = None
     loop: bool = False
+    kind: str = "pixels"
+    memoize: bool = True
 
 
 @dataclass
 class FitReply:
-    """Logits per configuration: ``query[c][j]`` of query set ``j``, ``novel[c]``."""
+    """Logits per configuration: ``query[c][j]`` of query set ``j``, ``novel[c]``.
+
+    Attributes:
+        seconds: fit and predict seconds per configuration.
+        records: what each predictor asked to keep (``predictor.record``), or ``None``.
+        peak_bytes: the episode process's peak memory (CUDA allocator or resident set).
+    """
 
     query: list[list[np.ndarray]]
     novel: list[np.ndarray] | None
+    seconds: list[float] = field(default_factory=list)
+    records: list[dict[str, Any] | None] = field(default_factory=list)
+    peak_bytes: int = 0
 
 
-class IsolatedAdapter:
-    """A plugin worker process holding one loaded model and adapter.
+@dataclass
+class _Idle:
+    """A started worker waiting for the next run with the same settings."""
+
+    process: subprocess.Popen[bytes]
+    scratch: str | None
+
+
+IDLE_WORKERS = 4
+"""Started workers kept for reuse by later runs of this process (each holds torch)."""
+_IDLE: dict[str, list[_Idle]] = {}
+
+
+def _take_idle(key: str) -> _Idle | None:
+    """A live idle worker started with exactly these settings, if any."""
+    idle = _IDLE.get(key, [])
+    while idle:
+        worker = idle.pop()
+        if worker.process.poll() is None:
+            return worker
+        _stop(worker)
+    return None
+
+
+def _give_back(key: str, worker: _Idle) -> None:
+    _IDLE.setdefault(key, []).append(worker)
+    while sum(len(v) for v in _IDLE.values()) > IDLE_WORKERS:
+        oldest = next(k for k, v in _IDLE.items() if v)
+        _stop(_IDLE[oldest].pop(0))
+
+
+def _stop(worker: _Idle) -> None:
+    process = worker.process
+    try:
+        if process.stdin is not None and process.poll() is None:
+            write_frame(process.stdin, {"op": "bye"})
+            process.stdin.close()
+        process.wait(timeout=30)
+    except (OSError, FrameError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            process.kill()
+        process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
+    if worker.scratch is not None:
+        shutil.rmtree(worker.scratch, ignore_errors=True)
+
+
+@atexit.register
+def stop_idle_workers() -> None:
+    """Stop every idle worker (at exit, or when a test wants a fresh one)."""
+    for idle in _IDLE.values():
+        while idle:
+            _stop(idle.pop())
+
+
+def _argv(settings: WorkerSettings, python: str) -> list[str]:
+    command = [python, "-I", "-m", WORKER_MODULE]
+    if settings.isolation is Isolation.SANDBOX:
+        policy = worker_policy(
+            python,
+            plugin_paths=[Path(p) for p in settings.bind_paths],
+            files=[Path(settings.weights)] if settings.weights else [],
+            device=settings.device,
+            forbidden=[Path(p) for p in settings.forbidden],
+        )
+        return sandbox_argv(policy, command, settings.limits.scratch_bytes)
+    return command
+
+
+class PluginWorker:
+    """A plugin worker process; each request runs in a fresh episode process inside it.
 
     Args:
-        model: model name.
-        adapter: adapter name.
-        weights: local checkpoint for the model, if any.
-        device: torch device in the worker.
-        threads: torch threads in the worker (``None``: torch's default).
-        allow: third-party plugins the worker may load (``None``: every installed one).
-        training_free: trap gradient steps (the adapter is recorded as training-free).
-        python: interpreter of the worker, e.g. an environment holding the pinned plugins.
-        pins: distributions whose installed versions the worker reports.
-        batching: the run's ``--batching`` mode, which the worker's fits follow.
+        settings: how to load and run the plugins.
     """
 
-    def __init__(
-        self,
-        model: str,
-        adapter: str,
-        *,
-        weights: str | None = None,
-        device: str = "cpu",
-        threads: int | None = None,
-        allow: Sequence[str] | None = None,
-        training_free: bool = False,
-        python: str | None = None,
-        pins: Sequence[str] = (),
-        batching: str = "auto",
-    ) -> None:
-        self.hello = {
-            "op": "hello",
-            "model": model,
-            "adapter": adapter,
-            "weights": weights,
-            "device": device,
-            "threads": threads,
-            "allow": list(allow) if allow is not None else None,
-            "training_free": training_free,
-            "pins": list(pins),
-            "batching": batching,
-        }
-        self.python = python or sys.executable
-        self._process: subprocess.Popen[bytes] | None = None
+    def __init__(self, settings: WorkerSettings) -> None:
+        if settings.isolation is Isolation.INLINE:
+            raise ValueError("an inline run has no worker process")
+        self.settings = settings
+        self.python = settings.python or sys.executable
         self.info: WorkerInfo | None = None
+        self.sessions = 0
+        self.started_seconds = 0.0
+        self._process: subprocess.Popen[bytes] | None = None
+        self._scratch: str | None = None
+        self._timed_out = False
+        self._healthy = False
+        self._key = ""
 
-    def __enter__(self) -> IsolatedAdapter:
+    def __enter__(self) -> PluginWorker:
         self.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    # --- process ------------------------------------------------------------------------
+
     def start(self) -> WorkerInfo:
-        """Start the worker and load the plugins in it."""
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        """Start the worker, or reuse an idle one started with the same settings.
+
+        Then the plugins are loaded once in an episode process (``info``).
+
+        A worker never runs plugin code itself and keeps nothing of the episodes it served,
+        so one started for an earlier run with identical settings is as fresh as a new one.
+        """
+        begun = time.perf_counter()
+        argv = _argv(self.settings, self.python)
+        self._key = json.dumps([argv, self.settings.hello()], sort_keys=True)
+        idle = _take_idle(self._key)
+        if idle is None:
+            self._launch(argv)
+        else:
+            self._process, self._scratch = idle.process, idle.scratch
+        self._healthy = True
+        self.info = self._info()
+        self.started_seconds = time.perf_counter() - begun
+        return self.info
+
+    def _launch(self, argv: list[str]) -> None:
+        env: dict[str, str] | None = None
+        cwd: str | None = None
+        if self.settings.isolation is Isolation.PROCESS:
+            # Same cleared environment as the sandbox, and a private working folder.
+            from fewtrans_board.sandbox.policy import PASSED_ENV_PREFIXES, hub_caches
+
+            self._scratch = cwd = tempfile.mkdtemp(prefix="fewtrans-worker-")
+            env = {
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "HOME": cwd,
+                "TMPDIR": cwd,
+                "LANG": "C.UTF-8",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "HF_HUB_OFFLINE": "1",
+                **hub_caches(),
+                **{k: v for k, v in os.environ.items() if k.startswith(PASSED_ENV_PREFIXES)},
+            }
         try:
             self._process = subprocess.Popen(
-                [self.python, "-m", "fewtrans_board.runner.worker"],
+                argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=env,
+                cwd=cwd,
+                start_new_session=True,
             )
         except OSError as exc:
             raise WorkerError(f"cannot start the plugin worker {self.python}: {exc}") from exc
-        header, _ = self._ask(self.hello, {})
+        ready = self._ask(self.settings.hello())
+        if ready.get("op") != "ready":
+            raise WorkerError(f"the plugin worker answered {ready.get('op')!r} to hello")
+
+    def _info(self) -> WorkerInfo:
+        header, _ = self._session({"op": "info"})
         try:
             installed = {
-                str(k): None if v is None else str(v) for k, v in header["installed"].items()
+                str(k): None if v is None else str(v)
+                for k, v in (header.get("installed") or {}).items()
             }
             error = header.get("load_error")
-            self.info = WorkerInfo(
+            return WorkerInfo(
                 installed=installed,
                 load_error=None if error is None else str(error),
                 schema=dict(header.get("schema") or {}),
                 image_size=int(header.get("image_size") or 0),
                 weights_id=str(header.get("weights_id") or ""),
+                feature_dim=int(header.get("feature_dim") or 0),
+                model_info=dict(header.get("model_info") or {}),
+                device=str(header.get("device") or self.settings.device),
+                isolation=str(header.get("isolation") or ""),
+                batches=bool(header.get("batches")),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise WorkerError(f"the plugin worker's hello is malformed: {exc}") from exc
-        return self.info
+            raise WorkerError(f"the plugin worker's info is malformed: {exc}") from exc
 
-    def _ask(
-        self, header: dict[str, Any], arrays: dict[str, np.ndarray]
-    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    def _kill(self) -> None:
         process = self._process
-        if process is None or process.stdin is None or process.stdout is None:
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            process.kill()
+
+    def _watchdog(self) -> threading.Timer:
+        def expire() -> None:
+            self._timed_out = True
+            self._kill()
+
+        timer = threading.Timer(self.settings.limits.seconds, expire)
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    def _read(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        process = self._process
+        assert process is not None and process.stdout is not None
+        try:
+            return read_frame(process.stdout)
+        except (FrameError, OSError) as exc:
+            raise self._failure(exc) from exc
+
+    def _failure(self, exc: BaseException) -> WorkerError:
+        self._healthy = False
+        process = self._process
+        code = None if process is None else process.poll()
+        if self._timed_out:
+            return WorkerError(
+                f"the plugin worker took longer than {self.settings.limits.seconds:.0f} s on "
+                "one request and was stopped; raise $FEWTRANS_BOARD_WORKER_TIMEOUT_S if it needs "
+                "longer"
+            )
+        return WorkerError(
+            f"the plugin worker stopped answering ({exc}; exit status {code}); its stderr "
+            "above says why"
+        )
+
+    def _send(self, header: dict[str, Any], arrays: dict[str, np.ndarray] | None = None) -> None:
+        process = self._process
+        if process is None or process.stdin is None:
             raise WorkerError("the plugin worker is not running")
         try:
             write_frame(process.stdin, header, arrays)
-            reply, out = read_frame(process.stdout)
         except (FrameError, BrokenPipeError, OSError) as exc:
-            code = process.poll()
-            raise WorkerError(
-                f"the plugin worker stopped answering ({exc}; exit status {code}); its "
-                "stderr above says why"
-            ) from exc
+            raise self._failure(exc) from exc
+
+    def _ask(self, header: dict[str, Any]) -> dict[str, Any]:
+        self._send(header)
+        reply, _ = self._read()
         if reply.get("ok") is not True:
             raise WorkerError(f"the plugin worker failed: {reply.get('error', '(no message)')}")
+        return reply
+
+    # --- sessions -----------------------------------------------------------------------
+
+    def _expect_reply(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """One reply of the episode process, or its end (``done``) if it died first."""
+        reply, out = self._read()
+        if reply.get("op") == "done":
+            raise WorkerError(
+                f"the episode process ended without answering ({reply.get('status')}); its "
+                "stderr above says why"
+            )
+        if reply.get("ok") is not True:
+            self._finish_session()
+            message = str(reply.get("error", "(no message)"))
+            raise WorkerError(
+                f"the plugin worker failed: {message}",
+                message if reply.get("kind") == "plugin" else None,
+            )
         return reply, out
+
+    def _finish_session(self) -> str:
+        done, _ = self._read()
+        if done.get("op") != "done":
+            self._healthy = False
+            self._kill()
+            raise WorkerError(
+                f"the plugin worker sent {done.get('op') or 'an extra message'!r} after its "
+                "answer; the worker was stopped"
+            )
+        return str(done.get("status"))
+
+    def _session(
+        self, header: dict[str, Any], arrays: dict[str, np.ndarray] | None = None
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """Spawn an episode process, send it one request, read its reply and its end."""
+        timer = self._watchdog()
+        try:
+            self._send({"op": "spawn"})
+            self._send(header, arrays)
+            reply = self._expect_reply()
+            self._finish_session()
+        finally:
+            timer.cancel()
+        self.sessions += 1
+        return reply
+
+    def embed(
+        self,
+        chunks: Sequence[np.ndarray],
+        batch_size: int,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[np.ndarray]:
+        """Frozen features of each chunk of preprocessed pixels, in one episode process.
+
+        Args:
+            chunks: pixel arrays ``[N, 3, H, W]``.
+            batch_size: the embedding batch size (part of the feature cache's key).
+            progress: called with the number of images embedded after each chunk.
+        """
+        expected = self.info.feature_dim if self.info is not None else None
+        out: list[np.ndarray] = []
+        timer = self._watchdog()
+        try:
+            self._send({"op": "spawn"})
+            self._send({"op": "embed", "batch_size": batch_size})
+            for chunk in chunks:
+                self._send({"op": "chunk"}, {"pixels": chunk.astype(np.float32)})
+                _, arrays = self._expect_reply()
+                features = arrays.get("features")
+                if (
+                    features is None
+                    or features.dtype != np.float32
+                    or features.ndim != 2
+                    or len(features) != len(chunk)
+                    or (expected and features.shape[1] != expected)
+                    or not np.isfinite(features).all()
+                ):
+                    got = "nothing" if features is None else f"{features.dtype} {features.shape}"
+                    self._healthy = False
+                    self._kill()
+                    raise WorkerError(
+                        f"the plugin worker answered {got} as features of {len(chunk)} images"
+                    )
+                out.append(features)
+                if progress is not None:
+                    progress(len(chunk))
+            self._send({"op": "end"})
+            self._finish_session()
+        finally:
+            timer.cancel()
+        self.sessions += 1
+        return out
 
     def fit(self, request: FitRequest) -> FitReply:
         """Fit every configuration and predict each query set; checks every reply."""
@@ -195,21 +542,36 @@ class IsolatedAdapter:
             "seeds": list(request.seeds),
             "novel_class_names": request.novel_class_names,
             "loop": request.loop,
+            "kind": request.kind,
+            "memoize": request.memoize,
         }
-        _, out = self._ask(header, arrays)
+        reply, out = self._session(header, arrays)
         n_way = len(request.class_names)
+        n = len(request.configs)
         query = [
             [
                 self._logits(out, f"c{c}.q{j}", (len(q), n_way))
                 for j, q in enumerate(request.query_sets)
             ]
-            for c in range(len(request.configs))
+            for c in range(n)
         ]
         novel = None
         if request.novel is not None and request.novel_class_names is not None:
             shape = (len(request.novel), len(request.novel_class_names))
-            novel = [self._logits(out, f"c{c}.novel", shape) for c in range(len(request.configs))]
-        return FitReply(query, novel)
+            novel = [self._logits(out, f"c{c}.novel", shape) for c in range(n)]
+        seconds = reply.get("seconds")
+        records = reply.get("records")
+        if not (isinstance(seconds, list) and len(seconds) == n):
+            seconds = [0.0] * n
+        if not (isinstance(records, list) and len(records) == n):
+            records = [None] * n
+        return FitReply(
+            query,
+            novel,
+            [float(s) if isinstance(s, int | float) else 0.0 for s in seconds],
+            [r if isinstance(r, dict) else None for r in records],
+            int(reply.get("peak_bytes") or 0),
+        )
 
     @staticmethod
     def _logits(out: dict[str, np.ndarray], key: str, shape: tuple[int, int]) -> np.ndarray:
@@ -222,15 +584,13 @@ class IsolatedAdapter:
         return values
 
     def close(self) -> None:
-        """Ask the worker to exit (killing it if it does not)."""
+        """Hand the worker back for reuse if it is healthy; else stop it."""
         process, self._process = self._process, None
+        scratch, self._scratch = self._scratch, None
         if process is None:
             return
-        try:
-            if process.stdin is not None:
-                write_frame(process.stdin, {"op": "bye"})
-                process.stdin.close()
-            process.wait(timeout=30)
-        except (OSError, FrameError, subprocess.TimeoutExpired):
-            process.kill()
-            process.wait()
+        idle = _Idle(process, scratch)
+        if self._healthy and process.poll() is None and self._key:
+            _give_back(self._key, idle)
+        else:
+            _stop(idle)

@@ -30,6 +30,7 @@ from fewtrans_board.results.shards import write_shard
 from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.run_folder import claim_shards, shard_path, unwritable
 from fewtrans_board.runner.spec import RunSpec, environment_differences, resolved_threads
+from fewtrans_board.sandbox import Isolation
 
 ProgressCallback = Callable[[int], None]
 
@@ -53,7 +54,7 @@ def run_shard(
 ) -> Path:
     """Evaluate one shard in this process and write it atomically."""
     started = time.time()
-    adapter = ctx.adapter_cls()
+    adapter = ctx.adapter_cls() if ctx.isolation is Isolation.INLINE else None
     rows: list[dict[str, Any]] = []
     episodes = ctx.shard_episodes(index)
     for episode in episodes:
@@ -228,9 +229,12 @@ def _run(
     indices = [shard] if shard is not None else list(range(ctx.shard_count))
     # The run identity loads the model and adapter: a broken plugin fails here, before a
     # results folder (and its locks) is created for nothing.
-    ctx.run_id()
-    with claim_shards(ctx, out, indices) as claim:
-        _execute(ctx, spec, out, claim.todo, executor, workers, progress, plugins)
+    try:
+        ctx.run_id()
+        with claim_shards(ctx, out, indices) as claim:
+            _execute(ctx, spec, out, claim.todo, executor, workers, progress, plugins)
+    finally:
+        ctx.close()
     todo, done = claim.todo, claim.done
     return RunReport(
         out=out,

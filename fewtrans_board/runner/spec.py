@@ -37,6 +37,10 @@ class RunSpec:
         max_memory: memory budget of the configurations trained together (``40GiB``,
             ``60%`` of free memory; ``None``: 80% of free memory).
         image_cache: folder of the shared decoded-image files (``None``: ``OUT/decoded``).
+        isolation: where plugin code runs: ``auto`` (a sandboxed worker where one can be
+            made, else a plain worker process), ``sandbox``, ``process`` or ``inline`` (this
+            process; for analyses and debugging). Not part of the identity: every mode
+            computes the same numbers.
     """
 
     model: str
@@ -55,6 +59,7 @@ class RunSpec:
     batching: str = "auto"
     max_memory: str | None = None
     image_cache: str | None = None
+    isolation: str = "auto"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (for worker processes)."""
@@ -135,6 +140,7 @@ def numeric_environment(device: str, code: dict[str, str]) -> dict[str, Any]:
         env["gpu"] = torch.cuda.get_device_name(device)
     else:
         env["cpu"] = cpu_model()
+        env["cpu_flags"] = cpu_flags_digest()
     return env
 
 
@@ -148,6 +154,25 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_flags_digest() -> str:
+    """A short hash of the processor's feature flags (``/proc/cpuinfo``).
+
+    The flags select the vector kernels BLAS and oneDNN run: two CPUs of one model name may
+    still differ here.
+    """
+    import hashlib
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    flags = " ".join(sorted(line.partition(":")[2].split()))
+                    return hashlib.sha256(flags.encode()).hexdigest()[:16]
+    except OSError:
+        pass
+    return platform.machine()
 
 
 def environment_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:

@@ -1,32 +1,77 @@
-"""The plugin worker: the only process of a verification that imports third-party plugins.
+"""The plugin worker: the only kind of process that runs a contestant's model or adapter.
 
-Started by :class:`fewtrans_board.runner.isolated.IsolatedAdapter` as
-``python -m fewtrans_board.runner.worker`` (possibly in another environment holding the
-submission's pinned plugins). It reads frames (:mod:`fewtrans_board.runner.frames`) on
-stdin and answers on stdout:
+Started by :class:`fewtrans_board.runner.isolated.PluginWorker` as
+``python -I -m fewtrans_board.runner.worker`` (inside a sandbox where one can be made), by
+``evaluate``, ``preflight``, ``hpe search`` and verification alike, with the same
+environment and settings, so a plugin cannot tell a verification from an evaluation.
 
-- ``hello`` {model, adapter, weights, device, threads, allow}: load the plugins, model and
-  adapter; answer the adapter's schema and the backbone's input size.
-- ``fit`` {class_names, configs, seeds, novel_class_names, loop} with arrays ``support``,
-  ``labels`` and query sets ``q0``, ``q1``, ... (and ``novel``): fit every configuration
-  and answer logits ``c<i>.q<j>`` (and ``c<i>.novel``) per configuration and query set;
-  ``loop`` fits each configuration with ``fit`` even where the adapter has ``fit_many``.
+The process is a *zygote*: it imports trusted libraries (torch, fewtrans-board) but never
+plugin code, then forks a fresh *episode process* for every request. That process isolates
+itself (:mod:`fewtrans_board.sandbox.episode`), loads the plugins, model and adapter,
+reads its own request from the pipe, answers, and exits; the zygote then ends whatever it
+left running and reports how it ended. No episode can see another's data, files or
+processes, and the zygote never holds episode data (it reads only the small ``spawn``
+frames; the episode process reads the rest itself).
+
+Frames (:mod:`fewtrans_board.runner.frames`) on stdin, answers on stdout:
+
+- ``hello`` {settings}: configure the zygote; answer ``ready``.
+- ``spawn``: fork an episode process, which reads one session:
+  - ``info``: answer the installed pins, the adapter schema and the backbone's facts;
+  - ``embed`` {batch_size} then ``chunk`` frames with ``pixels`` and a final ``end``:
+    answer ``features`` for each chunk (frozen features for the caller's cache);
+  - ``fit`` {class_names, configs, seeds, loop, kind, novel_class_names} with arrays
+    ``support``, ``labels``, ``q0``, ``q1``, ... (and ``novel``): fit every configuration
+    and answer logits ``c<i>.q<j>`` (and ``c<i>.novel``), seconds and records;
+  then the zygote answers ``done`` with the episode process's exit status.
 - ``bye``: exit.
 
-The worker never sees item ids, labels of queries, episode indices or the order the
-parent presented; it returns logits and the parent scores them.
+The worker never sees item ids, query labels, episode indices or the presentation order;
+it returns logits and the caller scores them.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import errno
+import importlib
 import os
+import pickle
 import sys
+import time
 import traceback
 from typing import IO, Any
 
 import numpy as np
 
-from fewtrans_board.runner.frames import read_frame, write_frame
+from fewtrans_board.runner.frames import FrameError, read_frame, write_frame
+from fewtrans_board.sandbox.episode import (
+    apply_limits,
+    empty_scratch,
+    end_descendants,
+    guard_worker_process,
+    isolate_episode_process,
+)
+
+TRUSTED_PRELOAD = (
+    "torch",
+    "PIL.Image",
+    "fewtrans_board.runner.evaluate",
+    "fewtrans_board.adapters.episode_data",
+    "fewtrans_board.adapters.lockstep",
+    "fewtrans_board.registry",
+    "fewtrans_board.plugins",
+    "fewtrans_board.default_plugins",
+)
+"""Imported by the zygote before any fork (never a third-party plugin)."""
+
+PRELOAD_ALLOWED = ("timm", "open_clip", "peft", "torchvision")
+
+EPISODE_MARK = "@episode@"
+"""Stands for the episode in error messages; the caller, who knows which episode it sent,
+puts ``episode N (stream S)`` there (the worker is never told)."""
+"""Libraries the caller may ask the zygote to import ahead (a model family's)."""
 
 
 class TrainingTrapError(RuntimeError):
@@ -36,7 +81,6 @@ class TrainingTrapError(RuntimeError):
 def install_training_traps() -> None:
     """Make gradient steps raise, for adapters that declare ``training_free``."""
     import torch
-    import torch._dynamo
 
     def trap(what: str) -> Any:
         def refuse(*_: Any, **__: Any) -> None:
@@ -53,56 +97,108 @@ def install_training_traps() -> None:
     torch.optim.Optimizer.step = trap("an optimiser step")  # type: ignore[method-assign]
 
 
-class Worker:
-    """State of one worker process: the loaded backbone and adapter."""
+def describe_status(status: int) -> str:
+    """How an episode process ended, in words (signals named, with their usual cause)."""
+    import signal
 
-    def __init__(self) -> None:
+    if os.WIFEXITED(status):
+        return f"exit status {os.WEXITSTATUS(status)}"
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        causes = {
+            "SIGKILL": "killed, e.g. by the kernel when memory ran out",
+            "SIGXFSZ": "wrote a file larger than the worker's file-size limit",
+            "SIGXCPU": "used more CPU time than allowed",
+            "SIGSEGV": "crashed (segmentation fault)",
+        }
+        return f"{name}: {causes.get(name, 'terminated by a signal')}"
+    return f"status {status}"
+
+
+class Session:
+    """The loaded plugins, model and adapter of one episode process."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.settings = settings
         self.backbone: Any = None
         self.adapter: Any = None
         self.adapter_cls: Any = None
-        self.lockstep: Any = None  # LockstepSettings once loaded (torch-free import here)
+        self.lockstep: Any = None
+        self.installed: dict[str, str | None] = {}
 
-    def hello(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Report the installed pinned distributions, then load plugins, model and adapter."""
+    def _installed_pins(self) -> dict[str, str | None]:
         import importlib.metadata
 
         installed: dict[str, str | None] = {}
-        for distribution in request.get("pins") or []:
+        for distribution in self.settings.get("pins") or []:
             try:
                 installed[distribution] = importlib.metadata.version(distribution)
             except importlib.metadata.PackageNotFoundError:
                 installed[distribution] = None
-        try:
-            loaded = self._load(request)
-        except Exception as exc:  # the parent turns it into a submission error
-            traceback.print_exc(file=sys.stderr)
-            return {"installed": installed, "load_error": f"{type(exc).__name__}: {exc}"}
-        return {"installed": installed, **loaded}
+        return installed
 
-    def _load(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _plugin_manager(self) -> Any:
+        from fewtrans_board.plugins import get_plugin_manager, plugin_manager_for
+
+        plugins = self.settings.get("plugins") or {}
+        if "selection" in plugins:
+            selection = pickle.loads(base64.b64decode(plugins["selection"]))
+            return plugin_manager_for(selection)
+        allow = plugins.get("allow")
+        return get_plugin_manager(allow=allow) if allow is not None else get_plugin_manager()
+
+    def load(self) -> None:
+        """Load the plugins, the adapter and the model (raises what they raise)."""
         import torch
 
-        from fewtrans_board.adapters.lockstep import MemoryBudget, settings_for
-        from fewtrans_board.plugins import get_plugin_manager
+        from fewtrans_board.adapters.lockstep import parse_memory, settings_for
         from fewtrans_board.registry import Registry
 
-        device = request.get("device", "cpu")
-        self.lockstep = settings_for(request.get("batching", "auto"), device, MemoryBudget())
-        if request.get("threads"):
-            torch.set_num_threads(int(request["threads"]))
-        if request.get("training_free"):
+        settings = self.settings
+        device = settings.get("device", "cpu")
+        self.lockstep = settings_for(
+            settings.get("batching", "auto"), device, parse_memory(settings.get("max_memory"))
+        )
+        if settings.get("threads"):
+            torch.set_num_threads(int(settings["threads"]))
+        if settings.get("training_free"):
             install_training_traps()
-        allow = request.get("allow")
-        pm = get_plugin_manager(allow=allow) if allow is not None else get_plugin_manager()
-        registry = Registry.from_plugin_manager(pm)
-        self.adapter_cls = registry.adapters.get(request["adapter"]).obj
+        self.installed = self._installed_pins()
+        registry = Registry.from_plugin_manager(self._plugin_manager())
+        self.adapter_cls = registry.adapters.get(settings["adapter"]).obj
         self.adapter = self.adapter_cls()
-        self.backbone = registry.load_model(request["model"], request.get("weights"), device)
+        preloaded = PRELOADED.get("backbone")
+        if preloaded is not None and registry.model(settings["model"]).source.builtin:
+            self.backbone = preloaded
+        else:
+            self.backbone = registry.load_model(settings["model"], settings.get("weights"), device)
+
+    def info(self) -> dict[str, Any]:
+        """What the caller needs to know before it sends episodes."""
+        backbone = self.backbone
         return {
+            "installed": self.installed,
             "schema": self.adapter_cls.schema(),
-            "image_size": int(self.backbone.image_size),
-            "weights_id": self.backbone.weights_id,
+            "image_size": int(backbone.image_size),
+            "weights_id": backbone.weights_id,
+            "feature_dim": int(backbone.feature_dim),
+            "model_info": dict(getattr(backbone, "info", {}) or {}),
+            "device": str(backbone.device),
+            "batches": bool(self.adapter_cls.overrides_fit_many()),
         }
+
+    def embed(self, pixels: np.ndarray, batch_size: int) -> np.ndarray:
+        """Frozen features of a chunk of preprocessed images."""
+        import torch
+
+        tensor = torch.from_numpy(pixels.copy()).to(self.backbone.device)
+        with torch.no_grad():
+            features = self.backbone.embed(tensor, batch_size)
+        return np.ascontiguousarray(features.float().cpu().numpy(), dtype=np.float32)
 
     def fit(
         self, request: dict[str, Any], arrays: dict[str, np.ndarray]
@@ -112,19 +208,34 @@ class Worker:
 
         from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
         from fewtrans_board.adapters.lockstep import settings_in_force
-        from fewtrans_board.runner.evaluate import fit_predictors, predict_logits
+        from fewtrans_board.runner.evaluate import fit_predictors, predict_logits, predictor_record
+
+        device = self.backbone.device
+        memoize = bool(request.get("memoize", True))
+        as_features = request.get("kind") == "features"
+
+        def images(key: str) -> ImageSet:
+            tensor = torch.from_numpy(arrays[key].copy()).to(device)
+            if as_features:
+                return ImageSet(features=tensor, memoize=memoize)
+            return ImageSet(tensor, memoize=memoize)
 
         n_way = len(request["class_names"])
         support = SupportSet(
-            ImageSet(torch.from_numpy(arrays["support"].copy())),
-            torch.from_numpy(arrays["labels"].astype(np.int64)),
-            n_way,
+            images("support"), torch.from_numpy(arrays["labels"].astype(np.int64)), n_way
         )
         sets = sorted((k for k in arrays if k.startswith("q")), key=lambda k: int(k[1:]))
-        queries = {k: ImageSet(torch.from_numpy(arrays[k].copy())) for k in sets}
-        novel = ImageSet(torch.from_numpy(arrays["novel"].copy())) if "novel" in arrays else None
+        queries = {k: images(k) for k in sets}
+        novel = images("novel") if "novel" in arrays else None
         configs = [self.adapter_cls.Config.from_dict(c) for c in request["configs"]]
+        name = getattr(self.adapter, "name", type(self.adapter).__name__)
+
+        def where(i: int) -> str:
+            return f"adapter {name!r}, {EPISODE_MARK}, configuration {i} {configs[i].to_dict()}"
+
         out: dict[str, np.ndarray] = {}
+        seconds: list[float] = [0.0] * len(configs)
+        records: list[dict[str, Any] | None] = [None] * len(configs)
         with settings_in_force(self.lockstep):
             fitted = fit_predictors(
                 self.adapter,
@@ -133,45 +244,207 @@ class Worker:
                 request["class_names"],
                 configs,
                 request["seeds"],
-                lambda i: f"configuration {i}",
+                where,
                 loop=bool(request.get("loop")),
             )
-        for i, predictor, _ in fitted:
-            for key, query in queries.items():
-                out[f"c{i}.{key}"] = predict_logits(predictor, query, n_way, f"configuration {i}")
-            if novel is not None:
-                out[f"c{i}.novel"] = predict_logits(
-                    predictor, novel, 0, f"configuration {i}", request["novel_class_names"]
-                )
-        return {}, {k: v.astype(np.float32) for k, v in out.items()}
+            for i, predictor, fit_seconds in fitted:
+                start = time.perf_counter()
+                for key, query in queries.items():
+                    out[f"c{i}.{key}"] = predict_logits(predictor, query, n_way, where(i))
+                if novel is not None:
+                    out[f"c{i}.novel"] = predict_logits(
+                        predictor, novel, 0, where(i), request["novel_class_names"]
+                    )
+                seconds[i] = fit_seconds + time.perf_counter() - start
+                records[i] = predictor_record(predictor)
+        reply = {"seconds": seconds, "records": records, "peak_bytes": _peak_bytes(device)}
+        return reply, {k: v.astype(np.float32) for k, v in out.items()}
+
+
+def _peak_bytes(device: Any) -> int:
+    """Peak memory of this episode process: the CUDA allocator's peak, else peak RSS."""
+    import resource
+
+    import torch
+
+    if str(device).startswith("cuda"):
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _limit_hit(exc: BaseException, limits: dict[str, Any]) -> str | None:
+    """Which resource limit an exception (or what caused it) ran into, in words."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        memory = limits.get("memory_bytes")
+        if memory and (isinstance(seen, MemoryError) or "can't allocate memory" in str(seen)):
+            return (
+                f"the episode process reached its memory limit of {memory / (1 << 30):.1f} GiB; "
+                "raise it with $FEWTRANS_BOARD_WORKER_MEMORY_GIB"
+            )
+        if isinstance(seen, OSError) and seen.errno == errno.EFBIG:
+            return (
+                "the episode process wrote a file larger than its limit of "
+                f"{(limits.get('file_bytes') or 0) / (1 << 30):.2f} GiB; raise it with "
+                "$FEWTRANS_BOARD_WORKER_FILE_GIB"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _error(exc: BaseException, settings: dict[str, Any]) -> dict[str, Any]:
+    """The reply for a failed request; a user-facing error travels as its message alone."""
+    from fewtrans_board.errors import FewtransError
+
+    limit = _limit_hit(exc, settings.get("limits") or {})
+    if isinstance(exc, FewtransError):
+        text = str(exc) if limit is None else f"{limit}: {exc}"
+        return {"ok": False, "error": text, "kind": "plugin"}
+    traceback.print_exc(file=sys.stderr)
+    text = f"{type(exc).__name__}: {exc}"
+    return {"ok": False, "error": text if limit is None else f"{limit} ({text})"}
+
+
+def run_session(requests: IO[bytes], replies: IO[bytes], settings: dict[str, Any]) -> None:
+    """The life of one episode process: isolate, load, answer one session."""
+    limits = settings.get("limits") or {}
+    isolation = isolate_episode_process(int(limits.get("scratch_bytes") or (1 << 30)))
+    apply_limits(limits.get("memory_bytes"), int(limits.get("file_bytes") or (4 << 30)))
+    header, arrays = read_frame(requests)
+    op = header.get("op")
+    session = Session(settings)
+    try:
+        session.load()
+    except Exception as exc:  # the caller turns it into a refusal naming the plugin
+        if op == "info":
+            write_frame(
+                replies,
+                {
+                    "ok": True,
+                    "installed": session.installed,
+                    "load_error": _error(exc, settings)["error"],
+                },
+            )
+        else:
+            write_frame(replies, _error(exc, settings))
+        return
+    try:
+        if op == "info":
+            write_frame(replies, {"ok": True, "isolation": isolation, **session.info()})
+        elif op == "embed":
+            batch_size = int(header.get("batch_size") or 256)
+            while True:
+                chunk, chunk_arrays = read_frame(requests)
+                if chunk.get("op") != "chunk":
+                    break
+                features = session.embed(chunk_arrays["pixels"], batch_size)
+                write_frame(replies, {"ok": True}, {"features": features})
+        elif op == "fit":
+            reply, out = session.fit(header, arrays)
+            write_frame(replies, {"ok": True, **reply}, out)
+        else:
+            write_frame(replies, {"ok": False, "error": f"unknown session {op!r}"})
+    except Exception as exc:  # reported to the caller, which decides what it means
+        write_frame(replies, _error(exc, settings))
+
+
+PRELOADED: dict[str, Any] = {}
+"""A built-in model the zygote loaded once (on CPU, one thread) for every episode process."""
+
+
+def _preload_builtin_model(settings: dict[str, Any]) -> None:
+    """Load the run's model in the zygote when fewtrans-board itself provides it.
+
+    Only built-in (trusted) code runs here, single-threaded (a fork after a multi-threaded
+    OpenMP region would hang the children) and on CPU (CUDA cannot survive a fork); each
+    episode process then starts from a copy of the loaded model instead of loading it.
+    """
+    import torch
+
+    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.registry import Registry
+
+    if settings.get("device", "cpu") != "cpu":
+        return
+    try:
+        registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
+        if settings["adapter"] in registry.adapters:  # import a built-in adapter's modules once
+            registry.adapters.get(settings["adapter"]).obj.schema()
+        if not registry.model(settings["model"]).source.builtin:
+            return
+        torch.set_num_threads(1)
+        PRELOADED["backbone"] = registry.load_model(
+            settings["model"], settings.get("weights"), "cpu"
+        )
+    except Exception:
+        return  # episode process loads it itself and reports what fails
+
+
+def _configure(settings: dict[str, Any]) -> None:
+    """Zygote set-up: plugin folders on the path, trusted libraries imported, guards on."""
+    for path in settings.get("plugin_paths") or []:
+        if path not in sys.path:
+            sys.path.append(path)  # after site-packages: a plugin cannot shadow a library
+    import torch
+
+    torch.set_num_threads(1)  # the zygote computes nothing; children choose their own count
+    for name in (
+        *TRUSTED_PRELOAD,
+        *(m for m in settings.get("preload") or [] if m in PRELOAD_ALLOWED),
+    ):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    _preload_builtin_model(settings)
+    guard_worker_process()
 
 
 def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
-    """Answer requests until ``bye`` or the end of the input."""
-    worker = Worker()
+    """Answer ``hello``, then fork an episode process per ``spawn``, until ``bye``."""
+    header, _ = read_frame(requests)
+    if header.get("op") != "hello":
+        write_frame(replies, {"ok": False, "error": "the first request must be hello"})
+        return
+    settings = dict(header)
+    _configure(settings)
+    write_frame(replies, {"ok": True, "op": "ready", "pid": os.getpid()})
     while True:
-        header, arrays = read_frame(requests)
+        try:
+            header, _ = read_frame(requests)
+        except FrameError:  # the caller went away: nothing left to do
+            return
         op = header.get("op")
         if op == "bye":
             return
-        try:
-            if op == "hello":
-                write_frame(replies, {"ok": True, **worker.hello(header)})
-            elif op == "fit":
-                reply, out = worker.fit(header, arrays)
-                write_frame(replies, {"ok": True, **reply}, out)
-            else:
-                write_frame(replies, {"ok": False, "error": f"unknown request {op!r}"})
-        except Exception as exc:  # reported to the parent, which decides what it means
-            traceback.print_exc(file=sys.stderr)
-            write_frame(replies, {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+        if op != "spawn":
+            write_frame(replies, {"ok": False, "error": f"unknown request {op!r}"})
+            return
+        replies.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                run_session(requests, replies, settings)
+            except BaseException:
+                traceback.print_exc(file=sys.stderr)
+                code = 1
+            finally:
+                try:
+                    replies.flush()
+                finally:
+                    os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        end_descendants()
+        empty_scratch()  # episode processes have private scratch; this covers kernels without
+        write_frame(replies, {"ok": True, "op": "done", "status": describe_status(status)})
 
 
 def main() -> None:
     """Serve on stdin/stdout; whatever plugins print goes to stderr."""
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    serve(sys.stdin.buffer, replies)
+    # Unbuffered: the zygote reads exactly its own frames and never an episode's bytes.
+    requests = os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=0)
+    serve(requests, replies)
 
 
 if __name__ == "__main__":
