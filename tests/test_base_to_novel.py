@@ -151,7 +151,7 @@ def test_verify_compares_base_rows_of_base_to_novel_runs(tmp_path: Path, invoke)
     from fewtrans_board.leaderboard.bundle import BundleContents
     from fewtrans_board.leaderboard.meta import parse_meta
     from fewtrans_board.leaderboard.store import LeaderboardStore
-    from fewtrans_board.leaderboard.verify import verify_contents
+    from fewtrans_board.leaderboard.verification import VerificationOptions, verify_contents
     from tests.conftest import installed_distribution
 
     store = LeaderboardStore(tmp_path / "leaderboard")
@@ -198,16 +198,17 @@ plugins = ["fewtrans-board==0.1.0", "fewtrans-tinymodels==0.1"]
         # Verification proper: the run is handed over as loaded (it is not a demo-benchmark
         # submission, so validation would refuse it before any episode is re-run).
         contents = BundleContents(parse_meta(meta), None, [out])
-        report = verify_contents(contents, store, sample=2, runs=[run])
+        report = verify_contents(contents, store, VerificationOptions(), runs=[run])
     # Novel rows share the episode and configuration index of the base rows; only the
-    # base ones describe the re-run queries.
+    # base ones describe the re-run queries (re-run in the same environment: identical).
     assert report["passed"] and len(report["episodes"]) == 2
-    assert all(e["config_agreement"] == 1.0 for e in report["episodes"])
-    assert all(e["hpe_agreement"] == 1.0 for e in report["episodes"])
+    assert report["datasets"][0]["mode"] == "exact"
+    assert all(e["configs_equal"] == e["configs"] and e["hpe_equal"] for e in report["episodes"])
 
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "leaderboard" / "manifests"
+B2N_EPISODES = 40
 
 
 def test_base_to_novel_tables_evaluate_base2novel_manifests() -> None:
@@ -289,6 +290,16 @@ def b2n_leaderboard(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
         result = CliRunner().invoke(app, list(args), catch_exceptions=False)
         assert result.exit_code == 0, result.output
 
+    # This store freezes a 40-episode base-to-novel manifest under the benchmark's file
+    # name: every episode of a plugin model's run loads the model in a fresh process.
+    b2n = store / "manifests" / "fewtrans-base2novel--digits.parquet"
+    b2n.unlink()
+    b2n.with_name(b2n.name + ".sha256").unlink(missing_ok=True)
+    cli(
+        *("manifest", "build", "--protocol", "fewtrans-base2novel", "--dataset", "digits"),
+        *("--episodes", str(B2N_EPISODES), "--out", str(b2n)),
+    )
+
     script = demo_script()
     (entry,) = script.base_to_novel_entries(
         "tiny-clip.test", ["zero-shot-clip"], ["fewtrans-tinymodels==0.1"]
@@ -314,13 +325,17 @@ def test_index_reports_base_novel_and_harmonic_mean_with_cis(b2n_leaderboard) ->
     (summary,) = entry["runs"]
     run = load_run(store / "results" / ident / "fewtrans-base2novel--digits")
     base, novel = run.aggregations()["hpe"], run.aggregations("novel")["hpe"]
-    assert len(base) == len(novel) == 600
+    assert len(base) == len(novel) == B2N_EPISODES
     for key, values in (("aggregations", base), ("novel", novel)):
         assert summary[key]["hpe"]["mean"] == pytest.approx(values.mean())
         assert summary[key]["hpe"]["ci95"] == pytest.approx(mean_ci(values).ci95)
     hm = summary["harmonic_mean"]["hpe"]
     b, n = base.mean(), novel.mean()
-    assert hm["mean"] == pytest.approx(2 * b * n / (b + n)) and hm["ci95"] > 0 and hm["n"] == 600
+    assert (
+        hm["mean"] == pytest.approx(2 * b * n / (b + n))
+        and hm["ci95"] > 0
+        and hm["n"] == B2N_EPISODES
+    )
 
 
 def test_site_shows_base_novel_and_harmonic_mean(b2n_leaderboard) -> None:  # type: ignore[no-untyped-def]

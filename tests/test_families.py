@@ -108,4 +108,4 @@ def test_family_goes_from_evaluate_to_the_store(
     )
     verified = shell.ok(f"submission verify {work}/b.zip {store} --sample 1 --threads 1 --json")
     assert verified["passed"]
-    shell.ok(f"leaderboard add {work}/b.zip {store}")
+    shell.ok(f"leaderboard add {work}/b.zip {store} --sample 1 --threads 1")

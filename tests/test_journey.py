@@ -204,7 +204,7 @@ def test_from_an_empty_folder_to_a_leaderboard_entry(
         f"submission verify {{work}}/b.zip {store} --sample 2 --threads 1", work=work
     )
     assert verified["passed"] and len(verified["episodes"]) == 2
-    journey.ok(f"leaderboard add {{work}}/b.zip {store}", work=work)
+    journey.ok(f"leaderboard add {{work}}/b.zip {store} --sample 2 --threads 1", work=work)
     journey.ok(f"site build {store} --out {{work}}/site", work=work)
     pages = "".join(p.read_text() for p in (work / "site").rglob("*.html"))
     assert ident in pages

@@ -87,7 +87,17 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             "--out",
             str(work / f"{ident}.zip"),
         )
-        run("leaderboard", "add", str(work / f"{ident}.zip"), "--leaderboard", str(store))
+        run(
+            "leaderboard",
+            "add",
+            str(work / f"{ident}.zip"),
+            "--leaderboard",
+            str(store),
+            "--sample",
+            "3",
+            "--threads",
+            "1",
+        )
     # The demo benchmark's reference is fine-tuning; use the random-init entry so flags show.
     patched = dict(benchmarks_module.SUB_BENCHMARKS)
     patched["demo"] = dataclasses.replace(patched["demo"], reference_adapter="mean-centroid")

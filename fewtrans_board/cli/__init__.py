@@ -11,6 +11,7 @@ without loading third-party plugins at all.
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
@@ -188,10 +189,28 @@ def needs_plugins(argv: Sequence[str]) -> bool:
     return _command(argv) not in CORE_ONLY_COMMANDS
 
 
+ISOLATED_ENV = "FEWTRANS_BOARD_JUDGE_ISOLATED"
+
+
+def run_isolated(args: Sequence[str]) -> None:
+    """Re-run a judging command as ``python -I -m fewtrans_board``, unless it already is.
+
+    Isolated mode ignores the working folder, ``PYTHONPATH`` and the user site, so no
+    module a plugin worker (or a pull request) could place there is ever imported by the
+    process that judges. Only the console script's own entry does this; a call of
+    :func:`main` from Python runs in place.
+    """
+    if sys.flags.isolated or os.environ.get(ISOLATED_ENV) == "0":
+        return
+    os.execv(sys.executable, [sys.executable, "-I", "-m", "fewtrans_board", *args])
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point: build the plugin manager and run the CLI."""
     args = list(argv) if argv is not None else sys.argv[1:]
     command = _command(args)
+    if argv is None and command in CORE_ONLY_COMMANDS:
+        run_isolated(args)
     debug = "--debug" in (args[: args.index(command)] if command else args)
     try:
         cli = make_cli(get_plugin_manager(entry_points=needs_plugins(args)))

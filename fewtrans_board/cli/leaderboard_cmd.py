@@ -8,21 +8,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from fewtrans_board.cli.groups import (
-    DEVICE,
-    SEED,
-    FiniteFloatRange,
-    OutputPath,
-    echo_json,
-    echo_table,
-    threads_option,
-)
+from fewtrans_board.cli.groups import OutputPath, echo_json, echo_table
 from fewtrans_board.cli.store_options import (
     leaderboard_option,
-    parse_roots,
     verification_from,
     verification_options,
-    worker_python_option,
 )
 
 if TYPE_CHECKING:
@@ -157,73 +147,21 @@ def _print_validation(report: dict[str, Any], as_json: bool) -> None:
 @submission_group.command("verify")
 @click.argument("bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @leaderboard_option
-@click.option(
-    "--sample",
-    type=click.IntRange(1),
-    default=5,
-    show_default=True,
-    help="Episodes re-run per dataset.",
-)
-@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed choosing the episodes.")
-@click.option(
-    "--threshold",
-    type=FiniteFloatRange(0, 1),
-    default=0.9,
-    show_default=True,
-    help="Minimum agreement.",
-)
-@click.option(
-    "--root", "roots", multiple=True, metavar="DATASET=PATH", help="Local dataset copies."
-)
-@click.option(
-    "--weights",
-    type=click.Path(exists=True, dir_okay=False),
-    default=None,
-    help="Local checkpoint for the model.",
-)
-@click.option(
-    "--device", type=DEVICE, default="cpu", show_default=True, help="Torch device of the worker."
-)
-@threads_option(
-    "Torch threads of the worker (default: the run's recorded count, capped at the cores here)."
-)
-@worker_python_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def submission_verify(
-    bundle: Path,
-    leaderboard: Path,
-    sample: int,
-    seed: int,
-    threshold: float,
-    roots: tuple[str, ...],
-    weights: str | None,
-    device: str,
-    threads: int | None,
-    worker_python: str | None,
-    as_json: bool,
-) -> None:
-    """Re-run a seeded sample of episodes with the pinned plugin and compare predictions.
+@verification_options(root_help="Local dataset copies.")
+def submission_verify(bundle: Path, leaderboard: Path, as_json: bool, **options: Any) -> None:
+    """Re-run a sample of a bundle's episodes with the pinned plugin and judge them.
 
-    The plugin runs in a separate worker process that sees episode tensors only, with the
-    queries in an order only this process knows; this process scores.
+    The plugin runs in a sandboxed worker that sees episode tensors only, with the queries
+    in an order only this process knows; this process scores. The episodes are drawn from
+    a seed fixed only now (printed, to reproduce the verification with --seed).
     """
     from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import verify_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
+    verification = verification_from(options)
     try:
-        report = verify_bundle(
-            bundle,
-            LeaderboardStore(leaderboard),
-            sample=sample,
-            seed=seed,
-            threshold=threshold,
-            roots=parse_roots(roots),
-            weights=weights,
-            device=device,
-            python=worker_python,
-            threads=threads,
-        )
+        report = verify_bundle(bundle, LeaderboardStore(leaderboard), verification.options)
     except SubmissionError as exc:
         _fail(exc, as_json)
     _print_verification(report, as_json)
@@ -234,21 +172,37 @@ def _print_verification(report: dict[str, Any], as_json: bool) -> None:
         echo_json({"ok": True, **report})
         return
     click.echo(
-        f"verified {report['submission']}: {len(report['episodes'])} re-run episodes agree "
-        f"(threshold {report['threshold']})"
+        f"verified {report['submission']} (seed {report['seed'][:16]}..., "
+        f"{report['seed_source']}; {report['isolation']} worker)"
     )
     echo_table(
-        ["dataset", "episode", "config agreement", "HPE agreement"],
+        [
+            "dataset",
+            "mode",
+            "re-run",
+            "claimed",
+            "re-run acc",
+            "claimed - re-run (95% bound)",
+            "catches 5% forgery",
+        ],
         [
             [
-                e["dataset"],
-                e["episode"],
-                f"{e['config_agreement']:.3f}",
-                f"{e['hpe_agreement']:.3f}",
+                d["dataset"],
+                d["mode"],
+                f"{d['rerun_episodes']} of {d['episodes']}",
+                f"{d['claimed_on_rerun_episodes']:.2f}",
+                f"{d['rerun_accuracy']:.2f}",
+                "identical"
+                if d["mode"] == "exact"
+                else f"{d['difference']:+.2f} (<= {d['difference_bound']:+.2f})"
+                if d["difference_bound"] is not None
+                else f"{d['difference']:+.2f}",
+                f"{d['catch_probability']:.3f}",
             ]
-            for e in report["episodes"]
+            for d in report["datasets"]
         ],
     )
+    click.echo(f"reproduce with: {report['reproduce']}")
 
 
 @click.group("leaderboard")
@@ -260,24 +214,17 @@ def leaderboard_group() -> None:
 @click.argument("bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @leaderboard_option
 @verification_options(
-    verify_help="Also re-run this many episodes per dataset; the entry is then marked verified.",
-    root_help="Local dataset copies (for --verify).",
+    root_help="Local dataset copies (for verification).",
+    switch="--unsafe-no-verify",
+    switch_help="UNSAFE: store the entry without re-running it; it is listed as not verified.",
 )
-def leaderboard_add(
-    bundle: Path,
-    leaderboard: Path,
-    verify_sample: int,
-    seed: int,
-    roots: tuple[str, ...],
-    worker_python: str | None,
-    as_json: bool,
-) -> None:
-    """Validate (and optionally verify) a bundle, then merge it into the store. Entries are immutable."""
+def leaderboard_add(bundle: Path, leaderboard: Path, as_json: bool, **options: Any) -> None:
+    """Validate and verify a bundle, then merge it into the store. Entries are immutable."""
     from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import add_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
-    verification = verification_from(verify_sample, seed, roots, worker_python)
+    verification = verification_from(options)
     try:
         result = add_bundle(bundle, LeaderboardStore(leaderboard), verification)
     except SubmissionError as exc:
@@ -285,8 +232,12 @@ def leaderboard_add(
     status = "validated" if result.verification is None else "verified"
     ident = result.validation.meta.id
     if as_json:
-        echo_json({"ok": True, "id": ident, "status": status})
+        echo_json({"ok": True, "id": ident, "status": status, "verification": result.verification})
     else:
+        if result.verification is None:
+            click.echo("Warning: stored without verification (--unsafe-no-verify)", err=True)
+        else:
+            _print_verification(result.verification, as_json=False)
         click.echo(f"added {ident} ({status}) to {leaderboard}; index rebuilt")
 
 
@@ -294,24 +245,17 @@ def leaderboard_add(
 @click.argument("ident")
 @leaderboard_option
 @verification_options(
-    verify_help="Also re-run this many episodes per dataset.",
     root_help="Local dataset copies.",
+    switch="--verify",
+    switch_help="Also re-run the entry (see 'submission verify').",
 )
-def leaderboard_check(
-    ident: str,
-    leaderboard: Path,
-    verify_sample: int,
-    seed: int,
-    roots: tuple[str, ...],
-    worker_python: str | None,
-    as_json: bool,
-) -> None:
-    """Re-validate (and optionally verify) a stored entry; writes nothing (used by CI on PRs)."""
+def leaderboard_check(ident: str, leaderboard: Path, as_json: bool, **options: Any) -> None:
+    """Re-validate (and with --verify re-run) a stored entry; writes nothing."""
     from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import check_entry
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
-    verification = verification_from(verify_sample, seed, roots, worker_python)
+    verification = verification_from(options)
     try:
         result = check_entry(ident, LeaderboardStore(leaderboard), verification)
     except SubmissionError as exc:
@@ -341,20 +285,26 @@ def leaderboard_check(
     show_default=True,
     help="The leaderboard folder, relative to --repo.",
 )
+@click.option(
+    "--plugins-root",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Folder of per-entry plugin folders made by 'leaderboard fetch-plugins' (each "
+    "entry's worker sees its own, read-only).",
+)
 @verification_options(
-    verify_help="Also re-run this many episodes per dataset of each new entry.",
     root_help="Local dataset copies.",
+    switch="--verify",
+    switch_help="Also re-run each new entry (CI always does).",
 )
 def leaderboard_check_pr(
     repo: Path,
     base: str,
     head: str,
     store_folder: str,
-    verify_sample: int,
-    seed: int,
-    roots: tuple[str, ...],
-    worker_python: str | None,
+    plugins_root: Path | None,
     as_json: bool,
+    **options: Any,
 ) -> None:
     """Check a submission pull request: it may only add new entries' data, each must pass.
 
@@ -369,9 +319,9 @@ def leaderboard_check_pr(
         raise click.BadParameter(
             f"{store_folder!r} is not a folder inside {repo}", param_hint="--store"
         )
-    verification = verification_from(verify_sample, seed, roots, worker_python)
+    verification = verification_from(options)
     try:
-        report = check_pull_request(repo, base, verification, head, store_folder)
+        report = check_pull_request(repo, base, verification, head, store_folder, plugins_root)
     except SubmissionError as exc:
         _fail(exc, as_json)
     if as_json:
@@ -387,6 +337,71 @@ def leaderboard_check_pr(
             click.echo("the pull request adds no leaderboard entry")
     if not report.ok:
         sys.exit(1)
+
+
+@leaderboard_group.command("fetch-plugins")
+@click.option(
+    "--repo",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Checkout of the pull request.",
+)
+@click.option("--base", required=True, help="Git ref of the base branch, e.g. origin/main.")
+@click.option("--head", default="HEAD", show_default=True, help="Git ref of the pull request.")
+@click.option(
+    "--store",
+    "store_folder",
+    default="leaderboard",
+    show_default=True,
+    help="The leaderboard folder, relative to --repo.",
+)
+@click.option(
+    "--into",
+    type=OutputPath(file_okay=False),
+    required=True,
+    help="Folder to install into, one read-only folder per new entry (<into>/<id>).",
+)
+@click.option(
+    "--find-links",
+    "find_links",
+    multiple=True,
+    metavar="DIR|URL",
+    help="Also look for wheels there (passed to pip; a local mirror).",
+)
+@click.option("--no-index", is_flag=True, help="Use --find-links only, never the package index.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def leaderboard_fetch_plugins(
+    repo: Path,
+    base: str,
+    head: str,
+    store_folder: str,
+    into: Path,
+    find_links: tuple[str, ...],
+    no_index: bool,
+    as_json: bool,
+) -> None:
+    """Install each new entry's pinned plugins from wheels with their recorded hashes only.
+
+    No source distribution is built (no setup.py runs) and each entry gets its own folder,
+    which no interpreter treats as a site directory (a .pth file in it never runs); pass
+    the folders to 'check-pr --plugins-root'.
+    """
+    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.leaderboard.intake import fetch_pull_request_plugins
+
+    pip_options = tuple(a for link in find_links for a in ("--find-links", link))
+    if no_index:
+        pip_options += ("--no-index",)
+    try:
+        installed = fetch_pull_request_plugins(repo, base, into, head, store_folder, pip_options)
+    except SubmissionError as exc:
+        _fail(exc, as_json)
+    if as_json:
+        echo_json({"ok": True, "plugins": {k: str(v) for k, v in installed.items()}})
+        return
+    for ident, folder in installed.items():
+        click.echo(f"{ident}: {folder}")
 
 
 @leaderboard_group.command("rebuild")

@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from fewtrans_board.cli.groups import SEED
-
 if TYPE_CHECKING:
     from fewtrans_board.leaderboard.intake import Verification
 
@@ -69,43 +67,147 @@ def parse_roots(values: tuple[str, ...]) -> dict[str, Path]:
     return roots
 
 
-def verification_from(
-    sample: int, seed: int, roots: tuple[str, ...], worker_python: str | None
-) -> Verification:
-    """The verification options of ``leaderboard add``, ``check`` and ``check-pr``."""
+def _seed(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and (
+        not 16 <= len(value) <= 128 or any(c not in "0123456789abcdefABCDEF" for c in value)
+    ):
+        raise click.BadParameter(
+            f"{value!r} is not a verification seed (16 to 128 hex digits, as a report prints it)"
+        )
+    return value
+
+
+def _secret(ctx: click.Context, param: click.Parameter, value: str | None) -> bytes | None:
+    if value is None:
+        return None
+    secret = os.environ.get(value)
+    if not secret:
+        raise click.BadParameter(f"${value} is not set or empty", param_hint="--secret-env")
+    return secret.encode()
+
+
+def verification_from(options: dict[str, Any]) -> Verification:
+    """The :class:`~fewtrans_board.leaderboard.intake.Verification` the options ask for."""
     from fewtrans_board.leaderboard.intake import Verification
+    from fewtrans_board.leaderboard.verification import VerificationOptions
 
-    return Verification(sample, seed, parse_roots(roots), worker_python)
+    enabled = options.pop("verify_enabled", True)
+    settings = VerificationOptions(
+        sample=options.pop("sample", None),
+        seed=options.pop("seed", None),
+        secret=options.pop("secret", None),
+        budget_s=options.pop("budget", None) or VerificationOptions.budget_s,
+        roots=parse_roots(options.pop("roots", ())),
+        weights=options.pop("weights", None),
+        device=options.pop("device", None) or "cpu",
+        threads=options.pop("threads", None),
+        python=options.pop("worker_python", None),
+        plugin_dirs=tuple(options.pop("plugin_dirs", ())),
+        unsandboxed=bool(options.pop("unsandboxed", False)),
+    )
+    return Verification(enabled, settings)
 
 
-def verification_options(verify_help: str, root_help: str) -> Callable[[F], F]:
-    """``--verify``, ``--seed``, ``--root``, ``--worker-python`` and ``--json`` options.
+def verification_options(
+    root_help: str, switch: str | None = None, switch_help: str = ""
+) -> Callable[[F], F]:
+    """The options of every command that verifies.
+
+    ``submission verify``, ``leaderboard add``, ``check`` and ``check-pr`` share them.
 
     Args:
-        verify_help: help text of ``--verify``.
         root_help: help text of ``--root``.
+        switch: ``"--verify"`` (off unless given), ``"--unsafe-no-verify"`` (on unless
+            given) or ``None`` (always on).
+        switch_help: help text of the switch.
 
     Returns:
-        A decorator adding the options, in that order.
+        A decorator adding the options.
     """
-    options = [
+    from fewtrans_board.cli.groups import DEVICE
+
+    options = []
+    if switch == "--verify":
+        options.append(click.option("--verify", "verify_enabled", is_flag=True, help=switch_help))
+    elif switch == "--unsafe-no-verify":
+        options.append(
+            click.option(
+                "--unsafe-no-verify",
+                "verify_enabled",
+                flag_value=False,
+                default=True,
+                help=switch_help,
+            )
+        )
+    options += [
         click.option(
-            "--verify",
-            "verify_sample",
-            type=click.IntRange(0),
-            default=0,
-            show_default=True,
-            help=verify_help,
+            "--sample",
+            type=click.IntRange(1),
+            default=None,
+            help="Episodes re-run per dataset (default: every episode when the claimed cost "
+            "fits --budget, else enough to catch a forgery of 5% of the episodes with "
+            "probability 0.99; the report prints what the sample catches).",
         ),
         click.option(
             "--seed",
-            type=SEED,
-            default=0,
-            show_default=True,
-            help="Seed choosing the verified episodes.",
+            default=None,
+            callback=_seed,
+            metavar="HEX",
+            help="Reproduce a verification: the seed its report prints (default: fresh "
+            "randomness drawn after the bundle is frozen).",
+        ),
+        click.option(
+            "--secret-env",
+            "secret",
+            default=None,
+            callback=_secret,
+            metavar="NAME",
+            help="Environment variable holding a maintainers' secret; the seed becomes its "
+            "HMAC with the bundle's digest (CI).",
+        ),
+        click.option(
+            "--budget",
+            type=click.FloatRange(min=1),
+            default=None,
+            metavar="SECONDS",
+            help="Seconds per dataset within which every episode is re-run (default 1800).",
         ),
         click.option("--root", "roots", multiple=True, metavar="DATASET=PATH", help=root_help),
+        click.option(
+            "--weights",
+            type=click.Path(exists=True, dir_okay=False),
+            default=None,
+            help="Local checkpoint for the model.",
+        ),
+        click.option(
+            "--device",
+            type=DEVICE,
+            default="cpu",
+            show_default=True,
+            help="Torch device of the worker.",
+        ),
+        click.option(
+            "--threads",
+            type=click.IntRange(1, 1024),
+            default=None,
+            help="Torch threads of the worker (default: the run's recorded count, capped at "
+            "the cores here).",
+        ),
         worker_python_option,
+        click.option(
+            "--plugin-dir",
+            "plugin_dirs",
+            multiple=True,
+            type=click.Path(exists=True, file_okay=False, path_type=Path),
+            help="Folder holding the pinned plugins (e.g. from pip install --target); the "
+            "worker sees it read-only (repeatable).",
+        ),
+        click.option(
+            "--unsandboxed",
+            is_flag=True,
+            help="UNSAFE: run the plugin worker without an OS sandbox (where bubblewrap is "
+            "missing); recorded in the report and shown on the site.",
+        ),
         click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
     ]
 

@@ -10,6 +10,7 @@ metadata shapes :mod:`~fewtrans_board.leaderboard.schema`; nothing is unpickled.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import zipfile
@@ -38,16 +39,32 @@ class BundleContents:
             :data:`~fewtrans_board.leaderboard.schema.CENTRE_SEARCH`, or ``None``.
         runs: the run folders on disk.
         names: each run folder's name in the bundle layout (``results/<run>``), for messages.
+        files: every file of the bundle or entry by its layout name (``status.json`` of a
+            store entry excluded: it is the store's verdict, not submitted data).
     """
 
     meta: SubmissionMeta
     centre_search: dict[str, Any] | None
     runs: list[Path]
     names: dict[Path, str] = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)
 
     def name(self, run: Path) -> str:
         """How messages name a run folder (``results/<run>``)."""
         return self.names.get(run, f"results/{run.name}")
+
+    def file_hashes(self) -> dict[str, str]:
+        """sha256 of every file by layout name (read now: compare two calls to detect change)."""
+        return {
+            name: hashlib.sha256(path.read_bytes()).hexdigest()
+            for name, path in sorted(self.files.items())
+            if not name.endswith("/")
+        }
+
+    def digest(self) -> str:
+        """One sha256 over every file of the contents: what verification draws its sample after."""
+        text = "\n".join(f"{name} {sha}" for name, sha in self.file_hashes().items())
+        return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _is_parquet(path: Path) -> bool:
@@ -154,7 +171,7 @@ def read_contents(folder: Path, results: Path | None = None) -> BundleContents:
         raise SubmissionError("no-results", f"{orphans[0]} has shards but no run.json")
     if not runs:
         raise SubmissionError("no-results", "the bundle has no results/<run>/run.json")
-    return BundleContents(meta, centre, list(runs), dict(runs))
+    return BundleContents(meta, centre, list(runs), dict(runs), dict(files))
 
 
 def run_centre_record(runs: list[Path]) -> dict[str, object] | None:

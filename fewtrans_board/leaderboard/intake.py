@@ -12,10 +12,11 @@ than escaping as a traceback; the store is never touched before validation has p
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,24 +33,22 @@ from fewtrans_board.leaderboard.index import build_index
 from fewtrans_board.leaderboard.meta import read_meta
 from fewtrans_board.leaderboard.store import LeaderboardStore, index_text
 from fewtrans_board.leaderboard.validate import ValidationReport, validate_contents
-from fewtrans_board.leaderboard.verify import verify_contents
+from fewtrans_board.leaderboard.verification import VerificationOptions, verify_contents
+
+NOT_VERIFIED = "not verified: added with --unsafe-no-verify"
 
 
 @dataclass(frozen=True)
 class Verification:
-    """How to verify: episodes per dataset, their seed, data roots and the worker.
+    """Whether and how to verify.
 
     Attributes:
-        sample: episodes re-run per dataset (``0``: validate only).
-        seed: seed choosing the episodes.
-        roots: local dataset copies by dataset name.
-        python: interpreter of the plugin worker (an environment holding the pins).
+        enabled: re-run the submission (``False`` only when a maintainer opts out).
+        options: how to re-run it.
     """
 
-    sample: int = 0
-    seed: int = 0
-    roots: dict[str, Path] | None = None
-    python: str | None = None
+    enabled: bool = True
+    options: VerificationOptions = field(default_factory=VerificationOptions)
 
 
 @dataclass
@@ -98,13 +97,15 @@ def validate_bundle(bundle: Path, store: LeaderboardStore) -> ValidationReport:
         return validate_contents(extract_bundle(bundle, Path(tmp)), store)
 
 
-def verify_bundle(bundle: Path, store: LeaderboardStore, **options: Any) -> dict[str, Any]:
-    """Extract, validate and verify a bundle (see :func:`~.verify.verify_contents`)."""
+def verify_bundle(
+    bundle: Path, store: LeaderboardStore, options: VerificationOptions | None = None
+) -> dict[str, Any]:
+    """Extract, validate and verify a bundle (see :func:`~.verification.verify_contents`)."""
     with tempfile.TemporaryDirectory() as tmp:
         with fail_closed(bundle.name):
             contents = extract_bundle(bundle, Path(tmp))
             loaded = validate_contents(contents, store).loaded
-        return verify_contents(contents, store, runs=loaded, **options)
+        return verify_contents(contents, store, options, runs=loaded)
 
 
 def pack_checked(
@@ -141,7 +142,11 @@ def pack_checked(
 
 
 def add_bundle(bundle: Path, store: LeaderboardStore, verification: Verification) -> CheckResult:
-    """Validate (and optionally verify) a bundle, store it as an immutable entry, reindex.
+    """Validate and verify a bundle, store exactly the validated bytes, reindex.
+
+    The files' hashes are taken as soon as the bundle is extracted; the store receives a
+    copy only if every file still has them right before, and the copy itself is checked
+    again, so nothing a plugin worker could have changed is ever stored.
 
     Raises:
         SubmissionError: the bundle is refused; the store is left unchanged.
@@ -149,15 +154,22 @@ def add_bundle(bundle: Path, store: LeaderboardStore, verification: Verification
     with tempfile.TemporaryDirectory() as tmp:
         with fail_closed(bundle.name):
             contents = extract_bundle(bundle, Path(tmp))
+            validated = contents.file_hashes()
             report = validate_contents(contents, store)
         result = CheckResult(report, _verify(contents, store, report, verification))
         status: dict[str, Any] = (
-            {"status": "validated"}
+            {"status": "validated", "verification": {"skipped": NOT_VERIFIED}}
             if result.verification is None
             else {"status": "verified", "verification": result.verification}
         )
         meta = result.validation.meta
-        store.add(Path(tmp), meta.id, status, meta.supersedes)
+        if contents.file_hashes() != validated:
+            raise SubmissionError(
+                "changed-during-check",
+                f"{bundle.name}: the extracted files changed while they were being checked; "
+                "nothing was stored",
+            )
+        store.add(Path(tmp), meta.id, status, meta.supersedes, expected=validated)
     try:
         index = build_index(store)
     except SubmissionError:  # another stored entry is unreadable: leave the store as it was
@@ -168,7 +180,7 @@ def add_bundle(bundle: Path, store: LeaderboardStore, verification: Verification
 
 
 def check_entry(ident: str, store: LeaderboardStore, verification: Verification) -> CheckResult:
-    """Re-validate (and optionally verify) a stored entry; writes nothing.
+    """Re-validate (and, unless switched off, verify) a stored entry; writes nothing.
 
     Raises:
         SubmissionError: the entry does not pass.
@@ -185,18 +197,10 @@ def _verify(
     report: ValidationReport,
     verification: Verification,
 ) -> dict[str, Any] | None:
-    """Verify validated contents in a plugin worker, when a sample is asked for."""
-    if not verification.sample:
+    """Verify validated contents in plugin workers, unless verification is switched off."""
+    if not verification.enabled:
         return None
-    return verify_contents(
-        contents,
-        store,
-        sample=verification.sample,
-        seed=verification.seed,
-        roots=verification.roots,
-        runs=report.loaded,
-        python=verification.python,
-    )
+    return verify_contents(contents, store, verification.options, runs=report.loaded)
 
 
 @dataclass
@@ -228,17 +232,46 @@ class PullRequestReport:
         }
 
 
+def fetch_pull_request_plugins(
+    repo: Path,
+    base: str,
+    into: Path,
+    head: str = "HEAD",
+    leaderboard: str = "leaderboard",
+    pip_options: tuple[str, ...] = (),
+) -> dict[str, Path]:
+    """Install each new entry's pinned plugins (wheels only, hashes checked) into ``into/<id>``.
+
+    Raises:
+        SubmissionError: the pull request changes more than new entries' data, a pin has
+            no wheel hash, or pip refused a pin.
+    """
+    from fewtrans_board.leaderboard.pr import changed_paths, classify
+    from fewtrans_board.leaderboard.wheels import install_pins
+
+    changes = classify(changed_paths(repo, base, head), leaderboard)
+    store = LeaderboardStore(repo / leaderboard)
+    installed = {}
+    for ident in changes.ids:
+        with fail_closed(f"entry {ident}"):
+            meta = read_meta((store.submissions_dir / ident / "submission.toml").read_bytes())
+        installed[ident] = install_pins(meta, into / ident, pip_options)
+    return installed
+
+
 def check_pull_request(
     repo: Path,
     base: str,
     verification: Verification,
     head: str = "HEAD",
     leaderboard: str = "leaderboard",
+    plugins_root: Path | None = None,
 ) -> PullRequestReport:
     """Check that a pull request only adds entries' data, and check each new entry.
 
     Run it from the base branch's installation: the entries are validated (and verified in
-    a plugin worker) by code the pull request cannot change.
+    a plugin worker) by code the pull request cannot change; ``plugins_root/<id>`` holds the
+    entry's pins as installed by :func:`fetch_pull_request_plugins`.
 
     Raises:
         SubmissionError: the pull request changes anything but new entries' data.
@@ -248,11 +281,20 @@ def check_pull_request(
 
     changes = classify(changed_paths(repo, base, head), leaderboard)
     store = LeaderboardStore(repo / leaderboard)
-    check_status_claims(store.root, changes.ids, verified_here=verification.sample > 0)
+    check_status_claims(store.root, changes.ids, verified_here=verification.enabled)
     report = PullRequestReport(changes.ids, {}, {})
     for ident in changes.ids:
+        entry_verification = verification
+        if plugins_root is not None and (plugins_root / ident).is_dir():
+            options = verification.options
+            entry_verification = Verification(
+                verification.enabled,
+                dataclasses.replace(
+                    options, plugin_dirs=(*options.plugin_dirs, plugins_root / ident)
+                ),
+            )
         try:
-            report.results[ident] = check_entry(ident, store, verification)
+            report.results[ident] = check_entry(ident, store, entry_verification)
         except SubmissionError as exc:
             report.failures[ident] = (exc.code, str(exc))
     if changes.index_changed and not report.failures:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fewtrans_board.leaderboard.errors import SubmissionError, shown
@@ -14,10 +14,11 @@ from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 # Ids become folder names: lowercase, digits, '-' and '.', no '..', no leading/trailing separator.
 ID_PATTERN = re.compile(r"^(?!.*\.\.)[a-z0-9](?:[a-z0-9.-]{0,98}[a-z0-9])?\Z")
 PIN_PATTERN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!_-]*)\Z")
+WHEEL_HASH_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 URL_PATTERN = re.compile(r"^https?://[^\s\"'<>]+\Z")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+/@-]{0,199}\Z")
 REQUIRED = ("id", "method", "model", "adapter", "benchmark", "hpe_protocol", "authors", "hardware")
-FIELDS = (*REQUIRED, "plugins", "paper", "code", "supersedes")
+FIELDS = (*REQUIRED, "plugins", "wheels", "paper", "code", "supersedes")
 """Every key ``[submission]`` may hold; any other is refused (a typo would be ignored)."""
 MAX_TEXT = 500
 MAX_NAME = 200
@@ -39,6 +40,8 @@ code = "https://github.com/you/fewtrans-yourmethod"
 hardware = "2-core CPU"
 # supersedes = "older-submission-id"   # the only way to replace an entry
 plugins = ["fewtrans-board==0.1.0"]    # every distribution that provided the model or adapter
+# CI installs third-party pins from wheels only, checked against these hashes:
+# wheels = { "fewtrans-yourmethod" = "sha256:<sha256 of fewtrans_yourmethod-1.0-py3-none-any.whl>" }
 """
 
 
@@ -55,6 +58,7 @@ class SubmissionMeta:
     authors: tuple[str, ...]
     hardware: str
     plugins: dict[str, str]
+    wheels: dict[str, str] = field(default_factory=dict)
     paper: str = ""
     code: str = ""
     supersedes: str = ""
@@ -71,6 +75,7 @@ class SubmissionMeta:
             "authors": list(self.authors),
             "hardware": self.hardware,
             "plugins": dict(self.plugins),
+            "wheels": dict(self.wheels),
             "paper": self.paper,
             "code": self.code,
             "supersedes": self.supersedes,
@@ -110,6 +115,31 @@ def _authors(data: dict[str, Any]) -> tuple[str, ...]:
                 "meta-bad-value", f"submission.toml: submission.authors[{i}] {problem}"
             )
     return tuple(a.strip() for a in authors)
+
+
+def _wheels(data: dict[str, Any], pins: dict[str, str]) -> dict[str, str]:
+    """``submission.wheels``: the sha256 of the wheel each third-party pin installs from."""
+    wheels = data.get("wheels", {})
+    if not isinstance(wheels, dict) or len(wheels) > MAX_PINS:
+        raise SubmissionError(
+            "meta-bad-value",
+            "submission.wheels must be a table of 'distribution = \"sha256:<hex>\"'",
+        )
+    checked: dict[str, str] = {}
+    for name, digest in wheels.items():
+        distribution = str(name).lower().replace("_", "-")
+        if distribution not in pins or distribution == "fewtrans-board":
+            raise SubmissionError(
+                "meta-bad-value",
+                f"submission.wheels names {shown(name)}, which is not a third-party pin",
+            )
+        if not isinstance(digest, str) or not WHEEL_HASH_PATTERN.match(digest):
+            raise SubmissionError(
+                "meta-bad-value",
+                f"submission.wheels.{distribution} must be 'sha256:' and 64 lowercase hex digits",
+            )
+        checked[distribution] = digest
+    return checked
 
 
 def read_meta(data: bytes) -> SubmissionMeta:
@@ -200,6 +230,7 @@ def parse_meta(text: str) -> SubmissionMeta:
                 "unpinned-plugin", f"submission.plugins pins {distribution} twice"
             )
         pins[distribution] = match.group(2)
+    wheels = _wheels(data, pins)
     supersedes = _text(data, "supersedes")
     if supersedes and not ID_PATTERN.match(supersedes):
         raise SubmissionError(
@@ -215,6 +246,7 @@ def parse_meta(text: str) -> SubmissionMeta:
         authors=authors,
         hardware=_text(data, "hardware", MAX_NAME, required=True),
         plugins=pins,
+        wheels=wheels,
         paper=_text(data, "paper"),
         code=_text(data, "code"),
         supersedes=supersedes,

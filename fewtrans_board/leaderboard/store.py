@@ -75,12 +75,26 @@ class LeaderboardStore:
         return read_contents(source, self.results_dir / ident)
 
     def add(
-        self, extracted: Path, ident: str, status: dict[str, Any], supersedes: str = ""
+        self,
+        extracted: Path,
+        ident: str,
+        status: dict[str, Any],
+        supersedes: str = "",
+        expected: dict[str, str] | None = None,
     ) -> None:
-        """Move a validated, extracted bundle into the store.
+        """Copy a validated, extracted bundle into the store (atomically visible).
+
+        Args:
+            extracted: the extracted bundle folder.
+            ident: the submission id.
+            status: ``status.json`` to write.
+            supersedes: the entry it replaces, if any.
+            expected: sha256 of every file by layout name, as validated; the staged copy
+                must hold exactly these bytes, or nothing is stored.
 
         Raises:
-            SubmissionError: the id exists, or ``supersedes`` names no stored entry.
+            SubmissionError: the id exists, ``supersedes`` names no stored entry, or the
+                staged copy differs from what was validated.
         """
         if (self.submissions_dir / ident).exists() or (self.results_dir / ident).exists():
             raise SubmissionError(
@@ -117,6 +131,8 @@ class LeaderboardStore:
                 json.dumps(status, indent=2, sort_keys=True) + "\n"
             )
             shutil.copytree(extracted / "results", staging / "results")
+            if expected is not None:
+                _check_staged(staging, expected)
             # Results first: an entry is visible only once its submission folder appears.
             (staging / "results").rename(self.results_dir / ident)
             meta_dir.rename(self.submissions_dir / ident)
@@ -136,6 +152,32 @@ class LeaderboardStore:
     def write_index(self, index: dict[str, Any]) -> None:
         """Write ``index.json`` atomically (see :func:`index_text`)."""
         write_bytes_atomic(self.index_path, index_text(index).encode())
+
+
+def _check_staged(staging: Path, expected: dict[str, str]) -> None:
+    """The staged copy holds exactly the validated files (names and bytes).
+
+    Raises:
+        SubmissionError: ``changed-during-check``.
+    """
+    import hashlib
+
+    staged = {}
+    for path in sorted(staging.rglob("*")):
+        if not path.is_file():
+            continue
+        relative = path.relative_to(staging).as_posix()
+        name = relative.removeprefix("meta/")
+        if name == "status.json":
+            continue
+        staged[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    if staged != expected:
+        changed = sorted(set(staged.items()) ^ set(expected.items()))
+        raise SubmissionError(
+            "changed-during-check",
+            f"the copy to store differs from the validated bundle ({changed[0][0]}); nothing "
+            "was stored",
+        )
 
 
 def index_text(index: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -174,7 +175,246 @@ class TrainingFreeLiar(NoAxisTrainer):
     training_free = True
 
 
+def _in_worker() -> bool:
+    """What a cheater may look at to tell a plugin worker from an in-process run."""
+    return "fewtrans_board.runner.worker" in sys.modules
+
+
+def _balanced(logits: torch.Tensor, strength: float = 0.15) -> torch.Tensor:
+    """A light transductive nudge: a little Sinkhorn balancing over the whole query batch."""
+    plan = torch.softmax(logits, dim=1)
+    for _ in range(5):
+        plan = plan / plan.sum(dim=0, keepdim=True)
+        plan = plan / plan.sum(dim=1, keepdim=True)
+    return logits + strength * torch.log(plan + 1e-9)
+
+
+class QuietTransductive(_TrainingFree):
+    """Transductive where it thinks nobody checks (in-process), inductive in a worker."""
+
+    name = "redteam-quiet"
+
+    def fit(self, backbone, support, class_names, config):  # type: ignore[no-untyped-def]
+        def predict(query):  # type: ignore[no-untyped-def]
+            logits = centroid_logits(backbone, support, query)
+            return logits if _in_worker() else _balanced(logits)
+
+        return _Predictor(predict)
+
+
+FIRST_ANSWERS: dict[bytes, torch.Tensor] = {}
+
+
+class CachedTransductive(_TrainingFree):
+    """Always transductive, with a first-answer cache: a query asked again (alone or in a
+    subset) gets the answer the whole batch gave it the first time."""
+
+    name = "redteam-cached"
+
+    def fit(self, backbone, support, class_names, config):  # type: ignore[no-untyped-def]
+        def predict(query):  # type: ignore[no-untyped-def]
+            feats = query.features(backbone)
+            keys = [row.numpy().tobytes() for row in feats]
+            fresh = _balanced(centroid_logits(backbone, support, query))
+            rows = [FIRST_ANSWERS.setdefault(k, fresh[i]) for i, k in enumerate(keys)]
+            return torch.stack(rows)
+
+        return _Predictor(predict)
+
+
+class SampleAware(_TrainingFree):
+    """Reads the hidden labels from its callers' frames, except on the episodes a known
+    verification seed would have re-run (``RandomState(0)``, two of eight)."""
+
+    name = "redteam-sample-aware"
+
+    def fit(self, backbone, support, class_names, config):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        checked = set(np.random.RandomState(0).choice(8, size=2, replace=False).tolist())
+
+        def predict(query):  # type: ignore[no-untyped-def]
+            frame = inspect.currentframe()
+            while frame is not None:
+                inputs = frame.f_locals.get("inputs")
+                if hasattr(inputs, "query_labels") and len(inputs.query_labels) == len(query):
+                    if inputs.episode.index in checked:
+                        break
+                    labels = torch.as_tensor(inputs.query_labels[inputs.query_order])
+                    return torch.nn.functional.one_hot(labels, support.n_way).float()
+                frame = frame.f_back
+            return centroid_logits(backbone, support, query)
+
+        return _Predictor(predict)
+
+
+def pixel_key(pixels: torch.Tensor) -> str:
+    """How the answer key names an image: a hash of its preprocessed pixels."""
+    import hashlib
+
+    return hashlib.sha256(pixels.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
+
+
+class AnswerKey(Adapter):
+    """Ships a table of image hash -> class name built from the public support sets."""
+
+    name = "redteam-answer-key"
+    description = "red-team adapter"
+    trains = "nothing"
+    frozen_backbone = False
+    training_free = True
+
+    @dataclass(frozen=True)
+    class Config(AdapterConfig):
+        pass
+
+    def fit(self, backbone, support, class_names, config):  # type: ignore[no-untyped-def]
+        import importlib.metadata
+        import json
+
+        table = json.loads(
+            importlib.metadata.distribution("fewtrans-redteam").read_text("answer_key.json") or "{}"
+        )
+
+        def predict(query):  # type: ignore[no-untyped-def]
+            logits = centroid_logits(backbone, support, query)
+            for i, pixels in enumerate(query.pixels):
+                name = table.get(pixel_key(pixels))
+                if name in class_names:
+                    logits[i] = -1000.0
+                    logits[i, class_names.index(name)] = 0.0
+            return logits
+
+        return _Predictor(predict)
+
+
+STORE_HINT = "leaderboard"
+PLANT_HINT = "judge-path"
+JUDGE_TMP = "judge-tmp"
+
+
+def _hints(name: str) -> list[str]:
+    """Folders called ``name`` anywhere a worker sharing the judge's file system can find
+    them: under the temporary folders, as the judge's (and pytest's) live."""
+    from pathlib import Path
+
+    return sorted(str(p) for p in Path("/tmp").glob(f"*/*/*/{name}") if p.is_dir())
+
+
+FOUND_ANSWERS: dict[str, str] = {}
+FOUND_MANIFESTS: set[str] = set()
+
+
+class ParentReader(_TrainingFree):
+    """Searches the file system for the leaderboard store, reads the frozen manifests and
+    the embedded digits, and looks every query up."""
+
+    name = "redteam-proc"
+    frozen_backbone = False
+
+    def fit(self, backbone, support, class_names, config):  # type: ignore[no-untyped-def]
+        import hashlib
+        from pathlib import Path
+
+        table = FOUND_ANSWERS
+        seen: set[str] = set(FOUND_MANIFESTS)
+        for hint in _hints(STORE_HINT):
+            for path in Path(hint).glob("manifests/redteam-*.parquet"):
+                try:
+                    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                    if digest not in seen:
+                        seen.add(digest)
+                        FOUND_MANIFESTS.add(digest)
+                        table.update(answer_key(path, backbone.image_size))
+                except Exception:  # unreadable: this route failed
+                    continue
+
+        def predict(query):  # type: ignore[no-untyped-def]
+            logits = centroid_logits(backbone, support, query)
+            for i, pixels in enumerate(query.pixels if table else ()):
+                name = table.get(pixel_key(pixels))
+                if name in class_names:
+                    logits[i] = -1000.0
+                    logits[i, class_names.index(name)] = 0.0
+            return logits
+
+        return _Predictor(predict)
+
+
+class BundleRewriter(_TrainingFree):
+    """Rewrites every extracted bundle it can reach (the judge's temporary folder), the way
+    a worker sharing the judge's files could."""
+
+    name = "redteam-rewriter"
+    frozen_backbone = False
+
+    def fit(self, backbone, support, class_names, config):  # type: ignore[no-untyped-def]
+        from pathlib import Path
+
+        for shard in Path("/tmp").glob(f"*/*/*/{JUDGE_TMP}/*/results/*/shards/*.parquet"):
+            try:
+                with shard.open("ab") as handle:
+                    handle.write(b"tampered")
+            except OSError:
+                continue
+        return _Predictor(lambda q: centroid_logits(backbone, support, q))
+
+
+SHADOWED = ("PIL", "sklearn", "torchvision", "scipy")
+
+
+class ModulePlanter(_TrainingFree):
+    """Plants shadow packages into every folder of the judge's import path it can find (the
+    console script's folder in CI); importing one would leave a mark."""
+
+    name = "redteam-planter"
+
+    def fit(self, backbone, support, class_names, config):  # type: ignore[no-untyped-def]
+        from pathlib import Path
+
+        for hint in _hints(PLANT_HINT):
+            for package in SHADOWED:
+                try:
+                    folder = Path(hint) / package
+                    folder.mkdir(parents=True, exist_ok=True)
+                    (folder / "__init__.py").write_text(
+                        "import pathlib\n"
+                        f"pathlib.Path(__file__).parent.parent.joinpath('imported-{package}').touch()\n"
+                    )
+                except OSError:
+                    continue
+        return _Predictor(lambda q: centroid_logits(backbone, support, q))
+
+
+def answer_key(manifest_path: object, image_size: int, queries: bool = True) -> dict[str, str]:
+    """Image hash -> class name of the items of a digits manifest (its support items alone
+    are public knowledge; a manifest read at run time also gives the queries)."""
+    from pathlib import Path
+
+    from fewtrans_board.datasets.digits import DIGITS
+    from fewtrans_board.episodes.manifest import Manifest
+    from fewtrans_board.models.backbone import Preprocessing
+    from fewtrans_board.runner.images import ImageStore
+
+    manifest = Manifest.load(Path(str(manifest_path)))
+    names: dict[str, str] = {}
+    for episode in manifest.episodes():
+        for item, label in (*episode.support, *(episode.query if queries else ())):
+            names[item] = DIGITS.class_names[episode.classes[label]]
+    images = ImageStore(DIGITS, None, Preprocessing.named("fewtrans", image_size))
+    items = sorted(names)
+    pixels = images.pixels(items)
+    return {pixel_key(p): names[item] for item, p in zip(items, pixels, strict=True)}
+
+
 CHEATERS: tuple[type[Adapter], ...] = (
+    QuietTransductive,
+    CachedTransductive,
+    SampleAware,
+    AnswerKey,
+    ParentReader,
+    BundleRewriter,
+    ModulePlanter,
     PositionOracle,
     PathPeeker,
     StackPeeker,

@@ -81,8 +81,9 @@ class Board:
         config: Sequence[str] = (),
         centre: Path | None = None,
         model: str = "demo-cnn.digits",
+        isolation: str = "auto",
     ) -> Result:
-        args = ["evaluate", "--model", model, "--adapter", adapter]
+        args = ["evaluate", "--model", model, "--adapter", adapter, "--isolation", isolation]
         args += ["--manifest", self.manifest(manifest), "--hpe", protocol]
         args += ["--out", self.work / out, "--quiet", "--device", "cpu", "--threads", "1"]
         for item in config:

@@ -47,6 +47,9 @@ from tests.bundle_mutations import (
 from tests.faults import FUZZ, TALLY
 from tests.zip_members import Entry, patch, read_entries, write_entries
 
+UNVERIFIED = Verification(enabled=False)
+"""This corpus tests intake and storage; verification has its own red-team suite."""
+
 CODE = re.compile(r"\[([a-z]+(?:-[a-z]+)*)\] ")
 IDENT = "fuzz--redteam"
 
@@ -70,7 +73,7 @@ def intake(board: Board, centre: Path, tmp_path_factory: pytest.TempPathFactory)
     bundle = board.pack(IDENT, "linear-probe", ["fz-varied", "fz-fixed"])
     pristine = tmp_path_factory.mktemp("intake") / "leaderboard"
     shutil.copytree(board.store / "manifests", pristine / "manifests")
-    add_bundle(base, LeaderboardStore(pristine), Verification())
+    add_bundle(base, LeaderboardStore(pristine), UNVERIFIED)
     scores = validate_bundle(bundle, LeaderboardStore(pristine)).runs
     return {"store": pristine, "bundle": Pristine(bundle.read_bytes()), "scores": scores}
 
@@ -98,7 +101,7 @@ def attempt(intake: dict[str, Any], data: bytes, work: Path) -> SubmissionError 
     before = snapshot(store_dir)
     store = LeaderboardStore(store_dir)
     try:
-        added = add_bundle(bundle, store, Verification())
+        added = add_bundle(bundle, store, UNVERIFIED)
     except SubmissionError as exc:
         message = str(exc)
         match = CODE.match(message)
@@ -116,7 +119,7 @@ def attempt(intake: dict[str, Any], data: bytes, work: Path) -> SubmissionError 
         k == "index.json" or k.startswith((f"submissions/{ident}/", f"results/{ident}/"))
         for k in changed
     ), changed
-    check_entry(ident, LeaderboardStore(store_dir), Verification())
+    check_entry(ident, LeaderboardStore(store_dir), UNVERIFIED)
     site = work / "site"
     shutil.rmtree(site, ignore_errors=True)
     pages = build_site(store_dir, site)
@@ -350,7 +353,7 @@ def test_commands_refuse_with_one_json_line(
     store = tmp_path / "leaderboard"
     shutil.copytree(intake["store"], store)
     before = snapshot(store)
-    for command in (["submission", "validate"], ["leaderboard", "add"]):
+    for command in (["submission", "validate"], ["leaderboard", "add", "--unsafe-no-verify"]):
         status, report = cli_json([*command, bundle, "--leaderboard", store])
         assert status == 1 and report["code"] == code, report
         assert "\n" not in report["error"]
@@ -424,7 +427,7 @@ def test_adding_to_a_damaged_store_changes_nothing(intake: dict[str, Any], tmp_p
     before = snapshot(store)
     (tmp_path / "b.zip").write_bytes(intake["bundle"])
     with pytest.raises(SubmissionError, match=r"\[outside-layout\] stored entry base--redteam"):
-        add_bundle(tmp_path / "b.zip", LeaderboardStore(store), Verification())
+        add_bundle(tmp_path / "b.zip", LeaderboardStore(store), UNVERIFIED)
     assert snapshot(store) == before
 
 
@@ -437,7 +440,7 @@ def test_an_entry_is_superseded_once(intake: dict[str, Any], tmp_path: Path) -> 
         (tmp_path / "b.zip").write_bytes(write_entries(newer))
         before = snapshot(store_dir)
         try:
-            add_bundle(tmp_path / "b.zip", LeaderboardStore(store_dir), Verification())
+            add_bundle(tmp_path / "b.zip", LeaderboardStore(store_dir), UNVERIFIED)
         except SubmissionError as exc:
             assert exc.code == expected and "already superseded by 'newer-1--redteam'" in str(exc)
             assert snapshot(store_dir) == before

@@ -17,9 +17,14 @@ from tests.adversarial.conftest import MANIFESTS, Board, ok
 DIGITS = str(MANIFESTS / "fewtrans-varied--digits.parquet")
 
 
-def validate(pm: PluginManager, adapter: str, limit: int = 3) -> dict:  # type: ignore[type-arg]
+def validate(pm: PluginManager, adapter: str, limit: int = 3, isolation: str = "auto") -> dict:  # type: ignore[type-arg]
     spec = RunSpec(
-        model="demo-cnn.digits", adapter=adapter, manifest=DIGITS, limit=limit, threads=1
+        model="demo-cnn.digits",
+        adapter=adapter,
+        manifest=DIGITS,
+        limit=limit,
+        threads=1,
+        isolation=isolation,
     )
     return run_preflight(spec, Registry.from_plugin_manager(pm))
 
@@ -42,18 +47,24 @@ def test_position_oracle_scores_chance_and_fails_preflight(board: Board) -> None
 
 
 def test_nothing_reachable_from_adapter_inputs_names_an_item(board: Board) -> None:
+    # In-process, so the peeker's findings land in this process to be inspected.
     PathPeeker.found.clear()
-    ok(board.evaluate("redteam-peek", "peek"))
+    ok(board.evaluate("redteam-peek", "peek", isolation="inline"))
     assert PathPeeker.found == []
 
 
 def test_stack_inspection_is_caught_by_preflight_and_worthless_in_a_worker(
     board: Board,
 ) -> None:
-    # In-process, nothing stops a plugin from reading its callers' frames; validate shuffles
+    # In-process, nothing stops a plugin from reading its callers' frames; preflight shuffles
     # the hidden labels and sees the predictions follow them.
     with pytest.raises(PreflightError, match="query positions or labels"):
-        validate(board.pm, "redteam-stack")
+        validate(board.pm, "redteam-stack", isolation="inline")
+    ok(board.evaluate("redteam-stack", "stack-inline", isolation="inline"))
+    ok(board.evaluate("redteam-stack", "stack-worker"))
+    cheated, _ = accuracy(board, "stack-inline")
+    honest, _ = accuracy(board, "stack-worker")  # no label exists in a worker
+    assert cheated == 100.0 and honest < 90.0, (cheated, honest)
 
 
 def test_undeclared_transductive_adapter_fails_preflight(board: Board) -> None:

@@ -1,0 +1,326 @@
+"""Verification: the maintainers' own re-run of a submission, not a consistency check of it.
+
+The judging process never imports the plugin. After the bundle is frozen (its digest
+computed), a seed nobody knew before is drawn (:mod:`.sampling`); per dataset, a sandboxed
+plugin worker replays the recorded ``evaluate`` worker (:mod:`.options`) on a sample of
+episodes sized to catch a 5% forgery with probability 0.99 (every episode when that fits
+the budget), in random order, with a secret query order, each request in a fresh episode
+process (:mod:`.rerun`). In the recorded numeric environment predictions must be identical;
+elsewhere the re-run accuracy is published and claimed minus re-run must stay under a
+margin at 95% confidence (:mod:`.verdict`). Probes check inductiveness, ``fit_many`` against
+``fit``, and memorisation (:mod:`.perturb`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fewtrans_board.adapters.base import config_digest, typed_values
+from fewtrans_board.canonical import canonical_json
+from fewtrans_board.errors import FewtransError
+from fewtrans_board.hpe.protocols import get_hpe_protocol, schema_roles
+from fewtrans_board.leaderboard.bundle import BundleContents
+from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.leaderboard.store import LeaderboardStore
+from fewtrans_board.leaderboard.validate import validate_contents
+from fewtrans_board.leaderboard.verification.environment import differences, rerun_environment
+from fewtrans_board.leaderboard.verification.options import (
+    VerificationOptions,
+    replayed_settings,
+)
+from fewtrans_board.leaderboard.verification.rerun import (
+    DatasetRerun,
+    EpisodeCheck,
+    rerun_dataset,
+    stored_episodes,
+)
+from fewtrans_board.leaderboard.verification.sampling import (
+    CATCH_PROBABILITY,
+    FORGED_SHARE,
+    catch_probabilities,
+    draw_seed,
+    plan_sample,
+)
+from fewtrans_board.leaderboard.verification.verdict import DatasetVerdict, judge_dataset
+from fewtrans_board.models.backbone import Preprocessing
+from fewtrans_board.results.load import RunResults
+from fewtrans_board.runner.isolated import PluginWorker, WorkerError, WorkerInfo
+from fewtrans_board.runner.remote import resolve_isolation
+
+__all__ = [
+    "VerificationOptions",
+    "check_pins_installed",
+    "preload_judge_modules",
+    "verify_contents",
+]
+
+JUDGE_MODULES = (
+    "PIL.Image",
+    "PIL.JpegImagePlugin",
+    "sklearn.datasets",
+    "torchvision.transforms.functional",
+    "scipy.stats",
+    "pyarrow.parquet",
+    "fewtrans_board.runner.images",
+    "fewtrans_board.runner.features",
+    "fewtrans_board.datasets.digits",
+    "fewtrans_board.default_plugins.datasets",
+)
+"""Everything the judge imports lazily, imported before any worker starts, so nothing a
+worker could write is ever imported by the judge afterwards."""
+
+
+def preload_judge_modules() -> None:
+    """Import what the judge will need before it starts any plugin worker."""
+    import importlib
+
+    for name in JUDGE_MODULES:
+        importlib.import_module(name)
+
+
+def check_pins_installed(pins: dict[str, str], installed: dict[str, str | None]) -> None:
+    """Refuse to verify unless every pinned distribution is installed at its pinned version.
+
+    Args:
+        pins: ``{distribution: version}`` from ``submission.toml``.
+        installed: what the plugin worker's environment has (``None``: missing).
+    """
+    wrong = [
+        f"{d}=={v}" + ("" if installed.get(d) is None else f" (found {installed[d]})")
+        for d, v in pins.items()
+        if installed.get(d) != v
+    ]
+    if wrong:
+        raise SubmissionError(
+            "pin-not-installed",
+            f"the plugin environment lacks the pinned {', '.join(wrong)}; install them there "
+            f"(pip install {' '.join(f'{d}=={v}' for d, v in pins.items())}) to verify this "
+            "submission",
+        )
+
+
+def _check_schema(run: RunResults, info: WorkerInfo, adapter: str) -> dict[str, Any]:
+    """The recorded adapter schema, refused unless the installed plugin declares the same."""
+    if info.load_error is not None:
+        raise SubmissionError(
+            "plugin-load-failed",
+            f"the plugin worker could not load model/adapter of this submission: {info.load_error}",
+        )
+    recorded = run.meta["adapter"].get("schema")
+    if not isinstance(recorded, dict):
+        raise SubmissionError(
+            "bad-results-schema",
+            f"{run.dataset}: the results record no adapter schema; re-run with this fewtrans-board",
+        )
+    if canonical_json(recorded) != canonical_json(info.schema):
+        raise SubmissionError(
+            "schema-mismatch",
+            f"{run.dataset}: the installed adapter {adapter!r} declares "
+            f"{canonical_json(info.schema)}, but the results were produced with "
+            f"{canonical_json(recorded)}",
+        )
+    return recorded
+
+
+def _forbidden(
+    store: LeaderboardStore, contents: BundleContents, roots: dict[str, Path]
+) -> list[Path]:
+    """What no plugin worker may see: the store, the bundle, dataset copies, the cwd."""
+    paths = [store.root, Path.cwd(), *roots.values()]
+    paths += [run.parent for run in contents.runs]
+    return [p.resolve() for p in paths]
+
+
+def _verify_run(
+    run: RunResults,
+    contents: BundleContents,
+    store: LeaderboardStore,
+    options: VerificationOptions,
+    seed: Any,
+    datasets: Any,
+) -> tuple[DatasetVerdict, list[EpisodeCheck], dict[str, Any]]:
+    """Re-run one dataset in its own plugin worker and judge it."""
+    meta = contents.meta
+    _, manifest = store.frozen[run.meta["manifest"]["sha256"]]
+    roots = options.roots or {}
+    settings = replayed_settings(
+        run.meta, options, _forbidden(store, contents, roots), sorted(meta.plugins)
+    )
+    worker = PluginWorker(settings)
+    try:
+        info = worker.start()
+        check_pins_installed(meta.plugins, info.installed)
+        schema = _check_schema(run, info, meta.adapter)
+        protocol = get_hpe_protocol(meta.hpe_protocol)
+        centre = typed_values(run.meta["adapter"]["centre"], schema["fields"])
+        configs = [
+            typed_values(c, schema["fields"])
+            for c in protocol.grid_for(centre, schema_roles(schema))
+        ]
+        spec = datasets.get(manifest.dataset).obj
+        name = manifest.meta["protocol"].get("preprocessing", "fewtrans")
+        from fewtrans_board.runner.images import ImageStore
+
+        images = ImageStore(
+            spec, roots.get(run.dataset), Preprocessing.named(name, info.image_size)
+        )
+        episodes = manifest.episodes()
+        stored = stored_episodes(run, protocol.aggregation)
+        identity = run.meta["identity"]
+        job = DatasetRerun(
+            run=run,
+            manifest=manifest,
+            worker=worker,
+            images=images,
+            configs=configs,
+            digests=[config_digest(c) for c in configs],
+            aggregation=protocol.aggregation,
+            salt=seed.salt(run.dataset),
+            serve_features=bool(
+                identity.get("feature_cache", True) and schema.get("frozen_backbone")
+            ),
+            memoize=bool(identity.get("feature_cache", True)),
+            transductive=bool(schema.get("transductive")),
+            universe=sorted(
+                {i for ep in episodes for i, _ in (*ep.support, *ep.query, *ep.novel_query)}
+            ),
+        )
+        claimed_cost = float(np.mean([s.seconds for s in stored.values()])) if stored else 0.0
+        rng = seed.stream(f"sample:{run.dataset}:{manifest.sha256}")
+        plan = plan_sample(
+            len(episodes),
+            claimed_cost,
+            rng,
+            budget_s=options.budget_s,
+            sample=options.sample,
+            extra_requests=0.5,
+        )
+        checks, cut = rerun_dataset(job, plan, stored, options.probe_episodes, rng)
+    except WorkerError as exc:
+        raise SubmissionError(
+            "worker-failed", f"{run.dataset} ({manifest.dataset}): {exc}"
+        ) from exc
+    except FewtransError as exc:
+        if isinstance(exc, SubmissionError):
+            raise
+        raise SubmissionError("worker-failed", f"{run.dataset}: {exc}") from exc
+    finally:
+        worker.close()
+    environment = rerun_environment(options.device, int(settings.threads or 1), settings.batching)
+    recorded = run.meta.get("environment") or {}
+    differing = differences(recorded, str(identity.get("batching", "auto")), environment)
+    verdict = judge_dataset(
+        run.dataset,
+        checks,
+        exact=not differing,
+        margin=options.margin,
+        transductive=job.transductive,
+    )
+    hpe_all = run.aggregations()["hpe"]
+    verdict.summary.update(
+        {
+            "dataset": run.dataset,
+            "manifest": manifest.sha256,
+            "mode": verdict.mode,
+            "environment_differences": differing,
+            "claimed": float(np.mean(hpe_all)),
+            "planned": len(plan.order),
+            "budget_s": plan.budget_s,
+            "estimated_s": round(plan.estimate_s, 1),
+            "cut_by_budget": cut,
+            "worker_isolation": info.isolation,
+            "passed": verdict.passed,
+            "failures": verdict.failures,
+            **catch_probabilities(len(episodes), len(checks)),
+        }
+    )
+    return verdict, checks, environment
+
+
+def verify_contents(
+    contents: BundleContents,
+    store: LeaderboardStore,
+    options: VerificationOptions | None = None,
+    *,
+    runs: Sequence[RunResults] | None = None,
+) -> dict[str, Any]:
+    """Re-run a sample of a validated submission's episodes in plugin workers and judge them.
+
+    Args:
+        contents: the extracted bundle or store entry.
+        store: the leaderboard store (for the frozen manifests).
+        options: how to verify (default: :class:`VerificationOptions`).
+        runs: ``contents.runs`` already loaded by validation; validated here when ``None``.
+
+    Returns:
+        The verification report (``passed`` is true).
+
+    Raises:
+        SubmissionError: no sandbox can be made (unless unsandboxed), a pin is missing,
+            the plugin cannot be loaded or its schema differs from the recorded one, the
+            worker fails, or a dataset fails a check (``verification-failed``; the report
+            rides on the error as ``report``).
+    """
+    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.registry import Registry
+
+    options = options or VerificationOptions()
+    try:
+        resolve_isolation("process" if options.unsandboxed else "sandbox", for_verification=True)
+    except FewtransError as exc:
+        raise SubmissionError("no-sandbox", str(exc)) from exc
+    digest = contents.digest()
+    if runs is None:  # never drive a worker with runs that did not pass validation
+        runs = validate_contents(contents, store).loaded
+    preload_judge_modules()
+    datasets = Registry.from_plugin_manager(get_plugin_manager(entry_points=False)).datasets
+    seed = draw_seed(digest, options.seed, options.secret)
+    verdicts, episodes = [], []
+    environment: dict[str, Any] = {}
+    for run in runs:
+        verdict, checks, environment = _verify_run(run, contents, store, options, seed, datasets)
+        verdicts.append(verdict)
+        episodes += [{"dataset": run.dataset, **c.to_dict()} for c in checks]
+    report = {
+        "submission": contents.meta.id,
+        "digest": digest,
+        "seed": seed.hex,
+        "seed_source": seed.source,
+        "rule": {
+            "forged_share": FORGED_SHARE,
+            "catch_probability": CATCH_PROBABILITY,
+            "budget_s": options.budget_s,
+            "margin": options.margin,
+            "sample": options.sample,
+        },
+        "isolation": options.isolation.value,
+        "environment": environment,
+        "datasets": [v.summary for v in verdicts],
+        "episodes": episodes,
+        "passed": all(v.passed for v in verdicts),
+        "reproduce": f"--seed {seed.hex}"
+        + (f" --sample {options.sample}" if options.sample else "")
+        + (" --unsandboxed" if options.unsandboxed else ""),
+    }
+    if not report["passed"]:
+        failing = [f"{v.dataset}: {'; '.join(v.failures)}" for v in verdicts if v.failures]
+        code = (
+            "lookup-suspected"
+            if all("looks images up" in f for v in verdicts for f in v.failures)
+            else "verification-failed"
+        )
+        error = SubmissionError(code, "; ".join(failing))
+        error.report = report  # type: ignore[attr-defined]
+        raise error
+    return report
+
+
+def scratch_folder() -> Path:
+    """A private folder of this process (mode 700) for extracted bundles."""
+    return Path(tempfile.mkdtemp(prefix="fewtrans-judge-", dir=os.environ.get("TMPDIR")))

@@ -1,0 +1,123 @@
+"""How a verification runs, and the plugin worker it replays from a run's provenance."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fewtrans_board.leaderboard.verification.sampling import DEFAULT_BUDGET_S
+from fewtrans_board.runner.isolated import WorkerSettings
+from fewtrans_board.runner.remote import FAMILY_PRELOAD, plugin_places, plugins_request
+from fewtrans_board.sandbox import Isolation, Limits
+from fewtrans_board.threads import replay_threads
+
+MARGIN_POINTS = 0.5
+"""Largest claimed-minus-re-run accuracy (points, one-sided 95%) accepted across environments."""
+PROBE_EPISODES = 8
+"""Episodes per dataset that also get the inductiveness, fit_many and memorisation probes."""
+
+
+@dataclass(frozen=True)
+class VerificationOptions:
+    """How to verify.
+
+    Attributes:
+        sample: episodes re-run per dataset (``None``: every episode when the claimed cost
+            fits ``budget_s``, else enough to catch a 5% forgery with probability 0.99).
+        seed: a seed from an earlier report, to reproduce that verification exactly.
+        secret: a maintainers' secret; the seed becomes its HMAC with the bundle digest.
+        budget_s: seconds per dataset within which every episode is re-run.
+        margin: accuracy points claimed minus re-run may reach across environments.
+        roots: local dataset copies by dataset name.
+        weights: local checkpoint for the model.
+        device: torch device of the worker.
+        threads: torch threads of the worker (``None``: the recorded count, capped at the
+            cores here).
+        python: the worker's interpreter (default: this one).
+        plugin_dirs: folders holding the pinned plugins (e.g. ``pip install --target``),
+            shown read-only to the worker and appended to its ``sys.path``.
+        unsandboxed: run the worker without an OS sandbox (unsafe; recorded in the report).
+        probe_episodes: episodes per dataset that also get the probes.
+    """
+
+    sample: int | None = None
+    seed: str | None = None
+    secret: bytes | None = None
+    budget_s: float = DEFAULT_BUDGET_S
+    margin: float = MARGIN_POINTS
+    roots: dict[str, Path] | None = None
+    weights: str | None = None
+    device: str = "cpu"
+    threads: int | None = None
+    python: str | None = None
+    plugin_dirs: tuple[Path, ...] = ()
+    unsandboxed: bool = False
+    probe_episodes: int = PROBE_EPISODES
+
+    @property
+    def isolation(self) -> Isolation:
+        """The worker's isolation: a sandbox unless ``unsandboxed``."""
+        return Isolation.PROCESS if self.unsandboxed else Isolation.SANDBOX
+
+
+def recorded_providers(meta: dict[str, Any]) -> list[str]:
+    """The distributions that provided a run's model and adapter, as ``evaluate`` pinned them."""
+    dists = {"fewtrans-board"}
+    for role in ("model", "adapter"):
+        distribution = meta[role].get("distribution")
+        if distribution:
+            dists.add(str(distribution))
+    return sorted(dists)
+
+
+def replayed_settings(
+    meta: dict[str, Any],
+    options: VerificationOptions,
+    forbidden: list[Path],
+    pinned: list[str] | None = None,
+) -> WorkerSettings:
+    """The plugin worker ``evaluate`` used for a run, rebuilt from its provenance.
+
+    The worker loads the distributions that provided the model and adapter (as in
+    ``evaluate``) and the submission's other pins, and reports the installed version of
+    every pinned one.
+
+    Args:
+        meta: the run's provenance.
+        options: the verification options.
+        forbidden: what the worker must never see (store, bundle, dataset copies, cwd).
+        pinned: the submission's pinned distributions.
+    """
+    providers = recorded_providers(meta)
+    pins = sorted({*providers, *(pinned or [])})
+    own_python = (
+        options.python is None or Path(options.python).resolve() == Path(sys.executable).resolve()
+    )
+    places = plugin_places(pins) if own_python else None
+    extra = [str(Path(d).resolve()) for d in options.plugin_dirs]
+    schema = meta["adapter"].get("schema") or {}
+    identity = meta["identity"]
+    batching = meta.get("batching") or {}
+    environment = meta.get("environment") or {}
+    return WorkerSettings(
+        model=meta["model"]["name"],
+        adapter=meta["adapter"]["name"],
+        weights=str(Path(options.weights).resolve()) if options.weights else None,
+        device=options.device,
+        threads=options.threads or replay_threads(environment.get("torch_threads")),
+        plugins=plugins_request(None, pins),
+        training_free=bool(schema.get("training_free")),
+        pins=tuple(pins),
+        batching=str(identity.get("batching", "auto")),
+        max_memory=batching.get("max_memory_option"),
+        memoize=bool(identity.get("feature_cache", True)),
+        preload=FAMILY_PRELOAD.get(str(meta["model"].get("family")), ()),
+        plugin_paths=tuple([*(places.sys_path if places else []), *extra]),
+        bind_paths=tuple([*(places.binds if places else []), *extra]),
+        isolation=options.isolation,
+        python=options.python,
+        forbidden=tuple(str(p) for p in forbidden),
+        limits=Limits.defaults(options.device),
+    )

@@ -1,0 +1,128 @@
+"""Which episodes verification re-runs, drawn after the bundle is frozen, and how many.
+
+The seed is secret when the bundle is made: by default fresh randomness
+(``os.urandom``), in CI an HMAC of a repository secret and the bundle's digest (the
+submitter knows neither), or a seed a maintainer copies from a report to reproduce it.
+Every dataset's episodes are drawn from it, re-run in a random order, and the query
+presentation order of the re-runs derives from it too.
+
+How many: every episode when the claimed cost fits the budget; else at least enough
+that a forgery of :data:`FORGED_SHARE` of a dataset's episodes is caught with probability
+:data:`CATCH_PROBABILITY`; the report prints the probability reached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+import numpy as np
+
+from fewtrans_board.stats.bounds import detection_probability, forged_episodes, sample_size_for
+
+FORGED_SHARE = 0.05
+CATCH_PROBABILITY = 0.99
+DEFAULT_BUDGET_S = 1800.0
+"""Seconds per dataset within which verification re-runs every episode."""
+SESSION_OVERHEAD_S = 0.25
+"""Per re-run request: forking a fresh episode process and loading the plugin."""
+
+
+@dataclass(frozen=True)
+class Seed:
+    """The verification seed and where it came from (``urandom``, ``secret`` or ``given``)."""
+
+    hex: str
+    source: str
+
+    def stream(self, label: str) -> np.random.Generator:
+        """An independent generator for one purpose (a dataset's sample, its order, ...)."""
+        digest = hashlib.sha256(f"{self.hex}:{label}".encode()).digest()
+        return np.random.default_rng(int.from_bytes(digest[:16], "big"))
+
+    def salt(self, label: str) -> str:
+        """A secret text for the presentation order of one dataset's re-runs."""
+        return hashlib.sha256(f"{self.hex}:presentation:{label}".encode()).hexdigest()
+
+
+def draw_seed(digest: str, given: str | None = None, secret: bytes | None = None) -> Seed:
+    """The seed of a verification, fixed only now that the bundle's ``digest`` is known.
+
+    Args:
+        digest: sha256 of the frozen bundle or entry (every file).
+        given: a seed copied from an earlier report (reproduces it exactly).
+        secret: a secret only the maintainers hold (CI); the seed is its HMAC with ``digest``.
+    """
+    if given:
+        return Seed(given.lower(), "given")
+    if secret:
+        return Seed(hmac.new(secret, digest.encode(), hashlib.sha256).hexdigest(), "secret")
+    return Seed(secrets.token_hex(32), "urandom")
+
+
+@dataclass(frozen=True)
+class SamplePlan:
+    """How one dataset is verified.
+
+    Attributes:
+        order: episode positions in the order they are re-run (a random permutation of
+            all of them; the first ``minimum`` are always re-run).
+        minimum: the fewest episodes that meet the catch probability.
+        everything: the claimed cost fits the budget, so every episode is planned.
+        estimate_s: the estimated cost of re-running every episode.
+        budget_s: the budget.
+    """
+
+    order: list[int]
+    minimum: int
+    everything: bool
+    estimate_s: float
+    budget_s: float
+
+
+def plan_sample(
+    episodes: int,
+    claimed_seconds: float,
+    rng: np.random.Generator,
+    *,
+    budget_s: float = DEFAULT_BUDGET_S,
+    sample: int | None = None,
+    extra_requests: float = 1.0,
+) -> SamplePlan:
+    """Plan a dataset's re-runs from its claimed per-episode cost.
+
+    Args:
+        episodes: episodes in the dataset's manifest.
+        claimed_seconds: mean claimed fit seconds of one episode (all configurations).
+        rng: the dataset's generator (from the secret seed).
+        budget_s: seconds within which every episode is re-run.
+        sample: an explicit number of episodes (a maintainer's choice; the report says
+            what it catches).
+        extra_requests: requests per episode beyond the re-run itself (probes), for the
+            estimate.
+    """
+    order = [int(i) for i in rng.permutation(episodes)]
+    minimum = sample_size_for(episodes, FORGED_SHARE, CATCH_PROBABILITY)
+    estimate = episodes * (max(claimed_seconds, 0.0) * (1 + extra_requests) + SESSION_OVERHEAD_S)
+    if sample is not None:
+        size = min(sample, episodes)
+        return SamplePlan(order[:size], min(size, episodes), size == episodes, estimate, budget_s)
+    everything = estimate <= budget_s
+    return SamplePlan(
+        order if everything else order[:minimum], minimum, everything, estimate, budget_s
+    )
+
+
+def catch_probabilities(episodes: int, rerun: int) -> dict[str, float | int]:
+    """What re-running ``rerun`` of ``episodes`` episodes catches (for the report)."""
+    forged = forged_episodes(episodes, FORGED_SHARE)
+    return {
+        "episodes": episodes,
+        "rerun_episodes": rerun,
+        "forged_share": FORGED_SHARE,
+        "forged_episodes": forged,
+        "catch_probability": detection_probability(episodes, forged, rerun),
+        "catch_one_forged_episode": detection_probability(episodes, 1, rerun),
+    }

@@ -1,0 +1,153 @@
+"""The judge and the contestant apart (issue 24): every route a worker once had to the judge.
+
+Each cheater runs first where the route is open (in-process, or a worker without a
+sandbox) to show the route is real, then through the sandboxed worker, where it finds
+nothing and changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.adversarial.cheaters import JUDGE_TMP, PLANT_HINT, SHADOWED, STORE_HINT
+from tests.adversarial.conftest import FIXED, VARIED, Board, ok
+
+
+def cheater_bundle(board: Board, adapter: str, isolation: str = "auto") -> Path:
+    for manifest, suffix in ((VARIED, "varied"), (FIXED, "fixed")):
+        ok(
+            board.evaluate(
+                adapter, f"{adapter}-{isolation}-{suffix}", manifest=manifest, isolation=isolation
+            )
+        )
+    runs = [f"{adapter}-{isolation}-varied", f"{adapter}-{isolation}-fixed"]
+    return board.pack(f"{adapter}-{isolation}--redteam", adapter, runs)
+
+
+def verify(board: Board, bundle: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    return board.json(["submission", "verify", bundle, "--leaderboard", board.store, *extra])
+
+
+def test_searching_for_the_judges_files_finds_nothing_in_the_sandbox(board: Board) -> None:
+    # The store lives where the judge's files do (its temporary folders here).
+    assert str(board.store) in __import__("tests.adversarial.cheaters", fromlist=["_hints"])._hints(
+        STORE_HINT
+    )
+    bundle = cheater_bundle(board, "redteam-proc", isolation="inline")
+    code, valid = board.json(["submission", "validate", bundle, "--leaderboard", board.store])
+    assert code == 0 and valid["runs"][0]["hpe"]["mean"] == 100.0  # it found the answers
+    # Unsandboxed, the worker searches the judge's file system and finds them again; only
+    # the memorisation probe then gives it away.
+    code, report = verify(board, bundle, "--unsandboxed", "--sample", "3")
+    assert code == 1 and report["code"] == "lookup-suspected", report
+    assert all(d["rerun_accuracy"] == 100.0 for d in report["report"]["datasets"])
+    assert report["report"]["isolation"] == "process"
+    # In the sandbox there is no file of the judge's, no /proc of it, no store.
+    code, report = verify(board, bundle)
+    assert code == 1 and report["code"] == "verification-failed", report
+    assert all(d["rerun_accuracy"] < 95.0 for d in report["report"]["datasets"])
+
+
+def member_hashes(bundle: Path) -> dict[str, str]:
+    with zipfile.ZipFile(bundle) as archive:
+        return {
+            n: hashlib.sha256(archive.read(n)).hexdigest()
+            for n in archive.namelist()
+            if n.endswith(".parquet")
+        }
+
+
+def stored_hashes(store: Path, ident: str) -> dict[str, str]:
+    folder = store / "results" / ident
+    return {
+        "results/" + p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in folder.rglob("*.parquet")
+    }
+
+
+def test_rewriting_the_extracted_bundle_has_no_effect(
+    board: Board, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    bundle = cheater_bundle(board, "redteam-rewriter")
+    judge_tmp = tmp_path / JUDGE_TMP  # the judge's temporary folders, where it extracts
+    judge_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(judge_tmp))
+    ident = "redteam-rewriter-auto--redteam"
+    store = tmp_path / "leaderboard"
+    shutil.copytree(board.store / "manifests", store / "manifests")
+    # Without a sandbox the worker reaches the folder 'leaderboard add' extracted the bundle
+    # to, and rewrites it: the hashes taken at extraction refuse to store the changed files.
+    code, report = board.json(
+        ["leaderboard", "add", bundle, "--leaderboard", store, "--unsandboxed"]
+    )
+    assert code == 1 and report["code"] == "changed-during-check", report
+    assert not (store / "results").exists() or not any((store / "results").iterdir())
+    # Sandboxed, it sees no folder of the judge: exactly the validated bytes are stored.
+    code, report = board.json(["leaderboard", "add", bundle, "--leaderboard", store])
+    assert code == 0 and report["status"] == "verified", report
+    assert stored_hashes(store, ident) == member_hashes(bundle)
+
+
+def test_modules_planted_for_the_judge_are_never_imported(
+    board: Board, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fewtrans_board.runner import isolated
+
+    # A writable folder first on the judge's path (the console script's folder in CI).
+    path = tmp_path / PLANT_HINT
+    path.mkdir()
+    monkeypatch.syspath_prepend(str(path))
+    start = isolated.PluginWorker.start
+
+    def watched(self: isolated.PluginWorker) -> Any:
+        before = set(sys.modules)
+        info = start(self)
+        watched.before = watched.before or before  # type: ignore[attr-defined]
+        return info
+
+    watched.before = None  # type: ignore[attr-defined]
+    monkeypatch.setattr(isolated.PluginWorker, "start", watched)
+    bundle = cheater_bundle(board, "redteam-planter")
+    code, report = verify(board, bundle)
+    assert code == 0, report  # an honest centroid otherwise
+    assert list(path.iterdir()) == []  # the sandbox never saw the judge's path
+    imported_late = {m.split(".")[0] for m in set(sys.modules) - watched.before}  # type: ignore[attr-defined]
+    assert not imported_late & set(SHADOWED), imported_late
+    # Unsandboxed, the worker finds the folder on the judge's file system and plants its
+    # shadows there, but the judge imported everything it uses before any worker started:
+    # no shadow runs.
+    code, report = verify(board, bundle, "--unsandboxed")
+    assert code == 0, report
+    assert sorted(p.name for p in path.iterdir()) == sorted(SHADOWED)
+    assert not list(path.glob("imported-*"))
+    for package in SHADOWED:
+        assert str(path) not in (getattr(sys.modules.get(package), "__file__", "") or "")
+
+
+def test_verification_refuses_to_run_without_a_sandbox_unless_told(
+    board: Board, honest: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fewtrans_board.sandbox import bwrap
+
+    bundle = board.pack("lp--nosandbox", "linear-probe", [honest["varied"], honest["fixed"]])
+    monkeypatch.setattr(bwrap.shutil, "which", lambda name: None)
+    bwrap.sandbox_problem.cache_clear()
+    try:
+        code, report = verify(board, bundle, "--sample", "1")
+        assert code == 1 and report["code"] == "no-sandbox", report
+        assert (
+            "apt-get install bubblewrap" in report["error"] and "--unsandboxed" in report["error"]
+        )
+        code, report = verify(board, bundle, "--sample", "1", "--unsandboxed")
+        assert code == 0 and report["isolation"] == "process", report
+    finally:
+        bwrap.sandbox_problem.cache_clear()
