@@ -7,8 +7,9 @@ PY := $(VENV)/bin/python
 #   make test TORCH_SPEC="torch torchvision"
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.fewtrans-installed
+SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install test demo lint docs manifests clean
+.PHONY: install sandbox test demo lint docs manifests clean
 
 # setuptools explains every editable install in a banner ("Editable installation. Please be
 # careful with folders ..."); pip re-emits it as a BuildBackendWarning. It is informational.
@@ -23,7 +24,13 @@ $(STAMP): pyproject.toml setup.py plugins/fewtrans-example/pyproject.toml Makefi
 
 install: $(STAMP)
 
-test: $(STAMP)
+# Plugin workers run in a bubblewrap sandbox (Debian/Ubuntu package 'bubblewrap').
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
+	  { $(SUDO) apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq bubblewrap >/dev/null; }; } || \
+	  echo "warning: no bubblewrap: plugin workers run unsandboxed and verification tests fail (apt-get install bubblewrap)" >&2
+
+test: $(STAMP) sandbox
 	$(PY) -m pytest
 
 # The main job on the embedded default: HPE on digits, pretrained demo CNN vs random init.

@@ -13,8 +13,6 @@ margin at 95% confidence (:mod:`.verdict`). Probes check inductiveness, ``fit_ma
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -319,8 +317,3 @@ def verify_contents(
         error.report = report  # type: ignore[attr-defined]
         raise error
     return report
-
-
-def scratch_folder() -> Path:
-    """A private folder of this process (mode 700) for extracted bundles."""
-    return Path(tempfile.mkdtemp(prefix="fewtrans-judge-", dir=os.environ.get("TMPDIR")))
