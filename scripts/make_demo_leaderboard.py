@@ -209,11 +209,11 @@ def build_entry(
         )
     )
     bundle = work / "bundle.zip"
+    store = ["--leaderboard", str(leaderboard)] if leaderboard is not None else []
     cli(
         "submission", "pack", str(work / "run"), "--meta", str(work / "submission.toml"),
-        "--out", str(bundle),
+        "--out", str(bundle), *store,
     )  # fmt: skip
-    store = ["--leaderboard", str(leaderboard)] if leaderboard is not None else []
     sample = ["--sample", str(verify)] if verify else []
     cli("leaderboard", "add", str(bundle), *store, *sample, "--threads", "1")
 

@@ -278,6 +278,7 @@ def test_every_builtin_adapter_runs_under_hpe(adapter, tmp_path: Path) -> None: 
         limit=1,
         threads=1,
         device="cpu",
+        isolation="inline",  # the adapters are the subject; tests/test_runner.py covers workers
     )
     expected = len(get_hpe_protocol("fewtrans-reference").grid(adapter, adapter.Config()))
     report = run_evaluation(spec, registry, tmp_path / "run", progress=False)

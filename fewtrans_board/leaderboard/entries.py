@@ -22,6 +22,7 @@ from fewtrans_board.errors import describe
 from fewtrans_board.leaderboard.columns import check_columns
 from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
+from fewtrans_board.leaderboard.rows import check_rows
 from fewtrans_board.leaderboard.runs import load_checked_run
 from fewtrans_board.leaderboard.schema import STATUS
 from fewtrans_board.leaderboard.shapes import check, load_json
@@ -57,6 +58,7 @@ class StoredEntry:
     status: str
     centre_search: dict[str, Any] | None
     runs: list[StoredRun] = field(default_factory=list)
+    verification: dict[str, Any] | None = None
 
 
 @contextlib.contextmanager
@@ -82,18 +84,28 @@ def entry_errors(ident: str) -> Iterator[None]:
         ) from exc
 
 
-def read_status(store: LeaderboardStore, ident: str) -> str:
-    """The checked ``status`` of a stored entry (``validated`` when it has no status.json).
+def read_status_record(store: LeaderboardStore, ident: str) -> dict[str, Any]:
+    """The checked ``status.json`` of a stored entry (``validated`` when it has none).
 
     Raises:
         SubmissionError: ``bad-status``.
     """
     path = store.submissions_dir / ident / "status.json"
     if not path.is_file():
-        return "validated"
+        return {"status": "validated"}
     record = load_json(path.read_bytes(), "status.json", "bad-status")
     check(record, STATUS, "status.json", "bad-status")
-    return str(record["status"])
+    checked: dict[str, Any] = record
+    return checked
+
+
+def read_status(store: LeaderboardStore, ident: str) -> str:
+    """The checked ``status`` of a stored entry (``validated`` when it has no status.json).
+
+    Raises:
+        SubmissionError: ``bad-status``.
+    """
+    return str(read_status_record(store, ident)["status"])
 
 
 def read_entry(store: LeaderboardStore, ident: str) -> StoredEntry:
@@ -108,7 +120,14 @@ def read_entry(store: LeaderboardStore, ident: str) -> StoredEntry:
             raise SubmissionError(
                 "bad-store-entry", f"its submission.toml has id {contents.meta.id!r}"
             )
-        entry = StoredEntry(ident, contents.meta, read_status(store, ident), contents.centre_search)
+        record = read_status_record(store, ident)
+        entry = StoredEntry(
+            ident,
+            contents.meta,
+            str(record["status"]),
+            contents.centre_search,
+            verification=record.get("verification"),
+        )
         for path in contents.runs:
             where = contents.name(path)
             run = load_checked_run(path, where, intake=False)
@@ -127,6 +146,9 @@ def read_entry(store: LeaderboardStore, ident: str) -> StoredEntry:
                     f"{filename} is {manifest.dataset!r}'s",
                 )
             check_columns(run, where, manifest.dataset)
+            # Every reader recomputes what it shows: accuracies and ensembles from the
+            # stored predictions and logits against the frozen labels.
+            check_rows(run, manifest, list(run.meta["identity"]["grid"]))
             entry.runs.append(StoredRun(run, filename, manifest.dataset, manifest.meta))
         return entry
 
@@ -141,6 +163,7 @@ class LoadedEntry:
         status: ``validated`` or ``verified``.
         stored: the entry as read (runs with their frozen manifests, centre search).
         superseded_by: the id of the submission that supersedes it, if any.
+        verification: the stored verification report (``None``: not verified).
         summaries: :func:`~fewtrans_board.results.summary.summarize` of each run (with the
             benchmark's ``ddof``; dataset and manifest from the frozen manifest), aligned
             with ``stored.runs``.
@@ -152,6 +175,11 @@ class LoadedEntry:
     stored: StoredEntry
     superseded_by: str | None = None
     summaries: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def verification(self) -> dict[str, Any] | None:
+        """The stored verification report (``None``: not verified)."""
+        return self.stored.verification if self.status == "verified" else None
 
 
 def _superseded(metas: dict[str, SubmissionMeta]) -> dict[str, str]:

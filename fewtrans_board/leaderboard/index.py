@@ -13,6 +13,35 @@ from fewtrans_board.leaderboard.entries import LoadedEntry, load_entries
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 
+VERIFIED_FIELDS = (
+    "dataset",
+    "mode",
+    "rerun_episodes",
+    "episodes",
+    "catch_probability",
+    "claimed",
+    "claimed_on_rerun_episodes",
+    "rerun_accuracy",
+    "difference_bound",
+)
+"""What the index repeats of each dataset's verification (the full report is in status.json)."""
+
+
+def verification_summary(entry: LoadedEntry) -> dict[str, Any] | None:
+    """The re-run's headline numbers per dataset, or ``None`` (not verified, or an older report)."""
+    report = entry.verification
+    if not report or not isinstance(report.get("datasets"), list):
+        return None
+    return {
+        "seed_source": report.get("seed_source"),
+        "isolation": report.get("isolation"),
+        "datasets": [
+            {k: d.get(k) for k in VERIFIED_FIELDS}
+            for d in report["datasets"]
+            if isinstance(d, dict)
+        ],
+    }
+
 
 def index_record(entry: LoadedEntry) -> dict[str, Any]:
     """An entry as written to ``index.json``: run summaries by dataset, no local paths."""
@@ -22,6 +51,7 @@ def index_record(entry: LoadedEntry) -> dict[str, Any]:
         "id": entry.id,
         "meta": entry.meta.to_dict(),
         "status": entry.status,
+        "verification": verification_summary(entry),
         "transductive": bool(first.get("transductive")),
         "configuration": first.get("configuration", {}),
         "runs": sorted(runs, key=lambda r: (r["dataset"], r["manifest"])),

@@ -113,6 +113,23 @@ class MethodView:
     superseded_by: str | None
     centre_search: dict[str, Any] | None
     runs: dict[str, MethodRun] = field(default_factory=dict)
+    verification: dict[str, Any] | None = None
+
+    @property
+    def ranked(self) -> bool:
+        """Whether the entry is ranked: verified, or a local run shown for itself.
+
+        A stored entry that was only validated (added with ``--unsafe-no-verify``) is
+        listed apart, never ranked with re-run entries.
+        """
+        return self.status != "validated"
+
+    @property
+    def reruns(self) -> list[dict[str, Any]]:
+        """Per dataset, what verification re-ran and found (empty for older reports)."""
+        report = self.verification or {}
+        datasets = report.get("datasets")
+        return [d for d in datasets if isinstance(d, dict)] if isinstance(datasets, list) else []
 
     @property
     def label(self) -> str:
@@ -196,7 +213,8 @@ class BenchmarkView:
     base-to-novel benchmarks add ``base_novel`` tables, per-shot (CLIP k-shot) benchmarks
     have ``shots`` tables instead, per aggregation. Methods that declare transductive
     inference are left out of those and ranked apart in ``transductive`` (headline
-    aggregation).
+    aggregation); stored entries that were never verified are listed in ``unverified``
+    and ranked with nobody.
     """
 
     benchmark: SubBenchmark
@@ -209,6 +227,7 @@ class BenchmarkView:
     shots: dict[str, list[ShotRow]] = field(default_factory=dict)
     transductive: list[TableRow] = field(default_factory=list)
     dataset_of: dict[str, str] = field(default_factory=dict)
+    unverified: list[TableRow] = field(default_factory=list)
 
     @property
     def leader(self) -> TableRow | None:
@@ -285,6 +304,7 @@ def _stored_methods(entries: Iterable[LoadedEntry], datasets: dict[str, str]) ->
             status=entry.status,
             superseded_by=entry.superseded_by,
             centre_search=entry.stored.centre_search,
+            verification=entry.verification,
         )
         with entry_errors(entry.id):
             for item, summary in zip(entry.stored.runs, entry.summaries, strict=True):
@@ -435,9 +455,10 @@ def build_site_data(
         listed = [m for m in methods if m.meta["benchmark"] == name and not m.superseded_by]
         if not listed and name not in reported:
             continue
-        members = [m for m in listed if not m.transductive]
-        apart = [m for m in listed if m.transductive]
-        first = (members or apart)[0] if listed else None
+        members = [m for m in listed if not m.transductive and m.ranked]
+        apart = [m for m in listed if m.transductive and m.ranked]
+        unverified = [m for m in listed if not m.ranked]
+        first = (members or apart or unverified)[0] if listed else None
         datasets = _columns(benchmark, first.runs) if first is not None else []
         reference = next(
             (m for m in members if m.meta["adapter"] == benchmark.reference_adapter), None
@@ -468,6 +489,9 @@ def build_site_data(
             shots,
             _table(apart, datasets, "hpe", benchmark.statistic_ddof, None) if apart else [],
             {k: r.dataset for k, r in first.runs.items()} if first is not None else {},
+            _table(unverified, datasets, "hpe", benchmark.statistic_ddof, None)
+            if unverified
+            else [],
         )
         views.append(view)
         for method in listed:

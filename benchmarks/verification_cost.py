@@ -1,0 +1,175 @@
+"""What verification costs, and what its sample catches.
+
+Prints, measured in this run on the embedded digits data:
+
+1. the plugin worker's start-up (sandboxed and plain) and the cost of one request (a fresh
+   episode process) over fitting the same episode in-process;
+2. per built-in adapter family, the seconds one verified episode costs (the re-run, the
+   inductive, fit and memorisation probes) and what a 600-episode dataset then costs under
+   the sampling rule (every episode within the budget, else the 5%-forgery minimum);
+3. the memorisation probe's accuracy drop for honest methods (clean minus shifted and
+   re-encoded queries), which the flag threshold is set above;
+4. the sample sizes and catch probabilities of the rule (no timing).
+
+Usage: python benchmarks/verification_cost.py [--episodes 6] [--families ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from fewtrans_board.leaderboard.verification.perturb import perturbed_pixels
+from fewtrans_board.leaderboard.verification.sampling import (
+    CATCH_PROBABILITY,
+    DEFAULT_BUDGET_S,
+    FORGED_SHARE,
+    plan_sample,
+)
+from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.registry import Registry
+from fewtrans_board.results.schema import accuracy_percent
+from fewtrans_board.runner.context import RunContext
+from fewtrans_board.runner.inductive import verification_probes
+from fewtrans_board.runner.spec import RunSpec
+from fewtrans_board.stats.bounds import detection_probability, forged_episodes, sample_size_for
+
+MANIFEST = "leaderboard/manifests/fewtrans-varied--digits.parquet"
+FAMILIES = {
+    "mean-centroid": "demo-cnn.digits",
+    "linear-probe": "demo-cnn.digits",
+    "finetune": "demo-cnn.digits",
+    "zero-shot-clip": "demo-clip.digits",
+    "coop": "demo-clip.digits",
+    "clip-lora": "demo-clip.digits",
+}
+
+
+def context(adapter: str, model: str, episodes: int, isolation: str) -> RunContext:
+    registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
+    spec = RunSpec(
+        model=model,
+        adapter=adapter,
+        manifest=MANIFEST,
+        hpe="fewtrans-reference",
+        limit=episodes,
+        threads=1,
+        isolation=isolation,
+    )
+    return RunContext(spec, registry)
+
+
+def startup() -> None:
+    print("## 1. Worker start-up and per-request cost (mean-centroid, demo-cnn.digits)")
+    rows = []
+    for isolation in ("sandbox", "process"):
+        ctx = context("mean-centroid", "demo-cnn.digits", 10, isolation)
+        begun = time.perf_counter()
+        _ = ctx.worker  # start, configure, load the plugins once
+        started = time.perf_counter() - begun
+        inputs = [ctx.inputs(e) for e in ctx.episodes]
+        begun = time.perf_counter()
+        for item in inputs:
+            ctx.outcomes(item, None)
+        per_request = (time.perf_counter() - begun) / len(inputs)
+        ctx.close()
+        rows.append((isolation, started, per_request))
+    inline = context("mean-centroid", "demo-cnn.digits", 10, "inline")
+    adapter = inline.adapter_cls()
+    items = [inline.inputs(e) for e in inline.episodes]
+    begun = time.perf_counter()
+    for item in items:
+        inline.outcomes(item, adapter)
+    in_process = (time.perf_counter() - begun) / len(items)
+    for isolation, started, per_request in rows:
+        print(
+            f"{isolation:8s} worker start {started:6.2f} s; one request {per_request * 1000:7.1f} ms "
+            f"= {per_request / in_process:5.1f}x the in-process fit ({in_process * 1000:.1f} ms)"
+        )
+    print()
+
+
+def per_family(families: list[str], episodes: int) -> None:
+    print(f"## 2. One verified episode per family ({episodes} episodes, fewtrans-reference grid)")
+    print(
+        "family           rerun s  +probes s  600 episodes: rule   re-run   est. s   "
+        "honest memorisation drop (points)"
+    )
+    for adapter in families:
+        ctx = context(adapter, FAMILIES[adapter], episodes, "sandbox")
+        rerun_s, probe_s, drops = [], [], []
+        try:
+            for episode in ctx.episodes:
+                inputs = ctx.inputs(episode)
+                seeds = ctx.seeds(episode, ctx.grid)
+                begun = time.perf_counter()
+                clean = ctx.outcomes(inputs, None)
+                rerun_s.append(time.perf_counter() - begun)
+                begun = time.perf_counter()
+                ctx.ask(
+                    inputs,
+                    ctx.grid,
+                    seeds,
+                    query_subsets=verification_probes(len(episode.query), 0),
+                )
+                if ctx.worker.info is not None and ctx.worker.info.batches:
+                    ctx.ask(inputs, ctx.grid, seeds, loop=True)
+                items = [episode.query[int(i)][0] for i in inputs.query_order]
+                pixels = perturbed_pixels(ctx.images, items).numpy()
+                if ctx.features is not None:
+                    (pixels,) = ctx.worker.embed([pixels], 256)
+                altered = ctx.ask(inputs, ctx.grid, seeds, query_override=pixels)
+                probe_s.append(time.perf_counter() - begun)
+                labels = inputs.query_labels
+                order = inputs.query_order
+                for c, outcome in enumerate(clean):
+                    restored = np.empty_like(altered.query[c][0])
+                    restored[order] = altered.query[c][0]
+                    drops.append(
+                        accuracy_percent(outcome.logits.argmax(1), labels)
+                        - accuracy_percent(restored.argmax(1), labels)
+                    )
+        finally:
+            ctx.close()
+        cost = float(np.mean(rerun_s))
+        plan = plan_sample(600, cost, np.random.default_rng(0), extra_requests=0.5)
+        rule = "every episode" if plan.everything else f"{plan.minimum} (5% rule)"
+        rerun = 600 if plan.everything else plan.minimum
+        estimate = rerun * cost + 8 * float(np.mean(probe_s))
+        print(
+            f"{adapter:16s} {cost:7.2f}  {np.mean(probe_s):9.2f}  {rule:18s} {rerun:6d}  "
+            f"{estimate:7.0f}   {np.mean(drops):+.2f} (max over configs/episodes {np.max(drops):+.1f})"
+        )
+    print(f"(budget {DEFAULT_BUDGET_S:.0f} s per dataset; 8 probed episodes per dataset)")
+    print()
+
+
+def probabilities() -> None:
+    print(
+        f"## 3. The rule: forging {FORGED_SHARE:.0%} of a dataset's episodes is caught with "
+        f"probability >= {CATCH_PROBABILITY}"
+    )
+    print("episodes  forged  minimum sample  P(catch)  P(catch one forged episode)")
+    for n in (8, 50, 100, 600, 1000):
+        forged = forged_episodes(n, FORGED_SHARE)
+        sample = sample_size_for(n, FORGED_SHARE, CATCH_PROBABILITY)
+        print(
+            f"{n:8d}  {forged:6d}  {sample:14d}  {detection_probability(n, forged, sample):8.4f}  "
+            f"{detection_probability(n, 1, sample):.3f}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--episodes", type=int, default=6)
+    parser.add_argument("--families", nargs="*", default=list(FAMILIES))
+    args = parser.parse_args()
+    startup()
+    per_family(args.families, args.episodes)
+    probabilities()
+
+
+if __name__ == "__main__":
+    main()
