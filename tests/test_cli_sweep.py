@@ -175,13 +175,21 @@ BASELINES: dict[str, tuple[str, str]] = {
     "submission validate": ("{root}/bundle.zip", "--leaderboard {root}/store"),
     "submission verify": (
         "{root}/bundle.zip",
-        "--leaderboard {root}/store --sample 1 --seed 0 --threshold 0.9 --device cpu --threads 1",
+        "--leaderboard {root}/store --sample 1 --seed 0123456789abcdef --device cpu --threads 1",
     ),
-    "leaderboard add": ("{root}/bundle.zip", "--leaderboard {root}/empty-store"),
+    "leaderboard add": (
+        "{root}/bundle.zip",
+        "--leaderboard {root}/empty-store --sample 1 --seed 0123456789abcdef",
+    ),
     "leaderboard check": ("sweep-entry", "--leaderboard {root}/store"),
     "leaderboard check-pr": (
         "",
         "--repo {root}/repo --base HEAD --head HEAD --store leaderboard",
+    ),
+    "leaderboard fetch-plugins": (
+        "",
+        "--repo {root}/repo --base HEAD --head HEAD --store leaderboard --into {root}/new "
+        "--no-index",
     ),
     "leaderboard rebuild": ("", "--leaderboard {root}/store --check"),
     "sub-benchmarks": ("", ""),
@@ -262,6 +270,9 @@ def free_text_values(ws: Workspace) -> dict[str, list[str]]:
         "retain": datasets,
         "validation": datasets,
         "wordnet": [ws.path("folder")],
+        "verification_seed": ["0", "x" * 16, "0" * 129, ""],
+        "secret": ["FEWTRANS_SWEEP_UNSET_VARIABLE", ""],
+        "find_links": [ws.path("nothing")],
     }
 
 

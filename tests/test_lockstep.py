@@ -375,6 +375,7 @@ def test_evaluate_batches_by_default_and_records_it(tmp_path, invoke) -> None:  
         "plans": True,
         "heads": True,
         "max_memory": "2GiB",
+        "max_memory_option": "2GiB",  # as given, so that verification replays it
     }
     assert provenance["loop"]["batching"]["plans"] is False
     assert provenance["auto"]["batching"]["plans"] is False

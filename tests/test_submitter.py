@@ -205,11 +205,11 @@ def test_an_incomplete_run_is_refused_saying_what_is_missing(
 HEAVY_PLUGIN = """
 import torch  # at import time: every fewtrans-board command would pay for it
 
-from tests.conftest import CentroidAdapter, adapter_plugin
 from fewtrans_board import hookimpl
+from fewtrans_board.adapters.builtin.prototypes import MeanCentroidAdapter
 
 
-class HeavyAdapter(CentroidAdapter):
+class HeavyAdapter(MeanCentroidAdapter):
     name = "heavy-centroid"
 
 

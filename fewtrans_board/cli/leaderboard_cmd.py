@@ -314,11 +314,7 @@ def leaderboard_check_pr(
     from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import check_pull_request
 
-    folder = (repo / store_folder).resolve()
-    if not folder.is_relative_to(repo.resolve()) or not folder.is_dir():
-        raise click.BadParameter(
-            f"{store_folder!r} is not a folder inside {repo}", param_hint="--store"
-        )
+    _check_store_folder(repo, store_folder)
     verification = verification_from(options)
     try:
         report = check_pull_request(repo, base, verification, head, store_folder, plugins_root)
@@ -337,6 +333,23 @@ def leaderboard_check_pr(
             click.echo("the pull request adds no leaderboard entry")
     if not report.ok:
         sys.exit(1)
+
+
+def _check_store_folder(repo: Path, store_folder: str) -> None:
+    folder = (repo / store_folder).resolve()
+    if not folder.is_relative_to(repo.resolve()) or not folder.is_dir():
+        raise click.BadParameter(
+            f"{store_folder!r} is not a folder inside {repo}", param_hint="--store"
+        )
+
+
+def _wheel_sources(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[str, ...]:
+    for value in values:
+        if "://" not in value and not Path(value).is_dir():
+            raise click.BadParameter(f"{value} is neither a folder nor a URL")
+    return values
 
 
 @leaderboard_group.command("fetch-plugins")
@@ -366,6 +379,7 @@ def leaderboard_check_pr(
     "--find-links",
     "find_links",
     multiple=True,
+    callback=_wheel_sources,
     metavar="DIR|URL",
     help="Also look for wheels there (passed to pip; a local mirror).",
 )
@@ -390,6 +404,7 @@ def leaderboard_fetch_plugins(
     from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import fetch_pull_request_plugins
 
+    _check_store_folder(repo, store_folder)
     pip_options = tuple(a for link in find_links for a in ("--find-links", link))
     if no_index:
         pip_options += ("--no-index",)

@@ -67,6 +67,23 @@ def parse_roots(values: tuple[str, ...]) -> dict[str, Path]:
     return roots
 
 
+def _checkpoint(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A file that starts like a checkpoint (read in the worker, never here)."""
+    if value is None:
+        return None
+    with open(value, "rb") as handle:
+        head = handle.read(8)
+        size = int.from_bytes(head, "little") if len(head) == 8 else 0
+        opening = handle.read(1) if size else b""
+    safetensors = 0 < size < (100 << 20) and opening == b"{"
+    torch_file = head.startswith((b"PK\x03\x04", b"\x80"))  # torch.save: zip, or old pickle
+    if not (safetensors or torch_file):
+        raise click.BadParameter(
+            f"{value} is not a checkpoint (safetensors, or a file written by torch.save)"
+        )
+    return value
+
+
 def _seed(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None and (
         not 16 <= len(value) <= 128 or any(c not in "0123456789abcdefABCDEF" for c in value)
@@ -94,7 +111,7 @@ def verification_from(options: dict[str, Any]) -> Verification:
     enabled = options.pop("verify_enabled", True)
     settings = VerificationOptions(
         sample=options.pop("sample", None),
-        seed=options.pop("seed", None),
+        seed=options.pop("verification_seed", None),
         secret=options.pop("secret", None),
         budget_s=options.pop("budget", None) or VerificationOptions.budget_s,
         roots=parse_roots(options.pop("roots", ())),
@@ -124,7 +141,7 @@ def verification_options(
     Returns:
         A decorator adding the options.
     """
-    from fewtrans_board.cli.groups import DEVICE
+    from fewtrans_board.cli.groups import DEVICE, FiniteFloatRange
 
     options = []
     if switch == "--verify":
@@ -150,6 +167,7 @@ def verification_options(
         ),
         click.option(
             "--seed",
+            "verification_seed",
             default=None,
             callback=_seed,
             metavar="HEX",
@@ -167,7 +185,7 @@ def verification_options(
         ),
         click.option(
             "--budget",
-            type=click.FloatRange(min=1),
+            type=FiniteFloatRange(min=1),
             default=None,
             metavar="SECONDS",
             help="Seconds per dataset within which every episode is re-run (default 1800).",
@@ -176,6 +194,7 @@ def verification_options(
         click.option(
             "--weights",
             type=click.Path(exists=True, dir_okay=False),
+            callback=_checkpoint,
             default=None,
             help="Local checkpoint for the model.",
         ),

@@ -207,10 +207,7 @@ class RunContext:
             info = worker.start()
             if info.load_error is not None:
                 worker.close()
-                raise FewtransError(
-                    f"the plugin worker could not load model {self.spec.model!r} and adapter "
-                    f"{self.spec.adapter!r}: {info.load_error}"
-                )
+                raise FewtransError(info.load_error)
             self._worker = worker
         return self._worker
 

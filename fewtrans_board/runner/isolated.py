@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from fewtrans_board.errors import FewtransError
+from fewtrans_board.models.unlearned_records import sidecar
 from fewtrans_board.runner.frames import FrameError, read_frame, write_frame
 from fewtrans_board.sandbox import Isolation, Limits, sandbox_argv, worker_policy
 from fewtrans_board.sandbox.policy import inside_path
@@ -255,13 +256,22 @@ def stop_idle_workers() -> None:
             _stop(idle.pop())
 
 
+def weights_files(weights: str | None) -> list[Path]:
+    """A ``--weights`` checkpoint and the record beside it (unlearned weights carry one)."""
+    if not weights:
+        return []
+    checkpoint = Path(weights)
+    record = sidecar(checkpoint)
+    return [checkpoint, record] if record != checkpoint and record.is_file() else [checkpoint]
+
+
 def _argv(settings: WorkerSettings, python: str) -> list[str]:
     command = [python, "-I", "-m", WORKER_MODULE]
     if settings.isolation is Isolation.SANDBOX:
         policy = worker_policy(
             python,
             plugin_paths=[Path(p) for p in settings.bind_paths],
-            files=[Path(settings.weights)] if settings.weights else [],
+            files=weights_files(settings.weights),
             device=settings.device,
             forbidden=[Path(p) for p in settings.forbidden],
         )

@@ -305,6 +305,17 @@ def _error(exc: BaseException, settings: dict[str, Any]) -> dict[str, Any]:
     return {"ok": False, "error": text if limit is None else f"{limit} ({text})"}
 
 
+def _load_error(exc: BaseException, settings: dict[str, Any]) -> str:
+    """Why loading failed; fewtrans-board's own errors already name the plugin at fault."""
+    error = _error(exc, settings)
+    if error.get("kind") == "plugin":
+        return str(error["error"])
+    return (
+        f"loading model {settings['model']!r} and adapter {settings['adapter']!r} in the "
+        f"plugin worker failed: {error['error']}"
+    )
+
+
 def run_session(requests: IO[bytes], replies: IO[bytes], settings: dict[str, Any]) -> None:
     """The life of one episode process: isolate, load, answer one session."""
     limits = settings.get("limits") or {}
@@ -322,7 +333,7 @@ def run_session(requests: IO[bytes], replies: IO[bytes], settings: dict[str, Any
                 {
                     "ok": True,
                     "installed": session.installed,
-                    "load_error": _error(exc, settings)["error"],
+                    "load_error": _load_error(exc, settings),
                 },
             )
         else:
