@@ -293,12 +293,20 @@ PLANT_HINT = "judge-path"
 JUDGE_TMP = "judge-tmp"
 
 
-def _hints(name: str) -> list[str]:
+def _hints(name: str, depth: int = 5) -> list[str]:
     """Folders called ``name`` anywhere a worker sharing the judge's file system can find
-    them: under the temporary folders, as the judge's (and pytest's) live."""
-    from pathlib import Path
+    them: under the temporary folders, as the judge's (and pytest's, with or without
+    pytest-xdist) live. Folders that vanish during the search are skipped."""
+    import os
 
-    return sorted(str(p) for p in Path("/tmp").glob(f"*/*/*/{name}") if p.is_dir())
+    found = []
+    for top, folders, _ in os.walk("/tmp", onerror=lambda _: None):
+        level = top.count(os.sep) - 1
+        if name in folders and level >= 3:
+            found.append(os.path.join(top, name))
+        if level >= depth:
+            folders.clear()
+    return sorted(found)
 
 
 FOUND_ANSWERS: dict[str, str] = {}
@@ -351,7 +359,12 @@ class BundleRewriter(_TrainingFree):
     def fit(self, backbone, support, class_names, config):  # type: ignore[no-untyped-def]
         from pathlib import Path
 
-        for shard in Path("/tmp").glob(f"*/*/*/{JUDGE_TMP}/*/results/*/shards/*.parquet"):
+        shards = [
+            shard
+            for hint in _hints(JUDGE_TMP)
+            for shard in Path(hint).glob("*/results/*/shards/*.parquet")
+        ]
+        for shard in shards:
             try:
                 with shard.open("ab") as handle:
                     handle.write(b"tampered")
