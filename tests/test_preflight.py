@@ -34,11 +34,15 @@ def validate(invoke, adapter: str, *extra: str):  # type: ignore[no-untyped-def]
 
 
 def test_validate_passes_an_honest_adapter(invoke) -> None:  # type: ignore[no-untyped-def]
-    result = validate(invoke, "linear-probe", "--json")
+    from fewtrans_board.sandbox.bwrap import sandbox_problem
+
+    # A built-in pair runs inline by default; the worker is what plugins get.
+    worker = "sandbox" if sandbox_problem() is None else "process"
+    result = validate(invoke, "linear-probe", "--json", "--isolation", worker)
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["configurations"] == 15 and report["episodes"] == 2
-    assert report["isolation"] in ("sandbox", "process")
+    assert report["isolation"] == worker
     checks = report["checks"]
     assert "predictions independent of query order (labels never reach the worker)" in checks
     assert any(c.startswith("fit_many matches fit in accuracy") for c in checks), checks

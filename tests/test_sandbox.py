@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fewtrans_board.runner.isolated import FitRequest, PluginWorker, WorkerError, WorkerSettings
+from fewtrans_board.runner.isolated import PluginWorker
 from fewtrans_board.runner.remote import plugin_places
+from fewtrans_board.runner.worker_messages import FitRequest, WorkerError, WorkerSettings
 from fewtrans_board.sandbox import Isolation, Limits, sandbox_argv, sandbox_problem, worker_policy
 from tests.conftest import installed_distribution
 

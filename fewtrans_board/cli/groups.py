@@ -431,8 +431,9 @@ def device_option(help_text: str = DEVICE_HELP) -> Callable[[F], F]:
 
 ISOLATION_HELP = (
     "Where plugin code runs: auto = a bubblewrap sandbox where one can be made (else a plain "
-    "worker process), sandbox, process, or inline (this process; analyses and debugging). "
-    "Every mode computes the same numbers; verification always uses a worker."
+    "worker process), and this process when model and adapter are both built in; sandbox, "
+    "process, or inline (this process; analyses and debugging). Every mode computes the same "
+    "numbers; verification always uses a worker."
 )
 
 

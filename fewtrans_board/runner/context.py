@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import math
-import platform
-import sys
-import time
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -22,7 +19,7 @@ from fewtrans_board.adapters.lockstep import (
 from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
 from fewtrans_board.episodes.verify import verify_manifest
 from fewtrans_board.errors import ConfigError, FewtransError
-from fewtrans_board.hpe.protocols import check_schema_fits, get_hpe_protocol, hpe_roles
+from fewtrans_board.hpe.protocols import check_schema_fits, get_hpe_protocol
 from fewtrans_board.models.backbone import Backbone, Preprocessing
 from fewtrans_board.registry import Registry
 from fewtrans_board.results.schema import run_id_of
@@ -31,7 +28,7 @@ from fewtrans_board.runner.episodes import EpisodeInputs, Serve, episode_inputs
 from fewtrans_board.runner.evaluate import ConfigOutcome, config_seed, evaluate_episode
 from fewtrans_board.runner.features import FeatureCache
 from fewtrans_board.runner.images import ImageStore
-from fewtrans_board.runner.isolated import FitReply, PluginWorker, WorkerSettings
+from fewtrans_board.runner.isolated import PluginWorker
 from fewtrans_board.runner.remote import (
     FAMILY_PRELOAD,
     ModelFacts,
@@ -46,13 +43,12 @@ from fewtrans_board.runner.remote import (
 from fewtrans_board.runner.rows import episode_rows
 from fewtrans_board.runner.spec import (
     RunSpec,
-    cpu_flags_digest,
-    cpu_model,
     load_centre_file,
     numeric_environment,
     resolved_threads,
     run_identity,
 )
+from fewtrans_board.runner.worker_messages import FitReply, WorkerSettings
 from fewtrans_board.sandbox import Isolation, Limits
 
 EPISODES_PER_SHARD = 50
@@ -147,7 +143,16 @@ class RunContext:
         self._worker: PluginWorker | None = None
 
     def _isolation(self) -> Isolation:
-        """The run's isolation; ``auto`` runs in-process plugins made in this process inline."""
+        """The run's isolation.
+
+        ``auto`` runs fewtrans-board's own model and adapter inline: no plugin code runs,
+        and the worker computes the same bits (verification re-runs them in the worker and
+        compares exactly). It also runs plugins made in this process (not importable by a
+        worker) inline; anything else runs in the worker.
+        """
+        built_in = self.model.source.builtin and self.adapter_entry.source.builtin
+        if self.spec.isolation == "auto" and built_in:
+            return Isolation.INLINE
         isolation = resolve_isolation(self.spec.isolation)
         selection = self.registry.plugins
         if self.spec.isolation == "auto" and selection is not None:
@@ -368,68 +373,9 @@ class RunContext:
 
     def provenance(self) -> dict[str, Any]:
         """Everything a reader needs to trust a number (stored in every shard)."""
-        import numpy
-        import torch
+        from fewtrans_board.runner.provenance import run_provenance
 
-        return {
-            "run_id": self.run_id(),
-            "identity": self.identity(),
-            "package": {"name": "fewtrans-board", "version": __version__},
-            "model": {
-                "name": self.model.name,
-                **self.model.provenance(),
-                "weights_id": self.model_facts.weights_id,
-                "info": self.model_facts.info,
-                "family": self.model.obj.family,
-            },
-            "adapter": {
-                "name": self.adapter_entry.name,
-                **self.adapter_entry.provenance(),
-                "centre": self.centre.to_dict(),
-                "paper": self.adapter_cls.paper,
-                "schema": self.adapter_cls.schema(),
-            },
-            "hpe": {
-                **self.hpe.describe(),
-                "hash": self.hpe.digest(self.adapter_cls, self.centre),
-                "grid_size": len(self.grid),
-                "roles": hpe_roles(self.adapter_cls),
-            },
-            "centre_search": self.centre_record,
-            "manifest": {
-                "file": Path(self.spec.manifest).name,
-                "sha256": self.manifest.sha256,
-                "dataset": self.manifest.dataset,
-                "protocol": self.manifest.meta["protocol"],
-                "episodes": len(self.episodes),
-            },
-            "preprocessing": self.preprocessing.to_dict(),
-            "environment": {
-                "python": sys.version.split()[0],
-                "platform": platform.platform(),
-                "torch": torch.__version__,
-                "cuda": torch.version.cuda,
-                "numpy": numpy.__version__,
-                "device": self.spec.device,
-                "device_name": (
-                    torch.cuda.get_device_name(self.spec.device)
-                    if self.spec.device.startswith("cuda")
-                    else cpu_model()
-                ),
-                "cpu_flags": cpu_flags_digest(),
-                "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
-                "torch_threads": resolved_threads(self.spec),
-                "isolation": self.isolation.value,
-            },
-            "batching": {
-                "mode": self.spec.batching,
-                "max_memory_option": self.spec.max_memory,
-                "plans": self.lockstep.enabled,
-                "heads": self.lockstep.heads,
-                "max_memory": self.lockstep.memory.describe(),
-            },
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        }
+        return run_provenance(self)
 
     # --- execution ----------------------------------------------------------------------
 

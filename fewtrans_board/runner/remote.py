@@ -22,7 +22,8 @@ import numpy as np
 from fewtrans_board.errors import FewtransError
 from fewtrans_board.runner.episodes import EpisodeInputs, in_manifest_order
 from fewtrans_board.runner.evaluate import ConfigOutcome, EvaluationError
-from fewtrans_board.runner.isolated import FitReply, FitRequest, PluginWorker, WorkerError
+from fewtrans_board.runner.isolated import PluginWorker
+from fewtrans_board.runner.worker_messages import FitReply, FitRequest, WorkerError
 from fewtrans_board.sandbox import Isolation, sandbox_problem
 
 if TYPE_CHECKING:

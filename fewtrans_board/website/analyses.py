@@ -18,7 +18,7 @@ from markupsafe import Markup
 
 from fewtrans_board.analysis.plots import layer_lines, scatter
 from fewtrans_board.errors import FewtransError
-from fewtrans_board.website.data import BenchmarkView
+from fewtrans_board.website.views import BenchmarkView
 
 STORED = ("delta-w", "cka", "zipf")
 

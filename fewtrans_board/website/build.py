@@ -19,16 +19,10 @@ from fewtrans_board.stats.base_novel import harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
 from fewtrans_board.website.analyses import analysis_pages
 from fewtrans_board.website.clip_settings import comparisons
-from fewtrans_board.website.data import (
-    COLUMN_SETS,
-    BenchmarkView,
-    MethodRun,
-    SiteData,
-    build_site_data,
-    site_files_dir,
-)
+from fewtrans_board.website.data import COLUMN_SETS, build_site_data, site_files_dir
 from fewtrans_board.website.plots import ci_bars, heatmap, histogram
 from fewtrans_board.website.reporting import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, shots_of
+from fewtrans_board.website.views import BenchmarkView, MethodRun, SiteData
 
 AGGREGATION_TITLES = {
     "hpe": "HPE (the protocol's fusion: logit mean or vote)",

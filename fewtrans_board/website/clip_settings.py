@@ -19,7 +19,7 @@ from fewtrans_board.models.unlearned_names import split_name
 from fewtrans_board.results.per_shot import PerShot, average_over_datasets
 
 if TYPE_CHECKING:
-    from fewtrans_board.website.data import BenchmarkView, MethodView
+    from fewtrans_board.website.views import BenchmarkView, MethodView
 
 
 @dataclass(frozen=True)

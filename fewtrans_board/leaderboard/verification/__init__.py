@@ -48,8 +48,9 @@ from fewtrans_board.leaderboard.verification.sampling import (
 from fewtrans_board.leaderboard.verification.verdict import DatasetVerdict, judge_dataset
 from fewtrans_board.models.backbone import Preprocessing
 from fewtrans_board.results.load import RunResults
-from fewtrans_board.runner.isolated import PluginWorker, WorkerError, WorkerInfo
+from fewtrans_board.runner.isolated import PluginWorker
 from fewtrans_board.runner.remote import resolve_isolation
+from fewtrans_board.runner.worker_messages import WorkerError, WorkerInfo
 
 __all__ = [
     "VerificationOptions",

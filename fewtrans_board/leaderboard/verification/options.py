@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from fewtrans_board.leaderboard.verification.sampling import DEFAULT_BUDGET_S
-from fewtrans_board.runner.isolated import WorkerSettings
 from fewtrans_board.runner.remote import FAMILY_PRELOAD, plugin_places, plugins_request
+from fewtrans_board.runner.worker_messages import WorkerSettings
 from fewtrans_board.sandbox import Isolation, Limits
 from fewtrans_board.threads import replay_threads
 

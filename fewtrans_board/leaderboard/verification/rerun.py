@@ -30,9 +30,10 @@ from fewtrans_board.runner.evaluate import ConfigOutcome, config_seed
 from fewtrans_board.runner.features import FeatureCache
 from fewtrans_board.runner.images import ImageStore
 from fewtrans_board.runner.inductive import inductive_gap, verification_probes
-from fewtrans_board.runner.isolated import FitReply, PluginWorker
+from fewtrans_board.runner.isolated import PluginWorker
 from fewtrans_board.runner.remote import WorkerEmbedder, fit_request, outcomes_from_reply
 from fewtrans_board.runner.rows import episode_rows
+from fewtrans_board.runner.worker_messages import FitReply
 
 
 @dataclass
