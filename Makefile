@@ -30,8 +30,11 @@ sandbox:
 	  { $(SUDO) apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq bubblewrap >/dev/null; }; } || \
 	  echo "warning: no bubblewrap: plugin workers run unsandboxed and verification tests fail (apt-get install bubblewrap)" >&2
 
+# One pytest worker per core (pytest-xdist); PYTEST_ARGS= runs them in one process.
+PYTEST_ARGS ?= -n auto
+
 test: $(STAMP) sandbox
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The main job on the embedded default: HPE on digits, pretrained demo CNN vs random init.
 demo: $(STAMP)

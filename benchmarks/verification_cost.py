@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -36,7 +37,9 @@ from fewtrans_board.runner.inductive import verification_probes
 from fewtrans_board.runner.spec import RunSpec
 from fewtrans_board.stats.bounds import detection_probability, forged_episodes, sample_size_for
 
-MANIFEST = "leaderboard/manifests/fewtrans-varied--digits.parquet"
+MANIFEST = str(
+    Path(__file__).resolve().parents[1] / "leaderboard/manifests/fewtrans-varied--digits.parquet"
+)
 FAMILIES = {
     "mean-centroid": "demo-cnn.digits",
     "linear-probe": "demo-cnn.digits",

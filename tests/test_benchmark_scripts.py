@@ -49,3 +49,10 @@ def test_hpe_batching_measures_every_family_it_is_given(tmp_path: Path) -> None:
 def test_feature_cache_benchmark_runs(tmp_path: Path) -> None:
     output = run_script("feature_cache.py", "--episodes", "1", out=tmp_path)
     assert "speed-up" in output and "timm:vit_tiny_patch16_224" in output
+
+
+def test_verification_cost_benchmark_runs(tmp_path: Path) -> None:
+    output = run_script(
+        "verification_cost.py", "--episodes", "1", "--families", "mean-centroid", out=tmp_path
+    )
+    assert "worker start" in output and "mean-centroid" in output and "P(catch)" in output
