@@ -356,6 +356,12 @@ MALFORMED: list[tuple[str, str, Callable[[Path, Path], Path]]] = [
 ]
 
 
+def add_unverified(invoke, bundle: str, store: Path, *extra: str):  # type: ignore[no-untyped-def]
+    """``leaderboard add --unsafe-no-verify``: these tests are about intake, not the re-run."""
+    args = ["leaderboard", "add", bundle, "--leaderboard", str(store), "--unsafe-no-verify"]
+    return invoke([*args, *extra], pm=get_plugin_manager(entry_points=False))
+
+
 def test_valid_bundle_is_accepted_and_added(valid_bundle: Path, store: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     pm = get_plugin_manager(entry_points=False)
     result = invoke(
@@ -363,17 +369,7 @@ def test_valid_bundle_is_accepted_and_added(valid_bundle: Path, store: Path, inv
     )
     report = json.loads(result.output)
     assert result.exit_code == 0 and report["ok"] and report["runs"][0]["episodes"] == 600
-    added = invoke(
-        [
-            "leaderboard",
-            "add",
-            str(valid_bundle),
-            "--leaderboard",
-            str(store),
-            "--unsafe-no-verify",
-        ],
-        pm=pm,
-    )
+    added = add_unverified(invoke, str(valid_bundle), store)
     assert added.exit_code == 0, added.output
     index = json.loads((store / "index.json").read_text())
     assert (
@@ -384,51 +380,19 @@ def test_valid_bundle_is_accepted_and_added(valid_bundle: Path, store: Path, inv
         invoke(["leaderboard", "rebuild", "--check", "--leaderboard", str(store)], pm=pm).exit_code
         == 0
     )
-    again = invoke(
-        [
-            "leaderboard",
-            "add",
-            str(valid_bundle),
-            "--leaderboard",
-            str(store),
-            "--unsafe-no-verify",
-        ],
-        pm=pm,
-    )
+    again = add_unverified(invoke, str(valid_bundle), store)
     assert again.exit_code == 1 and "[immutable]" in again.output
 
 
 def test_malformed_corpus_is_rejected_and_changes_nothing(
     valid_bundle: Path, store: Path, tmp_path: Path, invoke
 ) -> None:  # type: ignore[no-untyped-def]
-    pm = get_plugin_manager(entry_points=False)
-    invoke(
-        [
-            "leaderboard",
-            "add",
-            str(valid_bundle),
-            "--leaderboard",
-            str(store),
-            "--unsafe-no-verify",
-        ],
-        pm=pm,
-    )
+    add_unverified(invoke, str(valid_bundle), store)
     before = snapshot(store)
     codes = set()
     for name, code, mutate in MALFORMED:
         bundle = mutate(valid_bundle, tmp_path / f"{name}.zip")
-        result = invoke(
-            [
-                "leaderboard",
-                "add",
-                str(bundle),
-                "--leaderboard",
-                str(store),
-                "--unsafe-no-verify",
-                "--json",
-            ],
-            pm=pm,
-        )
+        result = add_unverified(invoke, str(bundle), store, "--json")
         report = json.loads(result.output)
         assert result.exit_code == 1 and not report["ok"], name
         assert report["code"] == code, (name, report["error"])
@@ -452,30 +416,14 @@ def test_supersedes_marks_the_old_entry(
     valid_bundle: Path, store: Path, tmp_path: Path, invoke
 ) -> None:  # type: ignore[no-untyped-def]
     pm = get_plugin_manager(entry_points=False)
-    invoke(
-        [
-            "leaderboard",
-            "add",
-            str(valid_bundle),
-            "--leaderboard",
-            str(store),
-            "--unsafe-no-verify",
-        ],
-        pm=pm,
-    )
+    add_unverified(invoke, str(valid_bundle), store)
     newer = edit_meta(
         valid_bundle,
         tmp_path / "v2.zip",
         'id = "lp--demo"',
         'id = "lp--demo.v2"\nsupersedes = "lp--demo"',
     )
-    assert (
-        invoke(
-            ["leaderboard", "add", str(newer), "--leaderboard", str(store), "--unsafe-no-verify"],
-            pm=pm,
-        ).exit_code
-        == 0
-    )
+    assert add_unverified(invoke, str(newer), store).exit_code == 0
     index = json.loads((store / "index.json").read_text())
     old = next(e for e in index["submissions"] if e["id"] == "lp--demo")
     assert old["superseded_by"] == "lp--demo.v2"
@@ -598,17 +546,7 @@ def test_verify_names_the_pinned_distribution_the_worker_lacks(
 
 def test_leaderboard_check_on_a_stored_entry(valid_bundle: Path, store: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     pm = get_plugin_manager(entry_points=False)
-    invoke(
-        [
-            "leaderboard",
-            "add",
-            str(valid_bundle),
-            "--leaderboard",
-            str(store),
-            "--unsafe-no-verify",
-        ],
-        pm=pm,
-    )
+    add_unverified(invoke, str(valid_bundle), store)
     result = invoke(
         [
             "leaderboard",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -268,23 +269,38 @@ def leaderboard_check(ident: str, leaderboard: Path, as_json: bool, **options: A
         _print_verification(result.verification, as_json=False)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def pull_request_options(command: F) -> F:
+    """``--repo``, ``--base``, ``--head`` and ``--store`` of the pull-request commands."""
+    options = [
+        click.option(
+            "--repo",
+            type=click.Path(exists=True, file_okay=False, path_type=Path),
+            default=Path("."),
+            show_default=True,
+            help="Checkout of the pull request (its data is read, its code never run).",
+        ),
+        click.option("--base", required=True, help="Git ref of the base branch, e.g. origin/main."),
+        click.option(
+            "--head", default="HEAD", show_default=True, help="Git ref of the pull request."
+        ),
+        click.option(
+            "--store",
+            "store_folder",
+            default="leaderboard",
+            show_default=True,
+            help="The leaderboard folder, relative to --repo.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @leaderboard_group.command("check-pr")
-@click.option(
-    "--repo",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="Checkout of the pull request (its data is read, its code never run).",
-)
-@click.option("--base", required=True, help="Git ref of the base branch, e.g. origin/main.")
-@click.option("--head", default="HEAD", show_default=True, help="Git ref of the pull request.")
-@click.option(
-    "--store",
-    "store_folder",
-    default="leaderboard",
-    show_default=True,
-    help="The leaderboard folder, relative to --repo.",
-)
+@pull_request_options
 @click.option(
     "--plugins-root",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -353,22 +369,7 @@ def _wheel_sources(
 
 
 @leaderboard_group.command("fetch-plugins")
-@click.option(
-    "--repo",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="Checkout of the pull request.",
-)
-@click.option("--base", required=True, help="Git ref of the base branch, e.g. origin/main.")
-@click.option("--head", default="HEAD", show_default=True, help="Git ref of the pull request.")
-@click.option(
-    "--store",
-    "store_folder",
-    default="leaderboard",
-    show_default=True,
-    help="The leaderboard folder, relative to --repo.",
-)
+@pull_request_options
 @click.option(
     "--into",
     type=OutputPath(file_okay=False),
