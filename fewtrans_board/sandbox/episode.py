@@ -2,9 +2,10 @@
 
 A plugin worker forks one process per request (an episode, an embedding pass). Before any
 plugin code runs there, :func:`isolate_episode_process` gives it a fresh user, mount and
-IPC namespace with its own empty ``/tmp`` and ``/dev/shm`` and drops every capability, so
-nothing it writes, no shared-memory segment or message queue it creates, outlives it; the
-read-only mounts it inherits are locked (a less privileged namespace cannot remount them).
+IPC namespace with its own empty ``/dev/shm`` (and ``/tmp`` emptied by the worker before it
+starts) and drops every capability, so nothing it writes, no shared-memory segment or
+message queue it creates, outlives it; the read-only mounts it inherits are locked (a less
+privileged namespace cannot remount them).
 :func:`apply_limits` sets its resource limits. After it exits, the worker calls
 :func:`end_descendants` so no process it started survives into the next episode.
 
@@ -13,8 +14,10 @@ Everything here is Linux system calls through ``ctypes``; nothing imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import re
 import resource
 import signal
 from pathlib import Path
@@ -69,11 +72,12 @@ def _drop_capabilities(libc: ctypes.CDLL) -> None:
 def scratch_places() -> tuple[str, ...]:
     """Where an episode process gets a fresh private tmpfs.
 
-    ``/tmp`` and ``/dev/shm`` in a sandbox (its own); elsewhere only the worker's private
-    ``$TMPDIR`` (``/tmp`` is the host's).
+    ``/dev/shm`` in a sandbox (the child of the sandbox's PID 1), whose ``/tmp`` holds the
+    read-only binds of host paths there and is emptied by the worker between episodes;
+    elsewhere only the worker's private ``$TMPDIR`` (``/tmp`` is the host's).
     """
-    if os.getpid() == 1:
-        return SCRATCH
+    if os.getppid() == 1:
+        return ("/dev/shm",)
     tmpdir = os.environ.get("TMPDIR")
     return (tmpdir,) if tmpdir and tmpdir not in ("/tmp", "/") else ()
 
@@ -190,22 +194,51 @@ def _reap() -> None:
             continue
 
 
-def empty_scratch() -> None:
-    """Delete everything in a sandboxed worker's scratch (when episodes share it).
+def _mount_points(place: str) -> set[str]:
+    """Mount points below ``place`` (the read-only binds a sandbox put there)."""
+    found = set()
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+            if point.startswith(place.rstrip("/") + "/"):
+                found.add(os.path.normpath(point))
+    return found
 
-    Only as PID 1 of a sandbox, where ``/tmp`` is the sandbox's own; an unsandboxed worker's
-    ``/tmp`` is the host's.
-    """
+
+def _prune(folder: Path, keep: set[str], ancestors: set[str]) -> None:
     import shutil
 
+    for entry in folder.iterdir():
+        name = str(entry)
+        if name in keep:
+            continue
+        if name in ancestors and entry.is_dir() and not entry.is_symlink():
+            _prune(entry, keep, ancestors)
+        elif entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+
+
+def empty_scratch() -> None:
+    """Delete everything an episode left in a sandboxed worker's scratch.
+
+    Only as PID 1 of a sandbox, where ``/tmp`` is the sandbox's own (an unsandboxed
+    worker's ``/tmp`` is the host's). The read-only binds of host paths under ``/tmp`` and
+    the folders leading to them stay; everything else goes.
+    """
     if os.getpid() != 1:
         return
     for place in SCRATCH:
         root = Path(place)
         if not root.is_dir() or not os.access(root, os.W_OK):
             continue
-        for entry in root.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
+        keep = _mount_points(place)
+        ancestors = {str(parent) for point in keep for parent in Path(point).parents}
+        _prune(root, keep, ancestors)

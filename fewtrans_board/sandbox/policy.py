@@ -44,17 +44,19 @@ CUDA_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/
 
 GIB = 1 << 30
 
-SCRATCH_PLACES = ("/tmp", "/dev/shm")
-"""Writable in a sandbox, and private to each episode process (a fresh tmpfs hides what a
-bind placed there), so host paths under them are shown elsewhere (:func:`inside_path`)."""
+SCRATCH_PLACES = ("/dev/shm",)
+"""Private to each episode process (a fresh tmpfs would hide what a bind placed there), so
+host paths under them are shown elsewhere (:func:`inside_path`). Host paths under ``/tmp``
+(a clone or virtualenv there) are bound at their own place: the worker empties its ``/tmp``
+between episodes and spares those binds."""
 MOVED_ROOT = "/run/fewtrans"
 
 
 def inside_path(path: str) -> str:
     """Where the sandbox shows host ``path``.
 
-    The same place, or under ``/run/fewtrans`` for paths in ``/tmp`` or ``/dev/shm`` (which
-    episode processes replace by their own).
+    The same place, or under ``/run/fewtrans`` for paths in ``/dev/shm`` (which episode
+    processes replace by their own).
     """
     normal = os.path.normpath(path)
     for place in SCRATCH_PLACES:
