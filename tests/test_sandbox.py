@@ -196,3 +196,21 @@ def test_resource_limits_end_a_request_with_a_clear_error(probe_dist: Path) -> N
             pytest.raises(WorkerError, match=message),
         ):
             ask(worker)
+
+
+def test_emptying_the_scratch_spares_the_binds_and_the_folders_leading_to_them(
+    tmp_path: Path,
+) -> None:
+    from fewtrans_board.sandbox.episode import _prune
+
+    bound = tmp_path / "clone" / ".venv"  # a read-only bind of a host path under /tmp
+    (bound / "bin").mkdir(parents=True)
+    (bound / "bin" / "python").write_text("interpreter")
+    (tmp_path / "clone" / "left-by-an-episode").write_text("answers")
+    (tmp_path / "other" / "deep").mkdir(parents=True)
+    (tmp_path / "note.txt").write_text("answers")
+    (tmp_path / "link").symlink_to(bound)
+    _prune(tmp_path, {str(bound)}, {str(tmp_path / "clone"), str(tmp_path)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clone"]
+    assert sorted(p.name for p in (tmp_path / "clone").iterdir()) == [".venv"]
+    assert (bound / "bin" / "python").read_text() == "interpreter"
