@@ -196,7 +196,7 @@ def _reap() -> None:
 
 def _mount_points(place: str) -> set[str]:
     """Mount points below ``place`` (the read-only binds a sandbox put there)."""
-    found = set()
+    found: set[str] = set()
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
