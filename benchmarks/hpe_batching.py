@@ -43,13 +43,13 @@ from typing import Any
 
 import torch
 
-from fewtrans_board.adapters.base import Adapter, AdapterConfig
-from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
-from fewtrans_board.adapters.lockstep import lockstep_settings, recording
+from fewtrans_board.api.adapter import Adapter, AdapterConfig
+from fewtrans_board.api.backbone import Backbone
+from fewtrans_board.api.episode_data import ImageSet, SupportSet
+from fewtrans_board.blocks.lockstep import lockstep_settings, recording
 from fewtrans_board.hpe.protocols import get_hpe_protocol
-from fewtrans_board.models.backbone import Backbone
-from fewtrans_board.plugins import get_plugin_manager
-from fewtrans_board.registry import Registry
+from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.plugins.registry import Registry
 
 HEADS = ("linear-probe", "cosine-classifier")
 CACHE = "cache"
@@ -304,7 +304,7 @@ def mfu(
 
     from torch.utils.flop_counter import FlopCounterMode
 
-    from fewtrans_board.adapters.builtin.training import autocast
+    from fewtrans_board.blocks.training import autocast
 
     encoder = copy.deepcopy(backbone.image_encoder).train(False)
     pixels = episode.support.images.pixels[:4]

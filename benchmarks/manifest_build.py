@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fewtrans_board.datasets.spec import DatasetSpec
+from fewtrans_board.api.dataset_spec import DatasetSpec
 from fewtrans_board.datasets.splits import fewtrans_split
 from fewtrans_board.episodes.build import build_manifest
 from fewtrans_board.episodes.manifest import Manifest

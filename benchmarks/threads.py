@@ -6,7 +6,7 @@ Few-shot adapters spend their CPU time in tiny steps (an Adam step of a linear h
 25 support features); backbones in large matrix products. Each workload is timed here, in
 this process, at 1, 2, 4, ... threads up to the cores available and at torch's default
 (one per core of the host), and printed as a ratio to torch's default; fewtrans-board's
-default (``fewtrans_board.threads.default_threads``: the cores this process may use,
+default (``fewtrans_board.core.threads.default_threads``: the cores this process may use,
 affinity and cgroup quota counted) is marked. No absolute time is a claim.
 
 What it showed (see the task report): on an idle 16-core host, heads are as fast at 2 as at
@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import torch
 
-from fewtrans_board.threads import available_cores, default_threads
+from fewtrans_board.core.threads import available_cores, default_threads
 
 
 def head_steps() -> Callable[[], None]:

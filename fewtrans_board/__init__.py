@@ -8,18 +8,19 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from fewtrans_board.adapters.base import (
+from fewtrans_board.api.adapter import (
     Adapter,
     AdapterConfig,
     Predictor,
     hparam,
 )
-from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
-from fewtrans_board.adapters.lockstep import PlannedAdapter, TrainingPlan
-from fewtrans_board.datasets.spec import ClassSplit, DatasetSpec
-from fewtrans_board.hookspecs import hookimpl
-from fewtrans_board.models.backbone import Backbone, Preprocessing, TextEncoder
-from fewtrans_board.models.spec import ModelSpec
+from fewtrans_board.api.backbone import Backbone, Preprocessing, TextEncoder
+from fewtrans_board.api.dataset_spec import ClassSplit, DatasetSpec
+from fewtrans_board.api.episode_data import ImageSet, SupportSet
+from fewtrans_board.api.hookspecs import hookimpl
+from fewtrans_board.api.model_spec import ModelSpec
+from fewtrans_board.blocks.lockstep import PlannedAdapter, TrainingPlan
+from fewtrans_board.core import moved as _moved
 
 __all__ = [
     "Adapter",
@@ -39,3 +40,5 @@ __all__ = [
     "hookimpl",
     "hparam",
 ]
+
+_moved.install()  # release 0.1's import paths keep working, with a warning

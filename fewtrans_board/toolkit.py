@@ -42,7 +42,7 @@ Stability:
     names may be added in any release.
 
     May change without notice: where a name is defined (import it from here, not from
-    ``fewtrans_board.adapters.builtin...``), everything not in ``__all__``, private
+    ``fewtrans_board.methods.adapters...``), everything not in ``__all__``, private
     attributes, and the text of error messages.
 
     Deprecation: a name that is renamed or removed keeps working for one release and
@@ -57,7 +57,15 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fewtrans_board.adapters.builtin.clip_common import (
+    from fewtrans_board.api.dataset_spec import DatasetReader
+    from fewtrans_board.blocks.bottleneck import (
+        Bottleneck,
+        ParallelAdapter,
+        SequentialAdapter,
+        attach_parallel,
+        attach_sequential,
+    )
+    from fewtrans_board.blocks.clip_common import (
         ClipPredictor,
         NamePredictor,
         class_prompts,
@@ -66,14 +74,21 @@ if TYPE_CHECKING:
         handcrafted_text_features,
         require_text,
     )
-    from fewtrans_board.adapters.builtin.clip_prompts.prompter import (
+    from fewtrans_board.blocks.deep_prompts import DeepVisualPrompts
+    from fewtrans_board.blocks.finetune import FinetuneAdapter, encoder_plan
+    from fewtrans_board.blocks.lockstep import (
+        PlannedAdapter,
+        TrainingPlan,
+        lockstep_settings,
+        recording,
+        run_plan,
+    )
+    from fewtrans_board.blocks.prompter import (
         TextPrompter,
         attach_deep_text_prompts,
         frozen_text_copy,
     )
-    from fewtrans_board.adapters.builtin.deep_prompts import DeepVisualPrompts
-    from fewtrans_board.adapters.builtin.finetune import FinetuneAdapter, encoder_plan
-    from fewtrans_board.adapters.builtin.training import (
+    from fewtrans_board.blocks.training import (
         autocast,
         cosine_lr,
         epoch_batches,
@@ -84,33 +99,18 @@ if TYPE_CHECKING:
         train_only,
         upcast,
     )
-    from fewtrans_board.adapters.builtin.vision_peft.bottleneck import (
-        Bottleneck,
-        ParallelAdapter,
-        SequentialAdapter,
-        attach_parallel,
-        attach_sequential,
-    )
-    from fewtrans_board.adapters.builtin.vision_peft.common import place, require_vit
-    from fewtrans_board.adapters.builtin.vit_parts import BlockParts, VitParts, vit_parts
-    from fewtrans_board.adapters.lockstep import (
-        PlannedAdapter,
-        TrainingPlan,
-        lockstep_settings,
-        recording,
-        run_plan,
-    )
+    from fewtrans_board.blocks.vit_hooks import place, require_vit
+    from fewtrans_board.blocks.vit_parts import BlockParts, VitParts, vit_parts
+    from fewtrans_board.core.errors import FewtransError
     from fewtrans_board.datasets.readers import FolderReader
-    from fewtrans_board.datasets.spec import DatasetReader
-    from fewtrans_board.errors import FewtransError
     from fewtrans_board.models.open_clip_family import load_open_clip_backbone
     from fewtrans_board.models.timm_family import load_timm_backbone
-    from fewtrans_board.registry import registry_in_force
+    from fewtrans_board.plugins.registry import registry_in_force
     from fewtrans_board.testing import tiny_clip_backbone, tiny_vit_backbone, toy_episode
 
 # Where each public name lives; a test checks this table against the imports above.
 _SOURCES: dict[str, tuple[str, ...]] = {
-    "fewtrans_board.adapters.builtin.clip_common": (
+    "fewtrans_board.blocks.clip_common": (
         "ClipPredictor",
         "NamePredictor",
         "class_prompts",
@@ -119,14 +119,14 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "handcrafted_text_features",
         "require_text",
     ),
-    "fewtrans_board.adapters.builtin.clip_prompts.prompter": (
+    "fewtrans_board.blocks.prompter": (
         "TextPrompter",
         "attach_deep_text_prompts",
         "frozen_text_copy",
     ),
-    "fewtrans_board.adapters.builtin.deep_prompts": ("DeepVisualPrompts",),
-    "fewtrans_board.adapters.builtin.finetune": ("FinetuneAdapter", "encoder_plan"),
-    "fewtrans_board.adapters.builtin.training": (
+    "fewtrans_board.blocks.deep_prompts": ("DeepVisualPrompts",),
+    "fewtrans_board.blocks.finetune": ("FinetuneAdapter", "encoder_plan"),
+    "fewtrans_board.blocks.training": (
         "autocast",
         "cosine_lr",
         "epoch_batches",
@@ -137,16 +137,16 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "train_only",
         "upcast",
     ),
-    "fewtrans_board.adapters.builtin.vision_peft.bottleneck": (
+    "fewtrans_board.blocks.bottleneck": (
         "Bottleneck",
         "ParallelAdapter",
         "SequentialAdapter",
         "attach_parallel",
         "attach_sequential",
     ),
-    "fewtrans_board.adapters.builtin.vision_peft.common": ("place", "require_vit"),
-    "fewtrans_board.adapters.builtin.vit_parts": ("BlockParts", "VitParts", "vit_parts"),
-    "fewtrans_board.adapters.lockstep": (
+    "fewtrans_board.blocks.vit_hooks": ("place", "require_vit"),
+    "fewtrans_board.blocks.vit_parts": ("BlockParts", "VitParts", "vit_parts"),
+    "fewtrans_board.blocks.lockstep": (
         "PlannedAdapter",
         "TrainingPlan",
         "lockstep_settings",
@@ -154,11 +154,11 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "run_plan",
     ),
     "fewtrans_board.datasets.readers": ("FolderReader",),
-    "fewtrans_board.datasets.spec": ("DatasetReader",),
-    "fewtrans_board.errors": ("FewtransError",),
+    "fewtrans_board.api.dataset_spec": ("DatasetReader",),
+    "fewtrans_board.core.errors": ("FewtransError",),
     "fewtrans_board.models.open_clip_family": ("load_open_clip_backbone",),
     "fewtrans_board.models.timm_family": ("load_timm_backbone",),
-    "fewtrans_board.registry": ("registry_in_force",),
+    "fewtrans_board.plugins.registry": ("registry_in_force",),
     "fewtrans_board.testing": ("tiny_clip_backbone", "tiny_vit_backbone", "toy_episode"),
 }
 

@@ -2,7 +2,7 @@
 
 ``CKA(X, Y) = ||Y_c^T X_c||_F^2 / (||X_c^T X_c||_F ||Y_c^T Y_c||_F)`` with column-centred
 ``X_c``, ``Y_c`` (Kornblith et al., 2019). Features are each block's output pooled to one
-vector per query image (:mod:`fewtrans_board.adapters.builtin.layers`). FewTrans finds full fine-tuning
+vector per query image (:mod:`fewtrans_board.blocks.layers`). FewTrans finds full fine-tuning
 lowers the similarity of deep layers more than LoRA, while layer 0 stays close to 1.
 """
 
@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fewtrans_board.adapters.builtin.layers import block_features
 from fewtrans_board.analysis.plots import layer_lines
 from fewtrans_board.analysis.refit import AdaptedEpisode
 from fewtrans_board.analysis.report import provenance
+from fewtrans_board.blocks.layers import block_features
 from fewtrans_board.stats.intervals import mean_ci
 
 if TYPE_CHECKING:

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.episodes.manifest import Manifest
-from fewtrans_board.errors import FewtransError
-from fewtrans_board.registry import Registry
+from fewtrans_board.plugins.registry import Registry
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.schema import CONFIG_KIND
 from fewtrans_board.runner.context import RunContext
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from fewtrans_board.models.backbone import Backbone
+    from fewtrans_board.api.backbone import Backbone
 
 
 @dataclass

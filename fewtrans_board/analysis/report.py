@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fewtrans_board import __version__
-from fewtrans_board.atomic import write_bytes_atomic
+from fewtrans_board.core.atomic import write_bytes_atomic
 
 ANALYSES = ("sensitivity", "delta-w", "cka", "zipf")
 

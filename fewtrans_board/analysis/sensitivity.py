@@ -13,7 +13,7 @@ from typing import Any
 
 from fewtrans_board.analysis.plots import scatter
 from fewtrans_board.analysis.report import provenance
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.summary import summarize
 from fewtrans_board.stats.correlation import pearson

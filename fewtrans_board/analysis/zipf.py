@@ -27,13 +27,13 @@ import numpy as np
 
 from fewtrans_board.analysis.plots import scatter
 from fewtrans_board.analysis.report import provenance
-from fewtrans_board.datasets.spec import DatasetSpec
-from fewtrans_board.errors import FewtransError, UnknownNameError
+from fewtrans_board.api.dataset_spec import DatasetSpec
+from fewtrans_board.core.errors import FewtransError, UnknownNameError
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.stats.correlation import spearman
 
 if TYPE_CHECKING:
-    from fewtrans_board.registry import Registry
+    from fewtrans_board.plugins.registry import Registry
 
 PAPER_RHO, PAPER_P = -0.881, 0.0039
 LANGUAGE = "en"

@@ -170,8 +170,8 @@ def _refit_analysis(
     from fewtrans_board.analysis.cka import cka_report, cka_run
     from fewtrans_board.analysis.delta_w import delta_w_report, delta_w_run
     from fewtrans_board.analysis.refit import refit_episodes
+    from fewtrans_board.core.errors import FewtransError
     from fewtrans_board.episodes.manifest import Manifest
-    from fewtrans_board.errors import FewtransError
 
     measure, report, key, label = {
         "delta-w": (delta_w_run, delta_w_report, "l2", "||dW|| per block"),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from fewtrans_board.plugins import PluginManager
-from fewtrans_board.registry import Registry
+from fewtrans_board.plugins.loading import PluginManager
+from fewtrans_board.plugins.registry import Registry
 
 
 class App:

@@ -70,7 +70,7 @@ def demo_command(
     if inductive:
         _inductive(app, out, adapters, episodes, as_json, quiet)
         return
-    from fewtrans_board.demo import run_demo
+    from fewtrans_board.jobs.demo import run_demo
 
     if adapters is None:
         adapters = "mean-centroid,linear-probe,cosine-classifier"
@@ -110,7 +110,7 @@ def demo_command(
 def _inductive(
     app: App, out: Path, adapters: str | None, episodes: int, as_json: bool, quiet: bool
 ) -> None:
-    from fewtrans_board.inductive_demo import DEFAULT_ADAPTERS, MODELS, run_inductive_demo
+    from fewtrans_board.jobs.inductive_demo import DEFAULT_ADAPTERS, MODELS, run_inductive_demo
 
     names = [a.strip() for a in (adapters or "").split(",") if a.strip()] or DEFAULT_ADAPTERS
     say = (lambda _m: None) if (quiet or as_json) else (lambda m: click.echo(m, err=True))

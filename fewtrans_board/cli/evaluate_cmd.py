@@ -55,8 +55,8 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
 
 def check_max_memory(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Validate ``--max-memory`` (a size such as 40GiB, or a percentage)."""
-    from fewtrans_board.adapters.lockstep.memory import parse_memory
-    from fewtrans_board.errors import ConfigError
+    from fewtrans_board.blocks.lockstep.memory import parse_memory
+    from fewtrans_board.core.errors import ConfigError
 
     try:
         parse_memory(value)

@@ -267,7 +267,7 @@ class FiniteFloatRange(click.FloatRange):
 
 
 def threads_option(help_text: str) -> Callable[[F], F]:
-    """``--threads N`` (at least 1; ``None`` when not given: see ``fewtrans_board.threads``)."""
+    """``--threads N`` (at least 1; ``None`` when not given: see ``fewtrans_board.core.threads``)."""
     return click.option("--threads", type=click.IntRange(min=1), default=None, help=help_text)
 
 

@@ -129,11 +129,11 @@ def hpe_search(
     Evaluate later with 'fewtrans-board evaluate --centre OUT': the centre and this log
     travel with the results.
     """
+    from fewtrans_board.core.threads import torch_threads
     from fewtrans_board.episodes.build import build_manifest, manifest_recipe
     from fewtrans_board.episodes.protocols import get_protocol
     from fewtrans_board.runner.centre_search import run_centre_search
     from fewtrans_board.runner.spec import RunSpec
-    from fewtrans_board.threads import torch_threads
 
     if manifest is None:
         name = dataset or "cub"

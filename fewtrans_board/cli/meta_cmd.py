@@ -124,7 +124,7 @@ def meta_train_command(
     fewtrans-board evaluate --model meta-trained --weights OUT --adapter METHOD ...
     (--epochs 0 writes the untrained initialisation: the random-init twin).
     """
-    from fewtrans_board.meta.train import MetaTrainSpec, epoch_progress, meta_train
+    from fewtrans_board.metatrain.train import MetaTrainSpec, epoch_progress, meta_train
 
     spec = MetaTrainSpec(
         **options,

@@ -66,7 +66,7 @@ def preflight_command(
     fit() against fit_many() in accuracy; and that importing the plugin does not import
     torch. Exits 1 with the reason on the first failure.
     """
-    from fewtrans_board.preflight import run_preflight
+    from fewtrans_board.runner.preflight import run_preflight
     from fewtrans_board.runner.spec import RunSpec
 
     run = RunSpec(

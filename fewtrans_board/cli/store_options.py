@@ -45,9 +45,9 @@ worker_python_option = click.option(
 
 def parse_roots(values: tuple[str, ...]) -> dict[str, Path]:
     """``--root DATASET=PATH`` values: built-in datasets (verification reads no plugin) and folders."""
-    from fewtrans_board.errors import UnknownNameError
-    from fewtrans_board.plugins import get_plugin_manager
-    from fewtrans_board.registry import Registry
+    from fewtrans_board.core.errors import UnknownNameError
+    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.plugins.registry import Registry
 
     roots: dict[str, Path] = {}
     if not values:

@@ -19,7 +19,7 @@ from fewtrans_board.cli.groups import (
     resolve_device,
     weights_option,
 )
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

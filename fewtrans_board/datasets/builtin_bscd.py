@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from fewtrans_board.api.dataset_spec import DatasetReader, DatasetSpec
 from fewtrans_board.datasets.classlists import load_classlist
 from fewtrans_board.datasets.readers import ChestXReader, FolderReader, OneHotCsvReader
-from fewtrans_board.datasets.spec import DatasetReader, DatasetSpec
 from fewtrans_board.datasets.splits import all_base
 
 BSCD_CITATION = (
@@ -206,7 +206,7 @@ MINI_IMAGENET_HELD_OUT = [
 
 def miniimagenet() -> DatasetSpec:
     """miniImageNet, the source dataset BSCD-FSL meta-trains and pretrains on."""
-    from fewtrans_board.datasets.spec import ClassSplit
+    from fewtrans_board.api.dataset_spec import ClassSplit
 
     imagenet = load_classlist("imagenet")
     names = dict(zip(imagenet["class_ids"], imagenet["class_names"], strict=True))

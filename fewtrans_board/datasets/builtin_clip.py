@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fewtrans_board.api.dataset_spec import DatasetReader, DatasetSpec
 from fewtrans_board.datasets.classlists import load_classlist
 from fewtrans_board.datasets.readers import (
     AircraftVariantReader,
@@ -17,7 +18,6 @@ from fewtrans_board.datasets.readers import (
     SplitJsonReader,
     TrainTestFolderReader,
 )
-from fewtrans_board.datasets.spec import DatasetReader, DatasetSpec
 from fewtrans_board.datasets.splits import half_split
 
 INDUCTIVE_CITATION = (

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from fewtrans_board.api.dataset_spec import ClassSplit, DatasetReader, DatasetSpec
 from fewtrans_board.datasets.classlists import load_classlist
 from fewtrans_board.datasets.readers import CocoJsonReader, FolderReader, VggFlowerReader
-from fewtrans_board.datasets.spec import ClassSplit, DatasetReader, DatasetSpec
 from fewtrans_board.datasets.splits import fewtrans_split
 
 FEWTRANS_CITATION = (

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fewtrans_board.api.dataset_spec import DatasetSpec
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.datasets.readers import check_image
-from fewtrans_board.datasets.spec import DatasetSpec
-from fewtrans_board.errors import FewtransError
 
 
 @dataclass

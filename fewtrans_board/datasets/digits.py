@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fewtrans_board.datasets.spec import ClassSplit, DatasetSpec
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.api.dataset_spec import ClassSplit, DatasetSpec
+from fewtrans_board.core.errors import FewtransError
 
 if TYPE_CHECKING:
     from PIL import Image

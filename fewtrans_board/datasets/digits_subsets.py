@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fewtrans_board.api.dataset_spec import ClassSplit, DatasetSpec
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.datasets.digits import DIGITS, NAMES
-from fewtrans_board.datasets.spec import ClassSplit, DatasetSpec
-from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
     from PIL import Image

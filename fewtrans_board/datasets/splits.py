@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fewtrans_board.datasets.spec import ClassSplit
+from fewtrans_board.api.dataset_spec import ClassSplit
 
 FEWTRANS_SPLIT_SEED = 22
 """FewTrans's ``dataset_spec.SEED`` ("exactly matching the original Meta-Dataset code")."""

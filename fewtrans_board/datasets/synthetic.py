@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fewtrans_board.datasets.spec import DatasetSpec
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.api.dataset_spec import DatasetSpec
+from fewtrans_board.core.errors import FewtransError
 
 
 def class_colour(class_index: int) -> tuple[int, int, int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from fewtrans_board.hookspecs import hookimpl
+from fewtrans_board.api.hookspecs import hookimpl
 
 
 @hookimpl

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fewtrans_board.datasets.spec import DatasetSpec
-from fewtrans_board.hookspecs import hookimpl
+from fewtrans_board.api.dataset_spec import DatasetSpec
+from fewtrans_board.api.hookspecs import hookimpl
 
 
 @hookimpl

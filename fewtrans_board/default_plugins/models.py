@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.hookspecs import hookimpl
-from fewtrans_board.models.backbone import Backbone
-from fewtrans_board.models.spec import ModelSpec
+from fewtrans_board.api.backbone import Backbone
+from fewtrans_board.api.hookspecs import hookimpl
+from fewtrans_board.api.model_spec import ModelSpec
 
 
 def _timm(argument: str, weights: Path | None, device: str) -> Backbone:
@@ -30,26 +30,26 @@ def _open_clip(argument: str, weights: Path | None, device: str) -> Backbone:
 
 
 def _demo_pretrained(weights: Path | None, device: str) -> Backbone:
-    from fewtrans_board.models.demo_cnn import load_pretrained
+    from fewtrans_board.methods.models.demo_cnn import load_pretrained
 
     return load_pretrained(weights, device)
 
 
 def _demo_random(weights: Path | None, device: str) -> Backbone:
-    from fewtrans_board.models.demo_cnn import load_random
+    from fewtrans_board.methods.models.demo_cnn import load_random
 
     return load_random(weights, device)
 
 
 def _demo_clip(name: str, weights: Path | None, device: str) -> Backbone:
-    from fewtrans_board.models.demo_clip import load_demo_clip
+    from fewtrans_board.methods.models.demo_clip import load_demo_clip
 
     return load_demo_clip(name, weights, device)
 
 
 def _library(argument: str, weights: Path | None, device: str) -> Backbone:
     from fewtrans_board.models.library import load_library
-    from fewtrans_board.registry import registry_in_force
+    from fewtrans_board.plugins.registry import registry_in_force
 
     registry = registry_in_force()
 
@@ -60,7 +60,7 @@ def _library(argument: str, weights: Path | None, device: str) -> Backbone:
 
 
 def _meta_trained(weights: Path | None, device: str) -> Backbone:
-    from fewtrans_board.meta.model import load_meta_trained
+    from fewtrans_board.methods.meta.model import load_meta_trained
 
     return load_meta_trained(weights, device)
 
@@ -94,7 +94,7 @@ MODELS: tuple[ModelSpec, ...] = (
         loader=_demo_pretrained,
         family="demo",
         architecture="demo-cnn",
-        source="bundled (pretrained on digits 0-4 by python -m fewtrans_board.models.demo_cnn)",
+        source="bundled (pretrained on digits 0-4 by python -m fewtrans_board.methods.models.demo_cnn)",
         license="MIT",
         description="Small CNN pretrained on the digits source classes; the demo backbone.",
     ),
@@ -112,7 +112,7 @@ MODELS: tuple[ModelSpec, ...] = (
         loader=functools.partial(_demo_clip, "demo-clip.digits"),
         family="demo",
         architecture="demo-clip",
-        source="bundled (trained by python -m fewtrans_board.models.demo_clip_train)",
+        source="bundled (trained by python -m fewtrans_board.methods.models.demo_clip_train)",
         license="MIT",
         description="Tiny open_clip dual encoder trained on all ten digits with name prompts.",
         modalities=("image", "text"),
@@ -122,7 +122,7 @@ MODELS: tuple[ModelSpec, ...] = (
         loader=functools.partial(_demo_clip, "demo-clip.digits-0-4"),
         family="demo",
         architecture="demo-clip",
-        source="bundled (trained by python -m fewtrans_board.models.demo_clip_train)",
+        source="bundled (trained by python -m fewtrans_board.methods.models.demo_clip_train)",
         license="MIT",
         description="demo-clip trained from scratch without the digits 5-9 (the oracle).",
         modalities=("image", "text"),

@@ -8,13 +8,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.canonical import canonical_json, sha256_text
-from fewtrans_board.datasets.spec import DatasetSpec
+from fewtrans_board.api.dataset_spec import DatasetSpec
+from fewtrans_board.core.canonical import canonical_json, sha256_text
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.episodes.frozen import manifest_command
 from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
 from fewtrans_board.episodes.protocols import SamplingProtocol
 from fewtrans_board.episodes.samplers import ClassPool, CoopKShotSampler, EpisodeDraw
-from fewtrans_board.errors import FewtransError
 
 
 def manifest_recipe(

@@ -9,12 +9,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.episodes.samplers import (
     CoopKShotSampler,
     FixedWayShotSampler,
     VariedWayShotSampler,
 )
-from fewtrans_board.errors import FewtransError
 
 Sampler = VariedWayShotSampler | FixedWayShotSampler | CoopKShotSampler
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 
 MAX_SPANNING_LEAVES_ELIGIBLE = 392
 """Meta-Dataset's upper bound on the leaves an eligible hierarchy node may span."""

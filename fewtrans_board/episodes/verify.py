@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.datasets.spec import DatasetSpec
+from fewtrans_board.api.dataset_spec import DatasetSpec
 from fewtrans_board.episodes.build import listing_fingerprint
 from fewtrans_board.episodes.manifest import Manifest
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
-from fewtrans_board.adapters.base import Adapter, AdapterConfig
-from fewtrans_board.canonical import canonical_json, sha256_text
-from fewtrans_board.errors import ConfigError, FewtransError
+from fewtrans_board.api.adapter import Adapter, AdapterConfig
+from fewtrans_board.core.canonical import canonical_json, sha256_text
+from fewtrans_board.core.errors import ConfigError, FewtransError
 
 Aggregation = Literal["logit-mean", "vote"]
 

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fewtrans_board.adapters.base import Adapter, AdapterConfig
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.api.adapter import Adapter, AdapterConfig
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.hpe.protocols import hpe_roles
 
 EPOCH_LADDER = (1, 2, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.results.load import RunResults, find_runs, load_run
 from fewtrans_board.stats.bootstrap import average_ci
 from fewtrans_board.stats.tests import cohens_d_paired, holm, paired_ttest, wilcoxon_signed_rank

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.canonical import canonical_json
+from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.hpe.protocols import get_hpe_protocol
 from fewtrans_board.leaderboard.store import LeaderboardStore

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from fewtrans_board.errors import describe
+from fewtrans_board.core.errors import describe
 from fewtrans_board.leaderboard.columns import check_columns
 from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 
 MAX_MESSAGE = 1000
 """Longest message shown: a refusal quotes bundle text, which may be megabytes long."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.errors import FewtransError, describe
+from fewtrans_board.core.errors import FewtransError, describe
 from fewtrans_board.leaderboard.bundle import (
     BundleContents,
     extract_bundle,

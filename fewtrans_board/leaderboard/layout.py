@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from fewtrans_board.errors import describe
+from fewtrans_board.core.errors import describe
 from fewtrans_board.leaderboard.errors import SubmissionError, shown
 
 META, CENTRE, RUN, SHARD, FOLDER = "meta", "centre", "run", "shard", "folder"

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board.canonical import canonical_json
+from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.hpe.aggregate import fuse
 from fewtrans_board.leaderboard.errors import SubmissionError

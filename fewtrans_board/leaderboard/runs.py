@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.canonical import canonical_json
-from fewtrans_board.errors import describe
+from fewtrans_board.core.canonical import canonical_json
+from fewtrans_board.core.errors import describe
 from fewtrans_board.leaderboard.errors import SubmissionError, shown
 from fewtrans_board.leaderboard.schema import (
     INTAKE_PROVENANCE,

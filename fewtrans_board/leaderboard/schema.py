@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from fewtrans_board.adapters.lockstep.settings import BATCHING_MODES
+from fewtrans_board.blocks.lockstep.settings import BATCHING_MODES
 from fewtrans_board.leaderboard.errors import SubmissionError, shown
 from fewtrans_board.leaderboard.shapes import (
     ANY,

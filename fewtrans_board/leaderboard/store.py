@@ -22,7 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.atomic import write_bytes_atomic
+from fewtrans_board.core.atomic import write_bytes_atomic
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.leaderboard.bundle import BundleContents, read_contents
 from fewtrans_board.leaderboard.errors import SubmissionError

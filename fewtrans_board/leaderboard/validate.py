@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fewtrans_board.adapters.base import typed_values
-from fewtrans_board.canonical import canonical_json
+from fewtrans_board.api.adapter import typed_values
+from fewtrans_board.core.canonical import canonical_json
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.episodes.manifest import Manifest
-from fewtrans_board.errors import FewtransError
 from fewtrans_board.hpe.protocols import check_schema_fits, get_hpe_protocol, schema_roles
 from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.columns import check_columns

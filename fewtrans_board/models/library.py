@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fewtrans_board.errors import FewtransError
-from fewtrans_board.models.backbone import Backbone
+from fewtrans_board.api.backbone import Backbone
+from fewtrans_board.core.errors import FewtransError
 
 if TYPE_CHECKING:
     import torch

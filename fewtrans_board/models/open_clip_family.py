@@ -7,8 +7,8 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fewtrans_board.errors import FewtransError
-from fewtrans_board.models.backbone import Backbone
+from fewtrans_board.api.backbone import Backbone
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.models.weights import fit_checkpoint
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 class OpenClipText:
-    """:class:`~fewtrans_board.models.backbone.TextEncoder` over an open_clip model.
+    """:class:`~fewtrans_board.api.backbone.TextEncoder` over an open_clip model.
 
     Args:
         model: the full open_clip model.

@@ -6,8 +6,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.errors import FewtransError
-from fewtrans_board.models.backbone import Backbone
+from fewtrans_board.api.backbone import Backbone
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.models.weights import fit_checkpoint
 
 RANDOM_TAG = "random"

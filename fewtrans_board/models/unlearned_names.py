@@ -13,11 +13,11 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 
 if TYPE_CHECKING:
-    from fewtrans_board.models.backbone import Backbone
-    from fewtrans_board.models.spec import ModelSpec
+    from fewtrans_board.api.backbone import Backbone
+    from fewtrans_board.api.model_spec import ModelSpec
 
 MARK = "+unlearn:"
 

@@ -15,8 +15,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.atomic import write_bytes_atomic
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.atomic import write_bytes_atomic
+from fewtrans_board.core.errors import FewtransError
 
 SCHEMA = "fewtrans-board/unlearning-record/1"
 

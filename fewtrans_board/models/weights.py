@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 
 if TYPE_CHECKING:
     import torch

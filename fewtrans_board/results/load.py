@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board.errors import describe
+from fewtrans_board.core.errors import describe
 from fewtrans_board.results.schema import CONFIG_KIND, ENSEMBLE_KIND, ENSEMBLES
 from fewtrans_board.results.shards import ResultsError, read_shard, shard_file_name
 

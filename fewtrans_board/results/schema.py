@@ -86,6 +86,6 @@ def accuracy_percent(predictions: np.ndarray, labels: np.ndarray) -> float:
 
 def run_id_of(identity: dict[str, Any]) -> str:
     """Short hash naming a run (of its identity, as ``run.json`` records it)."""
-    from fewtrans_board.canonical import canonical_json, sha256_text
+    from fewtrans_board.core.canonical import canonical_json, sha256_text
 
     return sha256_text(canonical_json(identity))[:16]

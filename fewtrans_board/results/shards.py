@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board.atomic import write_with
-from fewtrans_board.canonical import canonical_json
-from fewtrans_board.errors import FewtransError, describe
+from fewtrans_board.core.atomic import write_with
+from fewtrans_board.core.canonical import canonical_json
+from fewtrans_board.core.errors import FewtransError, describe
 from fewtrans_board.results.schema import METADATA_KEY, SCHEMA_VERSION, arrow_schema
 
 CHECKSUM_KEY = "checksum"

@@ -9,19 +9,20 @@ from pathlib import Path
 from typing import Any
 
 from fewtrans_board import __version__
-from fewtrans_board.adapters.base import Adapter, AdapterConfig
-from fewtrans_board.adapters.lockstep import (
+from fewtrans_board.api.adapter import Adapter, AdapterConfig
+from fewtrans_board.api.backbone import Backbone, Preprocessing
+from fewtrans_board.blocks.lockstep import (
     LockstepSettings,
     parse_memory,
     settings_for,
     settings_in_force,
 )
+from fewtrans_board.core.errors import ConfigError, FewtransError
+from fewtrans_board.core.sandbox import Isolation, Limits
 from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
 from fewtrans_board.episodes.verify import verify_manifest
-from fewtrans_board.errors import ConfigError, FewtransError
 from fewtrans_board.hpe.protocols import check_schema_fits, get_hpe_protocol
-from fewtrans_board.models.backbone import Backbone, Preprocessing
-from fewtrans_board.registry import Registry
+from fewtrans_board.plugins.registry import Registry
 from fewtrans_board.results.schema import run_id_of
 from fewtrans_board.runner.decoded import DecodedImages
 from fewtrans_board.runner.episodes import EpisodeInputs, Serve, episode_inputs
@@ -49,7 +50,6 @@ from fewtrans_board.runner.spec import (
     run_identity,
 )
 from fewtrans_board.runner.worker_messages import FitReply, WorkerSettings
-from fewtrans_board.sandbox import Isolation, Limits
 
 EPISODES_PER_SHARD = 50
 

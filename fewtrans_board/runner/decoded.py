@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 
 FORMAT = "fewtrans-decoded-images/1"
 HEADER_BYTES = 4096

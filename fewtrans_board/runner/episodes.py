@@ -16,8 +16,8 @@ from typing import Literal
 
 import numpy as np
 
-from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
-from fewtrans_board.datasets.spec import DatasetSpec
+from fewtrans_board.api.dataset_spec import DatasetSpec
+from fewtrans_board.api.episode_data import ImageSet, SupportSet
 from fewtrans_board.episodes.manifest import ManifestEpisode
 from fewtrans_board.runner.features import FeatureCache
 from fewtrans_board.runner.images import ImageStore

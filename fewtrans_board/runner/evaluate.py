@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fewtrans_board.adapters.base import Adapter, AdapterConfig
-from fewtrans_board.errors import FewtransError
-from fewtrans_board.models.backbone import Backbone
-from fewtrans_board.plugin_calls import PluginCallError, plugin_code
+from fewtrans_board.api.adapter import Adapter, AdapterConfig
+from fewtrans_board.api.backbone import Backbone
+from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.core.plugin_calls import PluginCallError, plugin_code
 from fewtrans_board.runner.episodes import EpisodeInputs, in_manifest_order
 
 if TYPE_CHECKING:
-    from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
+    from fewtrans_board.api.episode_data import ImageSet, SupportSet
 
 Observer = Callable[[int, AdapterConfig, Any], None]
 """``observe(config index, config, predictor)``: an opt-in look at each fitted predictor.

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from fewtrans_board.atomic import TEMP_SUFFIX, write_bytes_atomic
-from fewtrans_board.canonical import canonical_json
-from fewtrans_board.errors import describe
-from fewtrans_board.models.backbone import Backbone, Preprocessing
+from fewtrans_board.api.backbone import Backbone, Preprocessing
+from fewtrans_board.core.atomic import TEMP_SUFFIX, write_bytes_atomic
+from fewtrans_board.core.canonical import canonical_json
+from fewtrans_board.core.errors import describe
 from fewtrans_board.runner.images import ImageStore
 from fewtrans_board.runner.locks import FileLock
 

@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 
 DTYPES = ("float32", "float16", "float64", "int64", "int32", "int16", "uint8", "bool")
 MAX_HEADER_BYTES = 16 << 20

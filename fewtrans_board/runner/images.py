@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fewtrans_board.datasets.spec import DatasetSpec
-from fewtrans_board.errors import FewtransError
-from fewtrans_board.models.backbone import Preprocessing
+from fewtrans_board.api.backbone import Preprocessing
+from fewtrans_board.api.dataset_spec import DatasetSpec
+from fewtrans_board.core.errors import FewtransError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -6,8 +6,8 @@ receives logits through a pickle-free frame format, and checks every reply (shap
 finiteness) before it is used. Each request runs in a fresh episode process the worker
 forks, so nothing an episode leaves behind reaches the next one.
 
-By default the worker runs in a bubblewrap sandbox (:mod:`fewtrans_board.sandbox`); where
-none can be made, :class:`~fewtrans_board.sandbox.Isolation` ``process`` runs it as a plain
+By default the worker runs in a bubblewrap sandbox (:mod:`fewtrans_board.core.sandbox`); where
+none can be made, :class:`~fewtrans_board.core.sandbox.Isolation` ``process`` runs it as a plain
 process with a cleared environment (refused for verification unless asked for).
 """
 
@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from fewtrans_board.core.sandbox import Isolation, sandbox_argv, worker_policy
 from fewtrans_board.models.unlearned_records import sidecar
 from fewtrans_board.runner.frames import FrameError, read_frame, write_frame
 from fewtrans_board.runner.worker_messages import (
@@ -39,7 +40,6 @@ from fewtrans_board.runner.worker_messages import (
     WorkerInfo,
     WorkerSettings,
 )
-from fewtrans_board.sandbox import Isolation, sandbox_argv, worker_policy
 
 WORKER_MODULE = "fewtrans_board.runner.worker"
 
@@ -181,7 +181,7 @@ class PluginWorker:
         cwd: str | None = None
         if self.settings.isolation is Isolation.PROCESS:
             # Same cleared environment as the sandbox, and a private working folder.
-            from fewtrans_board.sandbox.policy import PASSED_ENV_PREFIXES, hub_caches
+            from fewtrans_board.core.sandbox.policy import PASSED_ENV_PREFIXES, hub_caches
 
             self._scratch = cwd = tempfile.mkdtemp(prefix="fewtrans-worker-")
             env = {

@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.core.sandbox import Isolation, sandbox_problem
 from fewtrans_board.runner.episodes import EpisodeInputs, in_manifest_order
 from fewtrans_board.runner.evaluate import ConfigOutcome, EvaluationError
 from fewtrans_board.runner.isolated import PluginWorker
 from fewtrans_board.runner.worker_messages import FitReply, FitRequest, WorkerError
-from fewtrans_board.sandbox import Isolation, sandbox_problem
 
 if TYPE_CHECKING:
     import torch
 
-    from fewtrans_board.adapters.base import AdapterConfig
-    from fewtrans_board.plugins import PluginSelection
+    from fewtrans_board.api.adapter import AdapterConfig
+    from fewtrans_board.plugins.loading import PluginSelection
 
 FAMILY_PRELOAD = {"timm": ("timm",), "open_clip": ("open_clip",)}
 """Libraries a worker imports before forking, by model family (saves their import per episode)."""

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board.canonical import canonical_json
+from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.hpe.aggregate import fuse
 from fewtrans_board.results.schema import (
     CONFIG_KIND,

@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.canonical import canonical_json
-from fewtrans_board.errors import FewtransError
-from fewtrans_board.plugins import PluginSelection
-from fewtrans_board.registry import Registry
+from fewtrans_board.core.canonical import canonical_json
+from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.core.sandbox import Isolation
+from fewtrans_board.plugins.loading import PluginSelection
+from fewtrans_board.plugins.registry import Registry
 from fewtrans_board.results.shards import write_shard
 from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.run_folder import claim_shards, shard_path, unwritable
 from fewtrans_board.runner.spec import RunSpec, environment_differences, resolved_threads
-from fewtrans_board.sandbox import Isolation
 
 ProgressCallback = Callable[[int], None]
 
@@ -126,7 +126,7 @@ def _worker_run_shard(
 
     import torch
 
-    from fewtrans_board.plugins import plugin_manager_for
+    from fewtrans_board.plugins.loading import plugin_manager_for
 
     torch.set_num_threads(threads)
     spec = RunSpec.from_dict(spec_dict)

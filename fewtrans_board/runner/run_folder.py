@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.atomic import create_exclusive, remove_stale_temps
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.atomic import create_exclusive, remove_stale_temps
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.results.load import read_run_record
 from fewtrans_board.results.shards import CorruptShardError, read_shard, shard_file_name
 from fewtrans_board.runner.context import RunContext

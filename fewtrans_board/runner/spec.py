@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ environment and settings, so a plugin cannot tell a verification from an evaluat
 
 The process is a *zygote*: it imports trusted libraries (torch, fewtrans-board) but never
 plugin code, then forks a fresh *episode process* for every request. That process isolates
-itself (:mod:`fewtrans_board.sandbox.episode`), loads the plugins, model and adapter,
+itself (:mod:`fewtrans_board.core.sandbox.episode`), loads the plugins, model and adapter,
 reads its own request from the pipe, answers, and exits; the zygote then ends whatever it
 left running and reports how it ended. No episode can see another's data, files or
 processes, and the zygote never holds episode data (it reads only the small ``spawn``
@@ -45,23 +45,23 @@ from typing import IO, Any
 
 import numpy as np
 
-from fewtrans_board.runner.frames import FrameError, read_frame, write_frame
-from fewtrans_board.sandbox.episode import (
+from fewtrans_board.core.sandbox.episode import (
     apply_limits,
     empty_scratch,
     end_descendants,
     guard_worker_process,
     isolate_episode_process,
 )
+from fewtrans_board.runner.frames import FrameError, read_frame, write_frame
 
 TRUSTED_PRELOAD = (
     "torch",
     "PIL.Image",
     "fewtrans_board.runner.evaluate",
-    "fewtrans_board.adapters.episode_data",
-    "fewtrans_board.adapters.lockstep",
-    "fewtrans_board.registry",
-    "fewtrans_board.plugins",
+    "fewtrans_board.api.episode_data",
+    "fewtrans_board.blocks.lockstep",
+    "fewtrans_board.plugins.registry",
+    "fewtrans_board.plugins.loading",
     "fewtrans_board.default_plugins",
 )
 """Imported by the zygote before any fork (never a third-party plugin)."""
@@ -142,7 +142,7 @@ class Session:
         return installed
 
     def _plugin_manager(self) -> Any:
-        from fewtrans_board.plugins import get_plugin_manager, plugin_manager_for
+        from fewtrans_board.plugins.loading import get_plugin_manager, plugin_manager_for
 
         plugins = self.settings.get("plugins") or {}
         if "selection" in plugins:
@@ -155,8 +155,8 @@ class Session:
         """Load the plugins, the adapter and the model (raises what they raise)."""
         import torch
 
-        from fewtrans_board.adapters.lockstep import parse_memory, settings_for
-        from fewtrans_board.registry import Registry
+        from fewtrans_board.blocks.lockstep import parse_memory, settings_for
+        from fewtrans_board.plugins.registry import Registry
 
         settings = self.settings
         device = settings.get("device", "cpu")
@@ -206,8 +206,8 @@ class Session:
         """Fit every configuration on the support set and predict each query set."""
         import torch
 
-        from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
-        from fewtrans_board.adapters.lockstep import settings_in_force
+        from fewtrans_board.api.episode_data import ImageSet, SupportSet
+        from fewtrans_board.blocks.lockstep import settings_in_force
         from fewtrans_board.runner.evaluate import fit_predictors, predict_logits, predictor_record
 
         device = self.backbone.device
@@ -294,7 +294,7 @@ def _limit_hit(exc: BaseException, limits: dict[str, Any]) -> str | None:
 
 def _error(exc: BaseException, settings: dict[str, Any]) -> dict[str, Any]:
     """The reply for a failed request; a user-facing error travels as its message alone."""
-    from fewtrans_board.errors import FewtransError
+    from fewtrans_board.core.errors import FewtransError
 
     limit = _limit_hit(exc, settings.get("limits") or {})
     if isinstance(exc, FewtransError):
@@ -372,8 +372,8 @@ def _preload_builtin_model(settings: dict[str, Any]) -> None:
     """
     import torch
 
-    from fewtrans_board.plugins import get_plugin_manager
-    from fewtrans_board.registry import Registry
+    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.plugins.registry import Registry
 
     if settings.get("device", "cpu") != "cpu":
         return

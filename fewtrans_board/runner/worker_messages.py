@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board.errors import FewtransError
-from fewtrans_board.sandbox import Isolation, Limits
-from fewtrans_board.sandbox.policy import inside_path
+from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.core.sandbox import Isolation, Limits
+from fewtrans_board.core.sandbox.policy import inside_path
 
 
 class WorkerError(FewtransError):
@@ -22,7 +22,7 @@ class WorkerError(FewtransError):
 
     Attributes:
         plugin_message: the user-facing error plugin code raised (a contract breach, a
-            :class:`~fewtrans_board.plugin_calls.PluginCallError`), if that is what failed.
+            :class:`~fewtrans_board.core.plugin_calls.PluginCallError`), if that is what failed.
     """
 
     def __init__(self, message: str, plugin_message: str | None = None) -> None:

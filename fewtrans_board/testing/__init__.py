@@ -8,7 +8,7 @@ Use these in a third-party plugin's test suite::
     def test_contract():
         check_adapter(SimpleShotAdapter)
 
-Each check raises :class:`fewtrans_board.errors.ContractError` with a message naming the
+Each check raises :class:`fewtrans_board.core.errors.ContractError` with a message naming the
 object and the broken rule, and returns a small report on success.
 """
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fewtrans_board.adapters.episode_data import ImageSet, SupportSet
-from fewtrans_board.models.backbone import Backbone
+from fewtrans_board.api.backbone import Backbone
+from fewtrans_board.api.episode_data import ImageSet, SupportSet
 
 if TYPE_CHECKING:
     import torch

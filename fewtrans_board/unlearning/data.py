@@ -8,16 +8,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fewtrans_board.datasets.spec import DatasetSpec
-from fewtrans_board.errors import FewtransError, UnknownNameError
-from fewtrans_board.models.backbone import Preprocessing
+from fewtrans_board.api.backbone import Preprocessing
+from fewtrans_board.api.dataset_spec import DatasetSpec
+from fewtrans_board.core.errors import FewtransError, UnknownNameError
 from fewtrans_board.unlearning.sets import template_for
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from fewtrans_board.registry import Registry
+    from fewtrans_board.plugins.registry import Registry
     from fewtrans_board.runner.images import ImageStore
 
 PREPROCESSING = "fewtrans"

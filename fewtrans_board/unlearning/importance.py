@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board import __version__
-from fewtrans_board.atomic import atomic_path, write_bytes_atomic
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.atomic import atomic_path, write_bytes_atomic
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.unlearning.data import LabeledSplit
 from fewtrans_board.unlearning.sets import IMPORTANCE_BATCH
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from fewtrans_board.models.backbone import Backbone
+    from fewtrans_board.api.backbone import Backbone
 
 Importances = dict[str, "torch.Tensor"]
 """Parameter name -> importance tensor of the parameter's shape (float32, CPU)."""
@@ -86,7 +86,7 @@ def compute_importance(
     import torch
     import torch.nn.functional as F
 
-    from fewtrans_board.adapters.builtin.clip_common import clip_model
+    from fewtrans_board.blocks.clip_common import clip_model
 
     model: Any = copy.deepcopy(clip_model(backbone, "unlearning")).eval().requires_grad_(True)
     device = backbone.device

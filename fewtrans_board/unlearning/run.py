@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board import __version__
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.models.unlearned_names import split_name, unlearned_name
 from fewtrans_board.models.unlearned_records import SCHEMA, UnlearnedStore, write_record
 from fewtrans_board.unlearning.data import LabeledSplit, check_datasets, load_split, root_of
@@ -19,8 +19,8 @@ from fewtrans_board.unlearning.ssd import EXCLUDED, dampen
 from fewtrans_board.unlearning.zeroshot import zero_shot
 
 if TYPE_CHECKING:
-    from fewtrans_board.models.backbone import Backbone
-    from fewtrans_board.registry import Registry
+    from fewtrans_board.api.backbone import Backbone
+    from fewtrans_board.plugins.registry import Registry
 
 Reporter = Callable[[str], None]
 
@@ -88,7 +88,7 @@ def save_weights(model: Any, path: Path) -> None:
     """Write a model's state dict as safetensors (atomically)."""
     from safetensors.torch import save_file
 
-    from fewtrans_board.atomic import atomic_path
+    from fewtrans_board.core.atomic import atomic_path
 
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     with atomic_path(path) as tmp:
@@ -114,7 +114,7 @@ def unlearn(
     """
     import copy
 
-    from fewtrans_board.adapters.builtin.clip_common import clip_model
+    from fewtrans_board.blocks.clip_common import clip_model
     from fewtrans_board.models.weights import file_sha256
 
     _check(request)

@@ -9,7 +9,7 @@ prompts and importances use one template per dataset (the released code's
 
 from __future__ import annotations
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 
 PAPER_RETAIN: dict[str, tuple[str, ...]] = {
     "clip-stanford-dogs": ("clip-caltech101", "clip-oxford-flowers", "clip-cub"),

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 
 MMD_GAMMA = 0.01
 BLOCK = 2048

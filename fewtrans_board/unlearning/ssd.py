@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 
 if TYPE_CHECKING:
     import torch

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.unlearning.zeroshot import ZeroShotResult
 
 WEIGHTINGS = ("mmd", "wordnet", "pad", "uniform")

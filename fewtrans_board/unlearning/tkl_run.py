@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.models.unlearned_names import unlearned_name
 from fewtrans_board.unlearning.data import LabeledSplit, check_datasets, load_split, root_of
 from fewtrans_board.unlearning.sets import VALIDATION_DATASETS
@@ -23,8 +23,8 @@ from fewtrans_board.unlearning.tkl import WEIGHTINGS, knowledge_loss, tkl_under
 from fewtrans_board.unlearning.zeroshot import zero_shot
 
 if TYPE_CHECKING:
-    from fewtrans_board.models.backbone import Backbone
-    from fewtrans_board.registry import Registry
+    from fewtrans_board.api.backbone import Backbone
+    from fewtrans_board.plugins.registry import Registry
 
 
 @dataclass

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from fewtrans_board.models.backbone import Backbone
+    from fewtrans_board.api.backbone import Backbone
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 from markupsafe import Markup
 
 from fewtrans_board.analysis.plots import layer_lines, scatter
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.website.views import BenchmarkView
 
 STORED = ("delta-w", "cka", "zipf")

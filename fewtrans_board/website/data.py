@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from fewtrans_board.errors import describe
+from fewtrans_board.core.errors import describe
 from fewtrans_board.leaderboard.entries import LoadedEntry, entry_errors, load_entries
 from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.runs import load_checked_run

@@ -13,7 +13,7 @@ from fewtrans_board.datasets.readers.base import FileReader
 from fewtrans_board.datasets.readers.common import ImageWriter, require_file, require_root
 
 if TYPE_CHECKING:
-    from fewtrans_board.datasets.spec import DatasetSpec
+    from fewtrans_board.api.dataset_spec import DatasetSpec
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.datasets.readers.common import (
     ImageWriter,
     Listing,
@@ -18,12 +19,11 @@ from fewtrans_board.datasets.readers.common import (
     open_rgb,
     require_root,
 )
-from fewtrans_board.errors import FewtransError
 
 if TYPE_CHECKING:
     from PIL import Image
 
-    from fewtrans_board.datasets.spec import DatasetSpec
+    from fewtrans_board.api.dataset_spec import DatasetSpec
 
 
 class FileReader:

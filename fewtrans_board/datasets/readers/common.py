@@ -7,12 +7,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 
 if TYPE_CHECKING:
     from PIL import Image
 
-    from fewtrans_board.datasets.spec import DatasetSpec
+    from fewtrans_board.api.dataset_spec import DatasetSpec
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp"})
 

@@ -20,7 +20,7 @@ from fewtrans_board.datasets.readers.common import (
 )
 
 if TYPE_CHECKING:
-    from fewtrans_board.datasets.spec import DatasetSpec
+    from fewtrans_board.api.dataset_spec import DatasetSpec
 
 
 @dataclass(frozen=True)

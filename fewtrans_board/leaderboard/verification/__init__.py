@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board.adapters.base import config_digest, typed_values
-from fewtrans_board.canonical import canonical_json
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.api.adapter import config_digest, typed_values
+from fewtrans_board.api.backbone import Preprocessing
+from fewtrans_board.core.canonical import canonical_json
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.hpe.protocols import get_hpe_protocol, schema_roles
 from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.errors import SubmissionError
@@ -46,7 +47,6 @@ from fewtrans_board.leaderboard.verification.sampling import (
     plan_sample,
 )
 from fewtrans_board.leaderboard.verification.verdict import DatasetVerdict, judge_dataset
-from fewtrans_board.models.backbone import Preprocessing
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.runner.isolated import PluginWorker
 from fewtrans_board.runner.remote import resolve_isolation
@@ -266,8 +266,8 @@ def verify_contents(
             worker fails, or a dataset fails a check (``verification-failed``; the report
             rides on the error as ``report``).
     """
-    from fewtrans_board.plugins import get_plugin_manager
-    from fewtrans_board.registry import Registry
+    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.plugins.registry import Registry
 
     options = options or VerificationOptions()
     try:

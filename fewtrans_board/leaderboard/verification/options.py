@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fewtrans_board.core.sandbox import Isolation, Limits
+from fewtrans_board.core.threads import replay_threads
 from fewtrans_board.leaderboard.verification.sampling import DEFAULT_BUDGET_S
 from fewtrans_board.runner.remote import FAMILY_PRELOAD, plugin_places, plugins_request
 from fewtrans_board.runner.worker_messages import WorkerSettings
-from fewtrans_board.sandbox import Isolation, Limits
-from fewtrans_board.threads import replay_threads
 
 MARGIN_POINTS = 0.5
 """Largest claimed-minus-re-run accuracy (points, one-sided 95%) accepted across environments."""

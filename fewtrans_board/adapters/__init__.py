@@ -1,1 +1,0 @@
-"""The adapter interface and the data types adapters receive."""

@@ -1,0 +1,406 @@
+"""``Adapter``: a transfer algorithm, its ``Config`` and the ``Predictor`` it returns.
+
+An adapter is registered as a class. Its nested ``Config`` dataclass declares the
+hyperparameters with help text (and, for the ones the HPE protocol varies, their role:
+a learning rate or the epoch count). ``fit`` adapts a backbone to a support set and
+returns a predictor that maps query images to logits; the core, not the adapter,
+computes accuracy, and query labels are never passed to adapters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import typing
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
+
+from fewtrans_board.api.ranges import (
+    ROLE_RANGES,
+    Range,
+    bound_problem,
+    out_of_range,
+)
+from fewtrans_board.core.errors import ConfigError, RegistrationError
+
+if TYPE_CHECKING:
+    import torch
+
+    from fewtrans_board.api.backbone import Backbone
+    from fewtrans_board.api.episode_data import ImageSet, SupportSet
+
+HpeRole = Literal["lr", "epochs"]
+C = TypeVar("C", bound="AdapterConfig")
+
+_SCALARS: dict[str, tuple[type, ...]] = {
+    "float": (float, int),
+    "int": (int,),
+    "bool": (bool,),
+    "str": (str,),
+}
+
+
+def hparam(
+    default: Any,
+    help: str,
+    *,
+    hpe: HpeRole | None = None,
+    min: float | None = None,
+    max: float | None = None,
+    above: float | None = None,
+    below: float | None = None,
+) -> Any:
+    """Declare a ``Config`` field with help text and, for numbers, its valid range.
+
+    Args:
+        default: the default value (a JSON scalar).
+        help: one sentence saying what the hyperparameter does.
+        hpe: ``"lr"`` for a learning rate or ``"epochs"`` for the epoch count that the
+            Hyperparameter Ensemble protocol varies around its centre; ``None`` otherwise.
+            A learning rate must also be above 0 and an epoch count at least 1.
+        min: smallest valid value (inclusive).
+        max: largest valid value (inclusive).
+        above: values must be greater than this (exclusive lower bound).
+        below: values must be smaller than this (exclusive upper bound).
+
+    Returns:
+        A dataclass field carrying the metadata. ``Config.from_dict`` refuses values
+        outside the range (and non-finite floats) with a :class:`ConfigError`.
+    """
+    bounds = {"min": min, "above": above, "max": max, "below": below}
+    return dataclasses.field(default=default, metadata={"help": help, "hpe": hpe, "bounds": bounds})
+
+
+@dataclass(frozen=True)
+class ConfigField:
+    """Description of one hyperparameter, for listings and validation."""
+
+    name: str
+    type: str
+    default: Any
+    help: str
+    hpe: HpeRole | None
+    range: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Effective valid range (declared and implied by the HPE role), e.g. ``{"above": 0}``."""
+
+    @property
+    def valid(self) -> Range:
+        """The range as a :class:`Range`."""
+        return Range.of(self.range)
+
+
+SCHEMA_FIELD_KEYS = ("name", "type", "default", "help", "hpe")
+"""Keys of a field in ``Adapter.schema()``: what the protocol reads and verification compares."""
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    """Base class of every adapter's nested ``Config`` dataclass.
+
+    Subclasses are frozen dataclasses whose fields are JSON scalars declared with
+    :func:`hparam`.
+    """
+
+    @classmethod
+    def fields_info(cls) -> list[ConfigField]:
+        """Return the declared hyperparameters in declaration order."""
+        hints = typing.get_type_hints(cls)
+        info = []
+        for f in dataclasses.fields(cls):
+            hint = hints.get(f.name, Any)
+            type_name = getattr(hint, "__name__", str(hint))
+            hpe = f.metadata.get("hpe")
+            declared = f.metadata.get("bounds") or {}
+            valid = Range()
+            if bound_problem(declared, type_name) is None:
+                valid = Range.of(declared)
+            if hpe in ROLE_RANGES and type_name in ("int", "float"):
+                valid = valid.intersect(ROLE_RANGES[hpe])
+            info.append(
+                ConfigField(
+                    name=f.name,
+                    type=type_name,
+                    default=f.default,
+                    help=str(f.metadata.get("help", "")),
+                    hpe=hpe,
+                    range=valid.to_dict(),
+                )
+            )
+        return info
+
+    @classmethod
+    def from_dict(cls: type[C], values: Mapping[str, Any]) -> C:
+        """Build a config from a mapping, rejecting unknown keys and wrong types.
+
+        Args:
+            values: field values; missing fields keep their defaults.
+
+        Returns:
+            The config instance.
+
+        Raises:
+            ConfigError: on an unknown key, a value of the wrong type, a non-finite float
+                or a number outside the field's valid range.
+        """
+        fields = {f.name: f for f in cls.fields_info()}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise ConfigError(
+                f"{cls.__qualname__}: unknown option(s) {', '.join(unknown)}; "
+                f"valid options: {', '.join(fields) or '(none)'}"
+            )
+        clean: dict[str, Any] = {}
+        for key, value in values.items():
+            expected = _SCALARS.get(fields[key].type)
+            bad_bool = isinstance(value, bool) and fields[key].type in ("int", "float")
+            if expected is not None and (not isinstance(value, expected) or bad_bool):
+                raise ConfigError(
+                    f"{cls.__qualname__}.{key}: expected {fields[key].type}, "
+                    f"got {value!r} ({type(value).__name__})"
+                )
+            if fields[key].type in ("int", "float"):
+                problem = out_of_range(value, fields[key].valid)
+                if problem is not None:
+                    raise ConfigError(f"{cls.__qualname__}.{key}: {problem}")
+            clean[key] = float(value) if fields[key].type == "float" else value
+        return cls(**clean)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the field values as a plain dict."""
+        return dataclasses.asdict(self)
+
+    def replace(self: C, **changes: Any) -> C:
+        """Return a copy with some fields changed (validated like ``from_dict``)."""
+        merged = {**self.to_dict(), **changes}
+        return type(self).from_dict(merged)
+
+    def digest(self) -> str:
+        """Short sha256 of the canonical JSON of the values (stable across runs)."""
+        return config_digest(self.to_dict())
+
+
+def config_digest(values: Mapping[str, Any]) -> str:
+    """:meth:`AdapterConfig.digest` of plain values (floats as floats, ints as ints)."""
+    text = json.dumps(dict(values), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def typed_values(values: Mapping[str, Any], fields: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``values`` with each float field as a float, as ``AdapterConfig.from_dict`` stores it.
+
+    Args:
+        values: configuration values (e.g. read back from JSON, where ``1.0`` may be ``1``).
+        fields: the field descriptions of a recorded adapter schema (``Adapter.options()``).
+
+    Returns:
+        The values keyed as given, float fields converted.
+    """
+    types = {f["name"]: f["type"] for f in fields}
+    return {
+        k: float(v) if types.get(k) == "float" and not isinstance(v, bool) else v
+        for k, v in values.items()
+    }
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    """What ``Adapter.fit`` returns: maps query images to logits."""
+
+    def predict(self, query: ImageSet) -> torch.Tensor:
+        """Return logits ``[len(query), n_way]`` (finite floats) for the query images."""
+        ...
+
+
+class Adapter(ABC):
+    """Base class of transfer algorithms.
+
+    Class attributes:
+        name: registry name (lowercase, ``-``/``_`` separated).
+        description: one line for listings.
+        paper: citation or URL of the method's paper.
+        code: URL of the reference implementation.
+        trains: what receives gradients, in a few words (for the method table).
+        Config: the nested hyperparameter dataclass (subclass of ``AdapterConfig``).
+        needs_text: ``True`` if the adapter needs a CLIP-style text tower.
+        frozen_backbone: ``True`` if only frozen features are used, so the runner may
+            serve ``ImageSet.features`` from its cache (and hands out no pixels).
+        training_free: ``True`` if nothing is trained (no gradient steps, no fitted
+            parameters tuned by a learning rate); such an adapter declares no HPE axis.
+            Every other adapter must declare its learning-rate and epoch axes
+            (``hparam(..., hpe="lr" | "epochs")``) to run under a leaderboard protocol.
+        transductive: ``True`` if a query's logits may depend on the other queries
+            (e.g. query-batch statistics). Leaderboards rank transductive methods apart;
+            an undeclared dependence fails ``validate`` and verification.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    code: ClassVar[str] = ""
+    trains: ClassVar[str] = ""
+    Config: ClassVar[type[AdapterConfig]] = AdapterConfig
+    needs_text: ClassVar[bool] = False
+    frozen_backbone: ClassVar[bool] = False
+    training_free: ClassVar[bool] = False
+    transductive: ClassVar[bool] = False
+
+    @abstractmethod
+    def fit(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        config: Any,
+    ) -> Predictor:
+        """Adapt ``backbone`` to ``support`` and return a predictor for the query images.
+
+        Args:
+            backbone: the loaded model; never modify it in place (deep-copy to train).
+            support: labeled support images of the episode.
+            class_names: natural-language names of the episode's classes, in label order.
+            config: an instance of this adapter's ``Config``.
+
+        Returns:
+            A predictor mapping query images to ``[n_query, n_way]`` logits.
+        """
+
+    def fit_many(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        configs: Sequence[Any],
+        seeds: Sequence[int],
+    ) -> list[Predictor]:
+        """Fit one predictor per configuration (the HPE grid of one episode).
+
+        The default seeds torch's global generator with ``seeds[i]`` and calls
+        :meth:`fit` for each configuration. Adapters can override it to share work across
+        configurations (one batched run over learning rates, epoch snapshots), provided the
+        results equal the loop's; the runner then calls it once per episode instead of
+        calling :meth:`fit` per configuration.
+        """
+        import torch
+
+        predictors = []
+        for config, seed in zip(configs, seeds, strict=True):
+            torch.manual_seed(seed)
+            predictors.append(self.fit(backbone, support, class_names, config))
+        return predictors
+
+    @classmethod
+    def overrides_fit_many(cls) -> bool:
+        """Whether the class batches configurations itself."""
+        return cls.fit_many is not Adapter.fit_many
+
+    @classmethod
+    def default_config(cls) -> AdapterConfig:
+        """Return the ``Config`` with every default."""
+        return cls.Config()
+
+    @classmethod
+    def check_class(cls) -> None:
+        """Check the class-level declarations (called at registration).
+
+        Raises:
+            RegistrationError: if ``name``, ``description`` or ``Config`` is malformed.
+        """
+        where = f"adapter class {cls.__module__}.{cls.__qualname__}"
+        if not isinstance(getattr(cls, "name", None), str):
+            raise RegistrationError(f"{where} has no string class attribute 'name'")
+        if not cls.description:
+            raise RegistrationError(f"{where} has an empty 'description'")
+        if not isinstance(cls.trains, str) or not cls.trains.strip():
+            raise RegistrationError(
+                f"{where} has an empty 'trains': say in a few words what receives gradients "
+                "(e.g. 'linear head (backbone frozen)', or 'nothing (class means)')"
+            )
+        for flag in ("needs_text", "frozen_backbone", "training_free", "transductive"):
+            if not isinstance(getattr(cls, flag), bool):
+                raise RegistrationError(f"{where}: '{flag}' must be True or False")
+        config = cls.Config
+        if not (isinstance(config, type) and issubclass(config, AdapterConfig)):
+            raise RegistrationError(f"{where}: Config must subclass AdapterConfig")
+        if not dataclasses.is_dataclass(config):
+            raise RegistrationError(f"{where}: Config must be a @dataclass(frozen=True)")
+        hints = typing.get_type_hints(config)
+        for field in dataclasses.fields(config):
+            type_name = getattr(hints.get(field.name), "__name__", "")
+            problem = bound_problem(field.metadata.get("bounds") or {}, type_name)
+            if problem is not None:
+                raise RegistrationError(f"{where}: Config field {field.name!r}: {problem}")
+        for info in config.fields_info():
+            if not info.help:
+                raise RegistrationError(
+                    f"{where}: Config field {info.name!r} has no help text "
+                    "(declare it with fewtrans_board.hparam(default, help))"
+                )
+            if info.type not in _SCALARS:
+                raise RegistrationError(
+                    f"{where}: Config field {info.name!r} has type {info.type}; "
+                    f"use one of {', '.join(_SCALARS)}"
+                )
+            if info.default is dataclasses.MISSING:
+                raise RegistrationError(
+                    f"{where}: Config field {info.name!r} needs a default value"
+                )
+            if info.hpe not in (None, "lr", "epochs"):
+                raise RegistrationError(
+                    f"{where}: Config field {info.name!r} has hpe={info.hpe!r}; "
+                    "use 'lr', 'epochs' or None"
+                )
+            bad_default = (
+                info.type in ("int", "float")
+                and isinstance(info.default, (int, float))
+                and out_of_range(info.default, info.valid)
+            )
+            if bad_default:
+                raise RegistrationError(
+                    f"{where}: Config field {info.name!r}: default {bad_default}"
+                )
+        axes = [info.name for info in config.fields_info() if info.hpe is not None]
+        if cls.training_free and axes:
+            raise RegistrationError(
+                f"{where} declares training_free = True but has HPE axes {', '.join(axes)}; "
+                "a training-free adapter has no learning rate or epoch count"
+            )
+
+    @classmethod
+    def summary(cls) -> dict[str, Any]:
+        """Return a JSON-friendly summary for listings."""
+        return {
+            "name": cls.name,
+            "description": cls.description,
+            "paper": cls.paper,
+            "code": cls.code,
+            "trains": cls.trains,
+            "needs_text": cls.needs_text,
+            "frozen_backbone": cls.frozen_backbone,
+            "training_free": cls.training_free,
+            "transductive": cls.transductive,
+        }
+
+    @classmethod
+    def schema(cls) -> dict[str, Any]:
+        """The declarations the protocol reads: hyperparameters with HPE roles, and flags.
+
+        Recorded in every result's provenance at evaluate time; submission validation
+        derives the grid from it (never from free metadata) and verification checks that
+        the installed plugin still declares the same.
+        """
+        return {
+            "name": cls.name,
+            "fields": [{k: f[k] for k in SCHEMA_FIELD_KEYS} for f in cls.options()],
+            "training_free": cls.training_free,
+            "transductive": cls.transductive,
+            "frozen_backbone": cls.frozen_backbone,
+            "needs_text": cls.needs_text,
+        }
+
+    @classmethod
+    def options(cls) -> list[dict[str, Any]]:
+        """Return the ``Config`` fields (with their valid ranges) as JSON-friendly dicts."""
+        return [dataclasses.asdict(f) for f in cls.Config.fields_info()]

@@ -1,0 +1,248 @@
+"""Fine-tuning baselines: full fine-tune, last-k fine-tune and transductive fine-tune."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fewtrans_board.api.adapter import AdapterConfig, hparam
+from fewtrans_board.blocks.lockstep import PlannedAdapter, TrainingPlan
+from fewtrans_board.core.errors import FewtransError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from fewtrans_board.api.backbone import Backbone
+    from fewtrans_board.api.episode_data import ImageSet, SupportSet
+
+# Modules that come after the block stack in timm / open_clip / the demo CNN.
+POST_BLOCK_MODULES = ("norm", "fc_norm", "ln_post", "proj", "attn_pool", "head", "head_drop")
+
+
+def block_list(module: nn.Module) -> list[nn.Module]:
+    """The residual blocks / stages of a backbone, in forward order.
+
+    Recognises timm ViTs (``blocks``), stage-based nets (``stages``), torchvision/timm
+    ResNets (``layer1``..``layer4``) and open_clip towers (``transformer.resblocks``).
+
+    Raises:
+        FewtransError: no known block structure.
+    """
+    for path in ("blocks", "stages", "transformer.resblocks"):
+        found: Any = module
+        for part in path.split("."):
+            found = getattr(found, part, None)
+        if found is not None:
+            return list(found)
+    layers = [getattr(module, f"layer{i}") for i in range(1, 5) if hasattr(module, f"layer{i}")]
+    if layers:
+        return layers
+    raise FewtransError(
+        f"cannot find the blocks of {type(module).__name__} for last-k fine-tuning "
+        "(expected .blocks, .stages, .layer1-4 or .transformer.resblocks)"
+    )
+
+
+def last_k_parameters(module: nn.Module, k: int) -> list[torch.Tensor]:
+    """Parameters of the last ``k`` blocks plus the modules after the block stack."""
+    params: list[torch.Tensor] = [
+        p for block in block_list(module)[-k:] for p in block.parameters()
+    ]
+    for name in POST_BLOCK_MODULES:
+        child = getattr(module, name, None)
+        if child is None:
+            continue
+        if hasattr(child, "parameters"):
+            params.extend(child.parameters())
+        elif getattr(child, "requires_grad", False):
+            params.append(child)
+    return params
+
+
+class FinetunePredictor:
+    """Runs query pixels through the fine-tuned encoder and head."""
+
+    def __init__(
+        self, encoder: nn.Module, head: nn.Module, device: str, transductive: bool
+    ) -> None:
+        self.encoder = encoder
+        self.head = head
+        self.device = device
+        self.transductive = transductive
+
+    def predict(self, query: ImageSet) -> torch.Tensor:
+        """Logits of the query images (query BN statistics when transductive)."""
+        import torch
+
+        from fewtrans_board.blocks.training import autocast, normalized
+
+        self.encoder.eval()
+        if self.transductive:
+            for m in self.encoder.modules():
+                if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                    m.train()  # normalise with the statistics of the whole query batch
+        with torch.no_grad(), autocast(self.device):
+            features = self.encoder(query.pixels.to(self.device))
+        return self.head(normalized(features))  # type: ignore[no-any-return]
+
+
+class FinetuneAdapter(PlannedAdapter):
+    """FewTrans full fine-tuning: every backbone parameter and the head train."""
+
+    name = "finetune"
+    trains = "all backbone parameters + linear head"
+    description = (
+        "Full fine-tuning, FewTrans recipe (Adam on backbone and head, cosine, eval mode)."
+    )
+    paper = "Luo et al., FewTrans (arXiv:2603.00478), mode 'finetune'"
+    code = "https://github.com/Frankluox/FewTrans"
+    transductive = False
+
+    @dataclass(frozen=True)
+    class Config(AdapterConfig):
+        """Fine-tuning hyperparameters; defaults are FewTrans's CLIP ViT-B/16 centre."""
+
+        lr_backbone: float = hparam(1e-5, "Adam learning rate of the backbone.", hpe="lr")
+        lr_head: float = hparam(2e-3, "Adam learning rate of the linear head.", hpe="lr")
+        epochs: int = hparam(70, "Passes over the support set.", hpe="epochs")
+        batch_size: int = hparam(64, "Optimiser batch size.", min=1)
+
+    def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
+        """Backbone parameters that receive gradients (all of them here)."""
+        return list(encoder.parameters())
+
+    def copy_encoder(self, backbone: Backbone, config: Any) -> tuple[nn.Module, list[torch.Tensor]]:
+        """Deep-copy the image encoder (eval mode) and freeze all but :meth:`trainable`.
+
+        Args:
+            backbone: the caller's backbone (never modified).
+            config: an instance of ``Config``.
+
+        Returns:
+            The copy and its trainable parameters.
+        """
+        from fewtrans_board.blocks.training import train_only
+
+        encoder = copy.deepcopy(backbone.image_encoder).to(backbone.device).eval()
+        return encoder, train_only(encoder.parameters(), self.trainable(encoder, config))
+
+    def plan(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        config: Any,
+    ) -> TrainingPlan:
+        """Fine-tune a deep copy of the image encoder with a new head."""
+        import torch.nn.functional as F
+
+        from fewtrans_board.blocks.training import make_head
+
+        encoder, trainable = self.copy_encoder(backbone, config)
+        head = make_head(backbone.feature_dim, support.n_way, backbone.device)
+
+        def head_loss(features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(head(features), labels)
+
+        device, transductive = backbone.device, self.transductive
+        return encoder_plan(
+            encoder,
+            trainable,
+            head,
+            head_loss,
+            support,
+            config,
+            device,
+            lambda: FinetunePredictor(encoder, head, device, transductive),
+        )
+
+
+def encoder_plan(
+    encoder: nn.Module,
+    trainable: Sequence[torch.Tensor],
+    head: nn.Module,
+    head_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    support: SupportSet,
+    config: Any,
+    device: str,
+    finish: Callable[[], Any],
+) -> TrainingPlan:
+    """The plan of training an encoder copy and its head on the support set.
+
+    The FewTrans recipe: bf16 autocast on CUDA, L2-normalised features, one Adam for the
+    encoder's ``trainable`` (``config.lr_backbone``) and one for the head's parameters
+    (``config.lr_head``), per-step cosine decay, ``RandomState(11)`` support order.
+
+    Args:
+        encoder: the adapter's copy of the image encoder, in eval mode.
+        trainable: the encoder parameters that train (the others are already frozen).
+        head: the classifier whose parameters train alongside.
+        head_loss: ``(normalised features, labels) -> loss`` through ``head``.
+        support: the labeled support set.
+        config: a config with ``lr_backbone``, ``lr_head``, ``epochs`` and ``batch_size``.
+        device: torch device.
+        finish: builds the predictor once trained.
+    """
+    import torch
+
+    from fewtrans_board.blocks.training import autocast, normalized
+
+    pixels = support.images.pixels.to(device)
+    labels = support.labels.to(device)
+
+    def loss_of(batch: Any) -> torch.Tensor:
+        index = torch.as_tensor(batch, device=device)
+        with autocast(device):
+            features = encoder(pixels[index])
+        return head_loss(normalized(features), labels[index])
+
+    return TrainingPlan(
+        groups=[(list(trainable), config.lr_backbone), (list(head.parameters()), config.lr_head)],
+        loss=loss_of,
+        finish=finish,
+        n_items=len(labels),
+        batch_size=config.batch_size,
+        epochs=config.epochs,
+        modules=[encoder, head],
+    )
+
+
+class FinetuneLastKAdapter(FinetuneAdapter):
+    """Fine-tune only the last k blocks/stages (plus the final norm/projection) and the head."""
+
+    name = "finetune-last-k"
+    trains = "last k blocks + final norm/projection + head"
+    description = "Fine-tune the last k blocks and the head; earlier blocks stay frozen (BSCD-FSL)."
+    paper = "Guo et al., BSCD-FSL, ECCV 2020 (fine-tune last-k)"
+    code = "https://github.com/IBM/cdfsl-benchmark"
+
+    @dataclass(frozen=True)
+    class Config(FinetuneAdapter.Config):
+        """Last-k fine-tuning hyperparameters."""
+
+        k: int = hparam(1, "Number of final blocks (stages) that train.", min=1)
+
+    def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
+        """Parameters of the last k blocks and the post-block modules."""
+        if config.k < 1:
+            raise FewtransError(f"finetune-last-k: k must be >= 1, got {config.k}")
+        return last_k_parameters(encoder, config.k)
+
+
+class TransductiveFinetuneAdapter(FinetuneAdapter):
+    """Full fine-tuning; at inference BatchNorm uses the statistics of the query batch."""
+
+    name = "finetune-transductive"
+    trains = "all backbone parameters + head; query-batch BN statistics"
+    description = (
+        "Full fine-tuning with query-batch BatchNorm statistics at inference "
+        "(no effect on LayerNorm ViTs)."
+    )
+    paper = (
+        "Dhillon et al., A Baseline for Few-Shot Image Classification, ICLR 2020 (transductive BN)"
+    )
+    code = "https://github.com/IBM/cdfsl-benchmark"
+    transductive = True

@@ -1,0 +1,1 @@
+"""Whole jobs on the embedded data: the demo, the inductive-CLIP demo, the generated docs."""

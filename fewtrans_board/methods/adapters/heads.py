@@ -1,0 +1,276 @@
+"""Trained heads on frozen features: the FewTrans linear probe and the cosine classifier."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fewtrans_board.api.adapter import Adapter, AdapterConfig, Predictor, hparam
+from fewtrans_board.blocks.lockstep.settings import current_settings
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from fewtrans_board.api.backbone import Backbone
+    from fewtrans_board.api.episode_data import ImageSet, SupportSet
+
+
+class HeadStack:
+    """``M`` heads trained by :func:`train_heads` (linear or cosine), scored together.
+
+    The first predictor asked about a query set computes every head's logits in one batched
+    matmul; the others read their slice (the runner asks each configuration in turn).
+    """
+
+    def __init__(
+        self,
+        backbone: Backbone,
+        weights: torch.Tensor,
+        biases: torch.Tensor | None,
+        cosine_scale: float | None,
+    ) -> None:
+        self.backbone = backbone
+        self.weights, self.biases, self.cosine_scale = weights, biases, cosine_scale
+        self._last: tuple[ImageSet | None, torch.Tensor | None] = (None, None)
+
+    def logits(self, query: ImageSet) -> torch.Tensor:
+        """Logits ``[M, Q, C]`` of every head on ``query``."""
+        import torch
+
+        from fewtrans_board.blocks.batched_heads import stacked_head_logits
+        from fewtrans_board.blocks.training import normalized
+
+        seen, logits = self._last
+        if seen is not query or logits is None:
+            with torch.no_grad():
+                features = normalized(query.features(self.backbone))
+                logits = stacked_head_logits(features, self.weights, self.biases, self.cosine_scale)
+            self._last = (query, logits)
+        return logits
+
+
+class StackedHeadPredictor:
+    """Head ``index`` of a :class:`HeadStack`."""
+
+    def __init__(self, stack: HeadStack, index: int) -> None:
+        self.stack = stack
+        self.index = index
+
+    def predict(self, query: ImageSet) -> torch.Tensor:
+        """Logits of this head on the normalised query features."""
+        return self.stack.logits(query)[self.index]
+
+
+def _fit_many_heads(
+    backbone: Backbone,
+    support: SupportSet,
+    configs: Sequence[Any],
+    seeds: Sequence[int],
+    cosine: bool,
+) -> list[StackedHeadPredictor]:
+    """Group configurations that differ only in lr/epochs and train each group batched."""
+    import torch
+
+    from fewtrans_board.blocks.batched_heads import train_heads
+    from fewtrans_board.blocks.training import normalized
+
+    features = normalized(support.images.features(backbone))
+    labels = support.labels.to(features.device)
+    dim = features.shape[1]
+    predictors: list[StackedHeadPredictor | None] = [None] * len(configs)
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, config in enumerate(configs):
+        fixed = tuple(
+            v for k, v in sorted(config.to_dict().items()) if k not in ("lr_head", "epochs")
+        )
+        groups.setdefault(fixed, []).append(i)
+    for members in groups.values():
+        if cosine:
+            inits = []
+            for i in members:
+                # The draws of torch.manual_seed(seed) + CosineHead, from a private
+                # generator: reseeding the global one costs more than these heads train.
+                generator = torch.Generator(features.device).manual_seed(seeds[i])
+                draw = torch.randn(support.n_way, dim, device=features.device, generator=generator)
+                inits.append(draw * dim**-0.5)
+            weights, biases = torch.stack(inits), None
+            scale = float(configs[members[0]].scale)
+        else:
+            weights = torch.ones(len(members), support.n_way, dim, device=features.device)
+            biases = torch.zeros(len(members), support.n_way, device=features.device)
+            scale = None
+        trained_w, trained_b = train_heads(
+            features,
+            labels,
+            weights,
+            biases,
+            [configs[i].lr_head for i in members],
+            [configs[i].epochs for i in members],
+            int(configs[members[0]].batch_size),
+            cosine_scale=scale,
+        )
+        stack = HeadStack(backbone, trained_w, trained_b, scale)
+        for j, i in enumerate(members):
+            predictors[i] = StackedHeadPredictor(stack, j)
+    return [p for p in predictors if p is not None]
+
+
+class HeadPredictor:
+    """Applies a trained head to normalised frozen query features."""
+
+    def __init__(self, backbone: Backbone, head: nn.Module) -> None:
+        self.backbone = backbone
+        self.head = head
+
+    def predict(self, query: ImageSet) -> torch.Tensor:
+        """Return head logits of the query features."""
+        import torch
+
+        from fewtrans_board.blocks.training import normalized
+
+        with torch.no_grad():
+            return self.head(normalized(query.features(self.backbone)))  # type: ignore[no-any-return]
+
+
+class CosineHead:
+    """Weight-normalised linear layer on normalised features with a fixed scale."""
+
+    def __init__(self, dim: int, n_way: int, scale: float, device: str) -> None:
+        import torch
+
+        self.weight = torch.nn.Parameter(torch.randn(n_way, dim, device=device) * dim**-0.5)
+        self.scale = scale
+
+    def __call__(self, features: torch.Tensor) -> torch.Tensor:
+        """Scaled cosine similarity to each class vector."""
+        from fewtrans_board.blocks.batched_heads import head_logits
+
+        return head_logits(features, self.weight, None, self.scale)
+
+
+def _train(
+    head_params: list[torch.Tensor],
+    head: object,
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    lr: float,
+    epochs: int,
+    batch_size: int,
+) -> None:
+    import torch.nn.functional as F
+
+    from fewtrans_board.blocks.training import run_adam
+
+    def loss_of(batch: object) -> torch.Tensor:
+        return F.cross_entropy(head(features[batch]), labels[batch])  # type: ignore[operator,index]
+
+    run_adam([(head_params, lr)], loss_of, len(labels), batch_size, epochs)
+
+
+class LinearProbeAdapter(Adapter):
+    """FewTrans linear probe: a linear head on frozen, L2-normalised features."""
+
+    name = "linear-probe"
+    trains = "linear head (backbone frozen)"
+    description = "Linear head on frozen L2-normalised features (FewTrans recipe, Adam + cosine)."
+    paper = "Luo et al., FewTrans (arXiv:2603.00478), mode 'linear'"
+    code = "https://github.com/Frankluox/FewTrans"
+    frozen_backbone = True
+
+    @dataclass(frozen=True)
+    class Config(AdapterConfig):
+        """Linear-probe hyperparameters; the defaults are the HPE centre."""
+
+        lr_head: float = hparam(0.2, "Adam learning rate of the head.", hpe="lr")
+        epochs: int = hparam(50, "Passes over the support set.", hpe="epochs")
+        batch_size: int = hparam(512, "Optimiser batch size.", min=1)
+
+    def fit(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        config: Config,
+    ) -> HeadPredictor:
+        """Train the head on cached support features."""
+        from fewtrans_board.blocks.training import make_head, normalized
+
+        features = normalized(support.images.features(backbone))
+        labels = support.labels.to(features.device)
+        head = make_head(features.shape[1], support.n_way, str(features.device))
+        _train(
+            list(head.parameters()),
+            head,
+            features,
+            labels,
+            config.lr_head,
+            config.epochs,
+            config.batch_size,
+        )
+        return HeadPredictor(backbone, head)
+
+    def fit_many(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        configs: Sequence[Any],
+        seeds: Sequence[int],
+    ) -> list[Predictor]:
+        """Train every configuration's head at once; equal to the loop (see batched_heads)."""
+        if not current_settings().heads:
+            return super().fit_many(backbone, support, class_names, configs, seeds)
+        return list(_fit_many_heads(backbone, support, configs, seeds, cosine=False))
+
+
+class CosineClassifierAdapter(Adapter):
+    """Baseline++ cosine classifier trained on the support set (BSCD-FSL baseline)."""
+
+    name = "cosine-classifier"
+    trains = "weight-normalised class vectors (backbone frozen)"
+    description = "Cosine-similarity classifier (Baseline++) trained on frozen normalised features."
+    paper = "Chen et al., A Closer Look at Few-shot Classification, ICLR 2019"
+    code = "https://github.com/IBM/cdfsl-benchmark"
+    frozen_backbone = True
+
+    @dataclass(frozen=True)
+    class Config(AdapterConfig):
+        """Cosine-classifier hyperparameters; the defaults are the HPE centre."""
+
+        lr_head: float = hparam(0.01, "Adam learning rate of the class weights.", hpe="lr")
+        epochs: int = hparam(50, "Passes over the support set.", hpe="epochs")
+        scale: float = hparam(10.0, "Fixed temperature multiplying cosine similarities.", above=0)
+        batch_size: int = hparam(512, "Optimiser batch size.", min=1)
+
+    def fit(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        config: Config,
+    ) -> HeadPredictor:
+        """Train weight-normalised class vectors on cached support features."""
+        from fewtrans_board.blocks.training import normalized
+
+        features = normalized(support.images.features(backbone))
+        labels = support.labels.to(features.device)
+        head = CosineHead(features.shape[1], support.n_way, config.scale, str(features.device))
+        _train(
+            [head.weight], head, features, labels, config.lr_head, config.epochs, config.batch_size
+        )
+        return HeadPredictor(backbone, head)  # type: ignore[arg-type]
+
+    def fit_many(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        configs: Sequence[Any],
+        seeds: Sequence[int],
+    ) -> list[Predictor]:
+        """Train every configuration's head at once; equal to the loop (see batched_heads)."""
+        if not current_settings().heads:
+            return super().fit_many(backbone, support, class_names, configs, seeds)
+        return list(_fit_many_heads(backbone, support, configs, seeds, cosine=True))

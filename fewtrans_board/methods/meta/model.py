@@ -1,0 +1,74 @@
+"""The ``meta-trained`` model: a meta-trained checkpoint loaded as an ordinary backbone.
+
+The checkpoint names its base model; the base model's own loader builds the architecture
+and checks the encoder weights (they are handed to it as a local safetensors file), and the
+learned head travels with the backbone for the meta-learning adapters.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fewtrans_board.api.backbone import Backbone
+from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.models.weights import file_sha256
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class MetaBackbone(Backbone):
+    """A backbone from a meta-trained checkpoint.
+
+    Attributes:
+        method: the meta-learning method it was trained with (``protonet`` ...).
+        head: the learned head tensors (relation module, MetaOpt scale, MAML head init).
+    """
+
+    method: str = ""
+    head: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def load_meta_trained(weights: Path | None, device: str) -> MetaBackbone:
+    """Load a ``meta-train`` checkpoint (required) onto its base architecture.
+
+    Raises:
+        FewtransError: no checkpoint given, an unreadable one, or a base model that is not
+            installed.
+    """
+    from safetensors.torch import save_file
+
+    from fewtrans_board.methods.meta.checkpoint import read_checkpoint
+    from fewtrans_board.plugins.registry import registry_in_force
+
+    if weights is None:
+        raise FewtransError(
+            "model 'meta-trained' needs --weights CHECKPOINT written by 'fewtrans-board meta-train'"
+        )
+    encoder, head, meta = read_checkpoint(weights)
+    registry = registry_in_force()
+    with tempfile.TemporaryDirectory() as folder:
+        encoder_file = Path(folder) / "encoder.safetensors"
+        save_file(encoder, str(encoder_file))
+        loaded = registry.load_model(meta["base_model"], encoder_file, device)
+    info: dict[str, Any] = {
+        **loaded.info,
+        "meta_trained": {k: v for k, v in meta.items() if k != "losses"},
+        "checkpoint": weights.name,
+    }
+    return MetaBackbone(
+        name="meta-trained",
+        image_encoder=loaded.image_encoder,
+        feature_dim=loaded.feature_dim,
+        image_size=loaded.image_size,
+        text=loaded.text,
+        weights_id="sha256:" + file_sha256(weights),
+        device=device,
+        info=info,
+        method=str(meta["method"]),
+        head={k: v.to(device) for k, v in head.items()},
+    )
