@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import types
 import warnings
@@ -86,7 +87,13 @@ def new_name(old: str) -> str | None:
 
 
 class _Alias(importlib.abc.Loader):
-    """Loads an old name by importing the new one and putting it in the old one's place."""
+    """Loads an old name: the new module itself, or, for a package, a forwarding stand-in.
+
+    A moved module takes the old name's place in ``sys.modules``, so both names are one
+    object. A moved package cannot: ``from old.package import module`` imports
+    ``<package __name__>.module``, which must stay an old name for modules that moved
+    elsewhere. Its stand-in keeps the old name and forwards attribute reads to the new package.
+    """
 
     def __init__(self, target: str | None) -> None:
         self.target = target
@@ -95,16 +102,26 @@ class _Alias(importlib.abc.Loader):
         return None
 
     def exec_module(self, module: types.ModuleType) -> None:
-        if self.target is None:  # an emptied package: a namespace for its old submodules
+        target = self.target
+        if target is None:  # an emptied package: a namespace for its old submodules
             module.__path__ = []
             return
         warnings.warn(
-            f"{module.__name__} moved to {self.target}; import it from there "
+            f"{module.__name__} moved to {target}; import it from there "
             "(the old path goes in the release after 0.2)",
             DeprecationWarning,
             stacklevel=2,
         )
-        sys.modules[module.__name__] = importlib.import_module(self.target)
+        new = importlib.import_module(target)
+        if not hasattr(new, "__path__"):
+            sys.modules[module.__name__] = new
+            return
+
+        def forward(name: str) -> object:
+            return getattr(importlib.import_module(target), name)
+
+        module.__path__ = []
+        module.__getattr__ = forward  # type: ignore[method-assign]
 
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder):
@@ -123,7 +140,12 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder):
         new = new_name(fullname)
         if new is None:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _Alias(new))
+        return importlib.machinery.ModuleSpec(fullname, _Alias(new), is_package=_is_package(new))
+
+
+def _is_package(name: str) -> bool:
+    spec = importlib.util.find_spec(name)
+    return spec is not None and spec.submodule_search_locations is not None
 
 
 def install() -> None:
