@@ -13,7 +13,7 @@ import pytest
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.episodes.protocols import get_protocol
 from fewtrans_board.episodes.samplers import ClassPool, VariedWayShotSampler
-from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.plugins.loading import get_plugin_manager
 from fewtrans_board.results.load import load_run
 from fewtrans_board.results.summary import harmonic_mean
 
@@ -247,7 +247,7 @@ def test_base2novel_base_episodes_are_not_the_varied_ones() -> None:
 def pinned_pm():  # type: ignore[no-untyped-def]
     """Built-ins plus the tiny CLIP from the ``fewtrans-tinymodels`` test distribution, so
     that its pin validates and a verification worker can load it."""
-    from fewtrans_board.plugins import PluginSource
+    from fewtrans_board.plugins.loading import PluginSource
     from tests.plugins import tiny_models
 
     manager = get_plugin_manager(entry_points=False)

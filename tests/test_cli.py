@@ -10,7 +10,7 @@ import pytest
 
 from fewtrans_board import __version__
 from fewtrans_board.cli import main
-from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.plugins.loading import get_plugin_manager
 from tests.conftest import CentroidAdapter, adapter_plugin
 
 

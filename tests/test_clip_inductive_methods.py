@@ -11,22 +11,22 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fewtrans_board.adapters.builtin.clip_common import handcrafted_text_features
-from fewtrans_board.adapters.builtin.clip_prompts import (
+from fewtrans_board.blocks.clip_common import handcrafted_text_features
+from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.methods.adapters.clip_prompts import (
     CopromptAdapter,
     PromptSrcAdapter,
     SepAdapter,
     SepresAdapter,
     TcpAdapter,
 )
-from fewtrans_board.adapters.builtin.clip_prompts.descriptions import (
+from fewtrans_board.methods.adapters.clip_prompts.descriptions import (
     descriptions_for,
     import_json,
     parse,
 )
-from fewtrans_board.adapters.builtin.clip_prompts.fusion import TokenFusion, top_tokens
-from fewtrans_board.adapters.builtin.clip_prompts.promptsrc import gpa_weights
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.methods.adapters.clip_prompts.fusion import TokenFusion, top_tokens
+from fewtrans_board.methods.adapters.clip_prompts.promptsrc import gpa_weights
 from fewtrans_board.testing import check_adapter, tiny_clip_backbone, toy_episode
 
 NEW = (SepAdapter, SepresAdapter, PromptSrcAdapter, TcpAdapter, CopromptAdapter)
@@ -114,7 +114,7 @@ def test_visual_token_selection_is_per_image() -> None:
     ids=lambda a: a.name,
 )
 def test_query_logits_do_not_depend_on_other_queries(adapter_cls, backbone, episode) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.adapters.episode_data import ImageSet
+    from fewtrans_board.api.episode_data import ImageSet
 
     predictor = session_of(adapter_cls, backbone, episode).predictor()
     together = predictor.predict(episode.query)

@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from fewtrans_board import hookimpl
-from fewtrans_board.adapters.builtin.clip_prompts import (
+from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.methods.adapters.clip_prompts import (
     ADAPTERS,
     CocoopAdapter,
     CoopAdapter,
@@ -24,14 +25,13 @@ from fewtrans_board.adapters.builtin.clip_prompts import (
     VptClipAdapter,
     project_conflicting_gradient,
 )
-from fewtrans_board.adapters.builtin.clip_prompts.cocoop import CocoopSession
-from fewtrans_board.adapters.builtin.clip_tuning import (
+from fewtrans_board.methods.adapters.clip_prompts.cocoop import CocoopSession
+from fewtrans_board.methods.adapters.clip_tuning import (
     ClipAdapterAdapter,
     ClipLoraAdapter,
     TaskResAdapter,
 )
-from fewtrans_board.adapters.builtin.zeroshot import ZeroShotClipAdapter
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.methods.adapters.zeroshot import ZeroShotClipAdapter
 from fewtrans_board.testing import (
     check_adapter,
     check_import_is_light,
@@ -124,7 +124,7 @@ def block_input(backbone, block: int, text: str) -> torch.Tensor:  # type: ignor
 
 
 def test_package_import_is_light() -> None:
-    check_import_is_light("fewtrans_board.adapters.builtin.clip_prompts")
+    check_import_is_light("fewtrans_board.methods.adapters.clip_prompts")
 
 
 @pytest.mark.parametrize("adapter_cls", ADAPTERS, ids=lambda a: a.name)
@@ -281,7 +281,7 @@ def test_ivlp_deep_text_prompts_equal_to_frozen_states_reproduce_zero_shot(
 
 
 def test_maple_text_side_and_coupling(backbone, episode) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.adapters.builtin.clip_common import handcrafted_text_features
+    from fewtrans_board.blocks.clip_common import handcrafted_text_features
 
     session = MapleAdapter().session(
         backbone, episode.support, episode.class_names, MapleAdapter.Config()
@@ -300,7 +300,7 @@ def test_maple_text_side_and_coupling(backbone, episode) -> None:  # type: ignor
 def test_cocoop_grouping_of_text_passes_does_not_change_logits(
     backbone, episode, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.adapters.builtin.clip_prompts import cocoop
+    from fewtrans_board.methods.adapters.clip_prompts import cocoop
 
     torch.manual_seed(0)
     predictor = CocoopAdapter().fit(
@@ -460,7 +460,7 @@ def test_cocoop_contexts_are_ctx_plus_meta_net_of_the_normalised_image(
 def test_cocoop_trains_with_batch_size_one_and_frees_each_group(
     backbone, episode, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.adapters.builtin.clip_prompts import cocoop
+    from fewtrans_board.methods.adapters.clip_prompts import cocoop
 
     assert CocoopAdapter.Config().batch_size == 1  # as in CoCoOp
     torch.manual_seed(0)
@@ -530,9 +530,9 @@ def test_prograd_distillation_at_a_temperature_other_than_one(backbone, episode)
 
 
 def test_coop_runs_under_hpe_through_the_runner(tmp_path: Path) -> None:
-    from fewtrans_board.models.spec import ModelSpec
-    from fewtrans_board.plugins import get_plugin_manager
-    from fewtrans_board.registry import Registry
+    from fewtrans_board.api.model_spec import ModelSpec
+    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.plugins.registry import Registry
     from fewtrans_board.results.load import load_run
     from fewtrans_board.runner.run import run_evaluation
     from fewtrans_board.runner.spec import RunSpec

@@ -14,8 +14,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from fewtrans_board import hookimpl
-from fewtrans_board.adapters.base import Adapter
-from fewtrans_board.adapters.builtin.clip_tuning import (
+from fewtrans_board.api.adapter import Adapter
+from fewtrans_board.api.model_spec import ModelSpec
+from fewtrans_board.blocks.unfuse import (
+    SplitMultiheadAttention as UnfusedMultiheadAttention,
+)
+from fewtrans_board.blocks.unfuse import (
+    unfuse_attention,
+)
+from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.methods.adapters.clip_tuning import (
     ADAPTERS,
     ClipAdapterAdapter,
     ClipLoraAdapter,
@@ -24,15 +32,7 @@ from fewtrans_board.adapters.builtin.clip_tuning import (
     FinetuneClipVisualAdapter,
     TaskResAdapter,
 )
-from fewtrans_board.adapters.builtin.clip_tuning.finetune_clip import tower_of
-from fewtrans_board.adapters.builtin.unfuse import (
-    SplitMultiheadAttention as UnfusedMultiheadAttention,
-)
-from fewtrans_board.adapters.builtin.unfuse import (
-    unfuse_attention,
-)
-from fewtrans_board.errors import FewtransError
-from fewtrans_board.models.spec import ModelSpec
+from fewtrans_board.methods.adapters.clip_tuning.finetune_clip import tower_of
 from fewtrans_board.testing import check_adapter, check_import_is_light, tiny_clip_backbone
 from fewtrans_board.testing.tiny import toy_episode
 
@@ -105,7 +105,7 @@ def test_defaults_and_import_is_light() -> None:
         assert (ft.Config().lr, ft.Config().epochs, ft.Config().batch_size) == (1e-5, 20, 32)
     frozen = {a.name for a in ADAPTERS if a.frozen_backbone}
     assert frozen == {"taskres", "clip-adapter", "finetune-clip-text"}
-    check_import_is_light("fewtrans_board.adapters.builtin.clip_tuning")
+    check_import_is_light("fewtrans_board.methods.adapters.clip_tuning")
 
 
 # --- exactly the intended parameters receive gradients ---------------------------------------
@@ -376,8 +376,8 @@ class ClipTuningPlugin:
 
 
 def test_taskres_runs_under_hpe_through_the_runner(tmp_path: Path) -> None:
-    from fewtrans_board.plugins import get_plugin_manager
-    from fewtrans_board.registry import Registry
+    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.plugins.registry import Registry
     from fewtrans_board.results.load import load_run
     from fewtrans_board.runner.run import run_evaluation
     from fewtrans_board.runner.spec import RunSpec

@@ -117,7 +117,7 @@ def test_the_runner_decodes_each_image_once_across_runs(
     tmp_path: Path, invoke, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.datasets import digits
-    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.plugins.loading import get_plugin_manager
     from fewtrans_board.results.load import load_run
 
     manifest = (
@@ -175,8 +175,8 @@ def test_the_runner_decodes_each_image_once_across_runs(
 def test_decoded_pixels_equal_directly_decoded_pixels(tmp_path: Path) -> None:
     import torch
 
+    from fewtrans_board.api.backbone import Preprocessing
     from fewtrans_board.datasets.digits import DIGITS
-    from fewtrans_board.models.backbone import Preprocessing
     from fewtrans_board.runner.images import ImageStore
 
     preprocessing = Preprocessing.fewtrans(32)
@@ -214,7 +214,7 @@ def test_a_shared_image_cache_never_serves_one_copys_pixels_to_another(
 ) -> None:  # type: ignore[no-untyped-def]
     """Two local copies with the same item names but other pixels get their own files."""
     from fewtrans_board.datasets.synthetic import write_synthetic_copy
-    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.plugins.loading import get_plugin_manager
     from fewtrans_board.results.load import load_run
 
     name = "clip-eurosat"

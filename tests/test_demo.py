@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.plugins.loading import get_plugin_manager
 
 
 def test_demo_pretrained_beats_random(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from fewtrans_board.docs import begin_marker, main, render_method_table, update_sections
-from fewtrans_board.plugins import PluginManager
-from fewtrans_board.registry import Registry
+from fewtrans_board.jobs.docs import begin_marker, main, render_method_table, update_sections
+from fewtrans_board.plugins.loading import PluginManager
+from fewtrans_board.plugins.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,9 @@ def test_readme_method_table_is_current() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     updated, found = update_sections(text)
     assert found == ["METHOD TABLE"]
-    assert updated == text, "README.md is out of date: run python -m fewtrans_board.docs README.md"
+    assert updated == text, (
+        "README.md is out of date: run python -m fewtrans_board.jobs.docs README.md"
+    )
 
 
 def test_method_table_has_a_row_per_builtin_adapter(registry: Registry) -> None:

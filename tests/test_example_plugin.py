@@ -9,8 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from fewtrans_board.plugins import get_plugin_manager
-from fewtrans_board.registry import Registry
+from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.plugins.registry import Registry
 from fewtrans_board.testing import check_adapter
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from fewtrans_board.cli import make_cli, needs_plugins
-from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.plugins.loading import get_plugin_manager
 from tests.conftest import REPO, extra_benchmark, installed_distribution
 
 pytestmark = pytest.mark.slow

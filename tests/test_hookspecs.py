@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fewtrans_board import hookspecs
-from fewtrans_board.docs import render_hook_reference, replace_section
-from fewtrans_board.plugins import hook_names
+from fewtrans_board.api import hookspecs
+from fewtrans_board.jobs.docs import render_hook_reference, replace_section
+from fewtrans_board.plugins.loading import hook_names
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,7 @@ def test_hook_has_a_test(name: str) -> None:
 def test_contributing_hook_reference_is_current() -> None:
     text = (ROOT / "CONTRIBUTING.md").read_text()
     assert replace_section(text, render_hook_reference()) == text, (
-        "CONTRIBUTING.md is out of date: run python -m fewtrans_board.docs CONTRIBUTING.md"
+        "CONTRIBUTING.md is out of date: run python -m fewtrans_board.jobs.docs CONTRIBUTING.md"
     )
     for name in hook_names():
         assert f"### `{name}(" in text

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.plugins.loading import get_plugin_manager
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "leaderboard.yml"

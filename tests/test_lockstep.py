@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fewtrans_board import AdapterConfig, ImageSet, SupportSet, hparam
-from fewtrans_board.adapters.lockstep import (
+from fewtrans_board.blocks.lockstep import (
     MemoryBudget,
     PlannedAdapter,
     TrainingPlan,
@@ -19,10 +19,10 @@ from fewtrans_board.adapters.lockstep import (
     parse_memory,
     recording,
 )
-from fewtrans_board.adapters.lockstep.memory import budget_bytes, chunk_size
-from fewtrans_board.errors import ConfigError
-from fewtrans_board.plugins import get_plugin_manager
-from fewtrans_board.registry import Registry
+from fewtrans_board.blocks.lockstep.memory import budget_bytes, chunk_size
+from fewtrans_board.core.errors import ConfigError
+from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.plugins.registry import Registry
 from fewtrans_board.testing import tiny_clip_backbone, tiny_vit_backbone, toy_episode
 
 NOT_BATCHED = {
@@ -301,7 +301,7 @@ def test_chunk_size_and_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     assert chunk_size(27, 10, 95) == 9
     assert chunk_size(27, 10, 5) == 1  # never below one configuration
     assert chunk_size(3, 10, 10**9) == 3
-    from fewtrans_board.adapters.lockstep import memory
+    from fewtrans_board.blocks.lockstep import memory
 
     monkeypatch.setattr(memory, "free_memory", lambda device: 1000)
     assert budget_bytes(MemoryBudget(fraction=0.5), "cuda:3") == 500
@@ -311,7 +311,7 @@ def test_chunk_size_and_budget(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_free_cuda_memory_is_read_from_the_driver(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fewtrans_board.adapters.lockstep.memory import free_memory
+    from fewtrans_board.blocks.lockstep.memory import free_memory
 
     asked = []
     monkeypatch.setattr(
@@ -412,7 +412,7 @@ def test_bad_max_memory_is_a_usage_error(invoke) -> None:  # type: ignore[no-unt
 
 
 def test_a_chunk_out_of_device_memory_is_retried_smaller(monkeypatch, float64) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.adapters.lockstep.template import Template
+    from fewtrans_board.blocks.lockstep.template import Template
 
     adapter = next(a for a in PLANNED if a.name == "finetune")
     support, query, names = episode(torch.float64)
@@ -442,7 +442,7 @@ def test_a_chunk_out_of_device_memory_is_retried_smaller(monkeypatch, float64) -
 
 
 def test_batching_modes() -> None:
-    from fewtrans_board.adapters.lockstep import settings_for
+    from fewtrans_board.blocks.lockstep import settings_for
 
     budget = MemoryBudget(bytes=5)
     auto_gpu = settings_for("auto", "cuda:1", budget)
@@ -461,7 +461,7 @@ def test_batching_modes() -> None:
 
 
 def test_out_of_memory_after_a_trained_chunk_loops_the_rest(monkeypatch, float64) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.adapters.lockstep import trainer
+    from fewtrans_board.blocks.lockstep import trainer
 
     adapter = next(a for a in PLANNED if a.name == "finetune")
     support, query, names = episode(torch.float64)
@@ -487,8 +487,8 @@ def test_out_of_memory_after_a_trained_chunk_loops_the_rest(monkeypatch, float64
 @pytest.mark.parametrize("name", ["finetune", "coop"])
 def test_bf16_autocast_under_vmap_batches_with_the_cuda_tolerances(name, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The CUDA recipe (bf16 autocast inside the loss) exercised on CPU's autocast."""
-    from fewtrans_board.adapters.builtin import training
-    from fewtrans_board.adapters.lockstep import trainer
+    from fewtrans_board.blocks.lockstep import trainer
+    from fewtrans_board.methods.adapters import training
 
     monkeypatch.setattr(training, "autocast", lambda device: torch.autocast("cpu", torch.bfloat16))
     monkeypatch.setattr(trainer, "_tolerance", lambda t, gradient: 0.5 if gradient else 5e-2)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fewtrans_board.adapters.builtin.layer_selection import folds_of, select_layers
+from fewtrans_board.methods.adapters.layer_selection import folds_of, select_layers
 
 LIBRARY = "library:demo-cnn.digits+demo-cnn.random"
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ def test_selection_keeps_the_informative_layer_and_rejects_noise() -> None:
 def test_library_concatenates_member_features(registry) -> None:  # type: ignore[no-untyped-def]
     import torch
 
-    from fewtrans_board.errors import FewtransError
+    from fewtrans_board.core.errors import FewtransError
     from fewtrans_board.models.library import library_members
 
     library = registry.model(LIBRARY).obj.load()
@@ -117,7 +117,7 @@ def test_ims_f_selects_a_subset_recorded_for_every_episode(
 def test_random_baseline_reinitialises_once_and_leaves_the_global_rng_alone(registry) -> None:  # type: ignore[no-untyped-def]
     import torch
 
-    from fewtrans_board.adapters.builtin.random_embedding import reinitialized
+    from fewtrans_board.methods.adapters.random_embedding import reinitialized
     from fewtrans_board.testing.tiny import tiny_vit_backbone
 
     encoder = tiny_vit_backbone().image_encoder
@@ -159,8 +159,8 @@ def test_random_baseline_is_worse_than_the_pretrained_probe_on_digits(
 def _local_model_plugin() -> object:
     """An in-process plugin registering ``local-cnn`` (the demo CNN under another name)."""
     from fewtrans_board import hookimpl
-    from fewtrans_board.models.demo_cnn import load_pretrained
-    from fewtrans_board.models.spec import ModelSpec
+    from fewtrans_board.api.model_spec import ModelSpec
+    from fewtrans_board.methods.models.demo_cnn import load_pretrained
 
     class _Plugin:
         @hookimpl
@@ -182,10 +182,10 @@ def test_composite_models_resolve_members_in_the_callers_registry(tmp_path: Path
     """``library:`` and ``meta-trained`` see the caller's plugins, no more and no fewer."""
     import torch
 
-    from fewtrans_board.errors import UnknownNameError
-    from fewtrans_board.meta.checkpoint import write_checkpoint
-    from fewtrans_board.plugins import get_plugin_manager
-    from fewtrans_board.registry import Registry
+    from fewtrans_board.core.errors import UnknownNameError
+    from fewtrans_board.methods.meta.checkpoint import write_checkpoint
+    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.plugins.registry import Registry
     from fewtrans_board.runner.context import RunContext
     from fewtrans_board.runner.spec import RunSpec
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.plugins.loading import get_plugin_manager
 
 
 def bad_pm():  # type: ignore[no-untyped-def]
@@ -34,7 +34,7 @@ def validate(invoke, adapter: str, *extra: str):  # type: ignore[no-untyped-def]
 
 
 def test_validate_passes_an_honest_adapter(invoke) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.sandbox.bwrap import sandbox_problem
+    from fewtrans_board.core.sandbox.bwrap import sandbox_problem
 
     # A built-in pair runs inline by default; the worker is what plugins get.
     worker = "sandbox" if sandbox_problem() is None else "process"

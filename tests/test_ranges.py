@@ -11,11 +11,11 @@ from dataclasses import dataclass
 import pytest
 
 from fewtrans_board import Adapter, AdapterConfig, hparam
-from fewtrans_board.adapters.ranges import Range
-from fewtrans_board.errors import ConfigError, RegistrationError
+from fewtrans_board.api.ranges import Range
+from fewtrans_board.core.errors import ConfigError, RegistrationError
 from fewtrans_board.hpe.protocols import get_hpe_protocol
-from fewtrans_board.plugins import get_plugin_manager
-from fewtrans_board.registry import Registry
+from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.plugins.registry import Registry
 from tests.conftest import adapter_plugin
 
 

@@ -7,9 +7,9 @@ from collections.abc import Callable
 import pytest
 
 from fewtrans_board import ModelSpec, hookimpl
-from fewtrans_board.errors import DuplicateNameError, RegistrationError, UnknownNameError
-from fewtrans_board.plugins import get_plugin_manager
-from fewtrans_board.registry import Registry, validate_name
+from fewtrans_board.core.errors import DuplicateNameError, RegistrationError, UnknownNameError
+from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.plugins.registry import Registry, validate_name
 from tests.conftest import CentroidAdapter, adapter_plugin, renamed
 
 
@@ -103,8 +103,8 @@ def test_listing_is_fnmatch_and_natural_sorted() -> None:
 
 
 def test_unknown_name_suggests_close_matches() -> None:
-    from fewtrans_board.plugins import PluginSource
-    from fewtrans_board.registry import Catalog
+    from fewtrans_board.plugins.loading import PluginSource
+    from fewtrans_board.plugins.registry import Catalog
 
     catalog: Catalog[object] = Catalog("adapter")
     source = PluginSource("mine", None, None, builtin=False)
@@ -127,7 +127,7 @@ def test_entries_carry_provenance() -> None:
 
 
 def test_model_spec_load_checks_return_type() -> None:
-    from fewtrans_board.errors import ContractError
+    from fewtrans_board.core.errors import ContractError
 
     spec = ModelSpec(
         name="broken.none",

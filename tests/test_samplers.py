@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fewtrans_board.api.dataset_spec import DatasetSpec
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.datasets.hierarchy import pool_nodes, sampling_graph, spanning_leaves
-from fewtrans_board.datasets.spec import DatasetSpec
 from fewtrans_board.episodes.protocols import PROTOCOLS
 from fewtrans_board.episodes.samplers import (
     ClassPool,
@@ -22,7 +23,6 @@ from fewtrans_board.episodes.samplers import (
     FixedWayShotSampler,
     VariedWayShotSampler,
 )
-from fewtrans_board.errors import FewtransError
 
 SIZES = {"a": 6, "b": 8, "c": 5, "d": 7}
 BASE_ORDER = ["c", "a", "d", "b"]  # a FewTrans-style random base order, kept as is

@@ -18,10 +18,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fewtrans_board.core.sandbox import (
+    Isolation,
+    Limits,
+    sandbox_argv,
+    sandbox_problem,
+    worker_policy,
+)
 from fewtrans_board.runner.isolated import PluginWorker
 from fewtrans_board.runner.remote import plugin_places
 from fewtrans_board.runner.worker_messages import FitRequest, WorkerError, WorkerSettings
-from fewtrans_board.sandbox import Isolation, Limits, sandbox_argv, sandbox_problem, worker_policy
 from tests.conftest import installed_distribution
 
 needs_sandbox = pytest.mark.skipif(
@@ -119,7 +125,7 @@ def test_the_sandbox_has_no_network_no_planted_file_and_no_other_process(
 
 
 def test_a_plugin_folder_that_holds_the_store_is_refused(tmp_path: Path) -> None:
-    from fewtrans_board.errors import FewtransError
+    from fewtrans_board.core.errors import FewtransError
 
     store = tmp_path / "leaderboard"
     store.mkdir()
@@ -201,7 +207,7 @@ def test_resource_limits_end_a_request_with_a_clear_error(probe_dist: Path) -> N
 def test_emptying_the_scratch_spares_the_binds_and_the_folders_leading_to_them(
     tmp_path: Path,
 ) -> None:
-    from fewtrans_board.sandbox.episode import _prune
+    from fewtrans_board.core.sandbox.episode import _prune
 
     bound = tmp_path / "clone" / ".venv"  # a read-only bind of a host path under /tmp
     (bound / "bin").mkdir(parents=True)

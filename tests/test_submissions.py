@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fewtrans_board.leaderboard.errors import SubmissionError
-from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.plugins.loading import get_plugin_manager
 from fewtrans_board.results.schema import METADATA_KEY
 from fewtrans_board.results.shards import rows_to_table
 

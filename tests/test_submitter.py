@@ -17,7 +17,7 @@ from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.leaderboard.eligibility import submission_problems
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
-from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.plugins.loading import get_plugin_manager
 from tests.conftest import REPO, extra_benchmark
 
 MANIFESTS = REPO / "leaderboard" / "manifests"
@@ -206,7 +206,7 @@ HEAVY_PLUGIN = """
 import torch  # at import time: every fewtrans-board command would pay for it
 
 from fewtrans_board import hookimpl
-from fewtrans_board.adapters.builtin.prototypes import MeanCentroidAdapter
+from fewtrans_board.methods.adapters.prototypes import MeanCentroidAdapter
 
 
 class HeavyAdapter(MeanCentroidAdapter):

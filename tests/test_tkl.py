@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 from fewtrans_board.unlearning.similarity import (
     DatasetFeatures,

@@ -12,9 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.models.unlearned_records import UnlearnedStore, read_record, write_record
-from fewtrans_board.registry import Registry
+from fewtrans_board.plugins.registry import Registry
 from fewtrans_board.unlearning.data import LabeledSplit, load_split
 from fewtrans_board.unlearning.importance import ImportanceCache, compute_importance
 from fewtrans_board.unlearning.ssd import dampen, dampening_factors
@@ -33,7 +33,7 @@ FORGET_CHANCE_MARGIN = 5.0
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
-    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.plugins.loading import get_plugin_manager
 
     return Registry.from_plugin_manager(get_plugin_manager())
 
@@ -41,7 +41,7 @@ def registry() -> Registry:
 @pytest.fixture(scope="module")
 def miniature(tmp_path_factory: pytest.TempPathFactory, registry: Registry):  # type: ignore[no-untyped-def]
     """The inductive miniature with CoOp on the first three episodes (K = 1, seeds 1-3)."""
-    from fewtrans_board.inductive_demo import run_inductive_demo
+    from fewtrans_board.jobs.inductive_demo import run_inductive_demo
 
     out = tmp_path_factory.mktemp("inductive")
     return run_inductive_demo(registry, out, adapters=("coop",), episodes=3, progress=False)
@@ -146,7 +146,7 @@ def test_importance_cache_reuses_results_and_refuses_tampered_files(
 
 
 def test_shipped_demo_clip_weights_are_small_and_pinned() -> None:
-    from fewtrans_board.models.demo_clip import CHECKPOINTS, weights_path
+    from fewtrans_board.methods.models.demo_clip import CHECKPOINTS, weights_path
     from fewtrans_board.models.weights import file_sha256
 
     for name in CHECKPOINTS:
@@ -156,7 +156,7 @@ def test_shipped_demo_clip_weights_are_small_and_pinned() -> None:
 
 
 def test_unlearning_forgets_5_9_and_keeps_0_4(miniature, registry: Registry) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.inductive_demo import UNLEARNED, unlearned_weights
+    from fewtrans_board.jobs.inductive_demo import UNLEARNED, unlearned_weights
 
     record = miniature.unlearning
     assert record["name"] == UNLEARNED and record["retain"] == ["digits-0-4"]
@@ -222,7 +222,7 @@ def test_unlearn_and_tkl_commands(
     from click.testing import CliRunner
 
     from fewtrans_board.cli import make_cli
-    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.plugins.loading import get_plugin_manager
 
     monkeypatch.setenv("FEWTRANS_BOARD_CACHE", str(miniature.out / "cache"))  # reuse importances
     monkeypatch.setenv("FEWTRANS_BOARD_UNLEARNED", str(tmp_path / "store"))
@@ -266,7 +266,7 @@ def test_unlearned_names_resolve_only_to_their_own_record(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
 ) -> None:
-    from fewtrans_board.inductive_demo import UNLEARNED, unlearned_weights
+    from fewtrans_board.jobs.inductive_demo import UNLEARNED, unlearned_weights
 
     monkeypatch.setenv("FEWTRANS_BOARD_UNLEARNED", str(tmp_path / "empty"))
     weights = unlearned_weights(miniature.out)
@@ -292,8 +292,8 @@ def test_unlearned_names_resolve_only_to_their_own_record(
 
 @pytest.mark.slow
 def test_retraining_the_oracle_reproduces_its_accuracy(registry: Registry) -> None:
-    from fewtrans_board.models.demo_clip import backbone_from_model, build_demo_clip
-    from fewtrans_board.models.demo_clip_train import train
+    from fewtrans_board.methods.models.demo_clip import backbone_from_model, build_demo_clip
+    from fewtrans_board.methods.models.demo_clip_train import train
 
     model = build_demo_clip()
     model.load_state_dict(train(range(5)))
@@ -310,7 +310,7 @@ def test_demo_inductive_command_prints_both_tables(miniature) -> None:  # type: 
     from click.testing import CliRunner
 
     from fewtrans_board.cli import make_cli
-    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.plugins.loading import get_plugin_manager
 
     args = ["demo", "--inductive", "--out", str(miniature.out), "--adapters", "coop"]
     result = CliRunner().invoke(

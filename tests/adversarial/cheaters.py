@@ -404,9 +404,9 @@ def answer_key(manifest_path: object, image_size: int, queries: bool = True) -> 
     are public knowledge; a manifest read at run time also gives the queries)."""
     from pathlib import Path
 
+    from fewtrans_board.api.backbone import Preprocessing
     from fewtrans_board.datasets.digits import DIGITS
     from fewtrans_board.episodes.manifest import Manifest
-    from fewtrans_board.models.backbone import Preprocessing
     from fewtrans_board.runner.images import ImageStore
 
     manifest = Manifest.load(Path(str(manifest_path)))

@@ -20,7 +20,7 @@ from click.testing import CliRunner, Result
 
 from fewtrans_board.cli import make_cli
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS, SubBenchmark
-from fewtrans_board.plugins import PluginManager, get_plugin_manager
+from fewtrans_board.plugins.loading import PluginManager, get_plugin_manager
 from tests.conftest import REPO, installed_distribution
 
 MANIFESTS = REPO / "leaderboard" / "manifests"

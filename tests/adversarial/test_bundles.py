@@ -335,7 +335,7 @@ def test_random_mutants_are_refused_or_shown(
 
 
 def cli_json(args: list[Any]) -> tuple[int, dict[str, Any]]:
-    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.plugins.loading import get_plugin_manager
 
     result = run_cli(get_plugin_manager(entry_points=False), [*args, "--json"])
     return result.exit_code, json.loads(result.output)
@@ -401,7 +401,7 @@ def _rename_entry(store: Path) -> None:
 def test_rebuild_and_site_build_name_a_damaged_entry(
     intake: dict[str, Any], case: tuple[str, str, Callable[[Path], None]], tmp_path: Path
 ) -> None:
-    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.plugins.loading import get_plugin_manager
 
     _, code, damage = case
     store = tmp_path / "leaderboard"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.plugins.loading import get_plugin_manager
 from tests.adversarial.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -136,7 +136,7 @@ def test_modules_planted_for_the_judge_are_never_imported(
 def test_verification_refuses_to_run_without_a_sandbox_unless_told(
     board: Board, honest: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fewtrans_board.sandbox import bwrap
+    from fewtrans_board.core.sandbox import bwrap
 
     bundle = board.pack("lp--nosandbox", "linear-probe", [honest["varied"], honest["fixed"]])
     monkeypatch.setattr(bwrap.shutil, "which", lambda name: None)

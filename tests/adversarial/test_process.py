@@ -14,8 +14,8 @@ import pytest
 
 from fewtrans_board import hookimpl
 from fewtrans_board.cli import make_cli, needs_plugins
-from fewtrans_board.errors import DuplicateNameError, PluginError
-from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.core.errors import DuplicateNameError, PluginError
+from fewtrans_board.plugins.loading import get_plugin_manager
 from tests.adversarial.conftest import REPO, Board, ok, run_cli
 
 

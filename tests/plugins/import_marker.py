@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable
 
 from fewtrans_board import Adapter, hookimpl
-from fewtrans_board.adapters.builtin.prototypes import MeanCentroidAdapter
+from fewtrans_board.methods.adapters.prototypes import MeanCentroidAdapter
 
 MARKER_ENV = "FEWTRANS_TEST_IMPORT_MARKER"
 
