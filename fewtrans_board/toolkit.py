@@ -3,166 +3,262 @@
 ``fewtrans_board`` itself exports the contract (``Adapter``, ``AdapterConfig``, ``hparam``,
 ``Backbone``, ``ModelSpec``, ``DatasetSpec``, ``SupportSet``, ``ImageSet``, ``hookimpl``,
 ``PlannedAdapter``, ``TrainingPlan``). This module adds the pieces the built-in methods are
-made of, so a third-party method can reuse them instead of copying them:
-
-* errors: :class:`FewtransError`, the base of every user-facing error (the CLI prints it
-  as ``Error: ...`` instead of a traceback);
-* datasets: :class:`FolderReader` (one folder per class) and the :class:`DatasetReader`
-  protocol for readers of other layouts;
-* models: :func:`load_timm_backbone` (any timm architecture, hub or local checkpoint),
-  :func:`load_open_clip_backbone`, and :func:`registry_in_force` for a model built from
-  other models (it resolves them in the caller's registry, as ``library:`` does);
-* the FewTrans training recipe: :func:`run_adam` (one Adam per parameter group, per-step
-  cosine to zero, ``RandomState(11)`` support order), :func:`make_head`,
-  :func:`normalized`, :func:`autocast`, :func:`train_only`, :func:`upcast`,
-  :func:`epoch_batches`, :func:`cosine_lr`, :func:`total_steps`;
-* batched HPE: :class:`PlannedAdapter`, :class:`TrainingPlan`, :func:`run_plan`,
-  :func:`lockstep_settings`, :func:`recording`; :class:`FinetuneAdapter` (override
-  ``trainable`` to tune part of a deep-copied encoder) and :func:`encoder_plan`;
-* ViT hook points and PEFT blocks: :func:`vit_parts` (:class:`VitParts`,
-  :class:`BlockParts`), :func:`require_vit`, :func:`place`, bottleneck adapters
-  (:class:`Bottleneck`, :class:`SequentialAdapter`, :class:`ParallelAdapter`,
-  :func:`attach_sequential`, :func:`attach_parallel`) and deep visual prompts
-  (:class:`DeepVisualPrompts`);
-* CLIP text tower: :func:`require_text`, :func:`clip_model`,
-  :func:`encode_text_embeddings`, :func:`class_prompts`,
-  :func:`handcrafted_text_features`, :class:`ClipPredictor`, :class:`NamePredictor`,
-  :class:`TextPrompter`, :func:`attach_deep_text_prompts`, :func:`frozen_text_copy`;
-* smoke-test fixtures: :func:`tiny_vit_backbone`, :func:`tiny_clip_backbone`,
-  :func:`toy_episode` (the contract checks stay in :mod:`fewtrans_board.testing`).
+made of, so a third-party method can reuse them instead of copying them. :data:`NAMES` is the
+one table of them: where each lives, how stable it is, and its group (CONTRIBUTING's toolkit
+table is generated from it by ``python -m fewtrans_board.jobs.docs``).
 
 Every name is the very object the built-ins use (re-exported, never copied), imported on
 first access: ``import fewtrans_board.toolkit`` does not import torch, timm or open_clip.
 Still import the torch-based blocks inside ``load``/``fit``, as for torch itself.
 
 Stability:
-    Stable: every name in ``__all__``, its documented arguments and behaviour (the
-    training recipe helpers reproduce the FewTrans recipe exactly; a change to that
-    would be a new protocol version, not an edit). New optional arguments and new
-    names may be added in any release.
+    Stable (``__all__``): the names the documentation and the example plugin use, their
+    documented arguments and behaviour (the training recipe helpers reproduce the FewTrans
+    recipe exactly; a change to that would be a new protocol version, not an edit). New
+    optional arguments and new names may be added in any release.
 
-    May change without notice: where a name is defined (import it from here, not from
-    ``fewtrans_board.methods.adapters...``), everything not in ``__all__``, private
-    attributes, and the text of error messages.
+    Provisional: the other names of :data:`NAMES`. They work and are the built-ins' own
+    objects, but may change or go in any release without a deprecation period; copy one
+    into your plugin if you need it to stay as it is.
 
-    Deprecation: a name that is renamed or removed keeps working for one release and
-    warns with a ``DeprecationWarning`` saying what to use instead; it is removed in the
-    release after.
+    Deprecation: a stable name that is renamed or removed keeps working for one release
+    and warns with a ``DeprecationWarning`` saying what to use instead; it is removed in the
+    release after. Where a name is defined may change without notice (import it from here,
+    not from ``fewtrans_board.blocks...``), as may private attributes and error messages.
 """
 
 from __future__ import annotations
 
 import importlib
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-if TYPE_CHECKING:
-    from fewtrans_board.api.dataset_spec import DatasetReader
+if TYPE_CHECKING:  # what type checkers and IDEs see; a test holds it to NAMES
+    from fewtrans_board.api.dataset_spec import (
+        DatasetReader as DatasetReader,
+    )
     from fewtrans_board.blocks.bottleneck import (
-        Bottleneck,
-        ParallelAdapter,
-        SequentialAdapter,
-        attach_parallel,
-        attach_sequential,
+        Bottleneck as Bottleneck,
+    )
+    from fewtrans_board.blocks.bottleneck import (
+        ParallelAdapter as ParallelAdapter,
+    )
+    from fewtrans_board.blocks.bottleneck import (
+        SequentialAdapter as SequentialAdapter,
+    )
+    from fewtrans_board.blocks.bottleneck import (
+        attach_parallel as attach_parallel,
+    )
+    from fewtrans_board.blocks.bottleneck import (
+        attach_sequential as attach_sequential,
     )
     from fewtrans_board.blocks.clip_common import (
-        ClipPredictor,
-        NamePredictor,
-        class_prompts,
-        clip_model,
-        encode_text_embeddings,
-        handcrafted_text_features,
-        require_text,
+        ClipPredictor as ClipPredictor,
     )
-    from fewtrans_board.blocks.deep_prompts import DeepVisualPrompts
-    from fewtrans_board.blocks.finetune import FinetuneAdapter, encoder_plan
+    from fewtrans_board.blocks.clip_common import (
+        NamePredictor as NamePredictor,
+    )
+    from fewtrans_board.blocks.clip_common import (
+        class_prompts as class_prompts,
+    )
+    from fewtrans_board.blocks.clip_common import (
+        clip_model as clip_model,
+    )
+    from fewtrans_board.blocks.clip_common import (
+        encode_text_embeddings as encode_text_embeddings,
+    )
+    from fewtrans_board.blocks.clip_common import (
+        handcrafted_text_features as handcrafted_text_features,
+    )
+    from fewtrans_board.blocks.clip_common import (
+        require_text as require_text,
+    )
+    from fewtrans_board.blocks.deep_prompts import (
+        DeepVisualPrompts as DeepVisualPrompts,
+    )
+    from fewtrans_board.blocks.finetune import (
+        FinetuneAdapter as FinetuneAdapter,
+    )
+    from fewtrans_board.blocks.finetune import (
+        encoder_plan as encoder_plan,
+    )
     from fewtrans_board.blocks.lockstep import (
-        PlannedAdapter,
-        TrainingPlan,
-        lockstep_settings,
-        recording,
-        run_plan,
+        PlannedAdapter as PlannedAdapter,
+    )
+    from fewtrans_board.blocks.lockstep import (
+        TrainingPlan as TrainingPlan,
+    )
+    from fewtrans_board.blocks.lockstep import (
+        lockstep_settings as lockstep_settings,
+    )
+    from fewtrans_board.blocks.lockstep import (
+        recording as recording,
+    )
+    from fewtrans_board.blocks.lockstep import (
+        run_plan as run_plan,
     )
     from fewtrans_board.blocks.prompter import (
-        TextPrompter,
-        attach_deep_text_prompts,
-        frozen_text_copy,
+        TextPrompter as TextPrompter,
+    )
+    from fewtrans_board.blocks.prompter import (
+        attach_deep_text_prompts as attach_deep_text_prompts,
+    )
+    from fewtrans_board.blocks.prompter import (
+        frozen_text_copy as frozen_text_copy,
     )
     from fewtrans_board.blocks.training import (
-        autocast,
-        cosine_lr,
-        epoch_batches,
-        make_head,
-        normalized,
-        run_adam,
-        total_steps,
-        train_only,
-        upcast,
+        autocast as autocast,
     )
-    from fewtrans_board.blocks.vit_hooks import place, require_vit
-    from fewtrans_board.blocks.vit_parts import BlockParts, VitParts, vit_parts
-    from fewtrans_board.core.errors import FewtransError
-    from fewtrans_board.datasets.readers import FolderReader
-    from fewtrans_board.models.open_clip_family import load_open_clip_backbone
-    from fewtrans_board.models.timm_family import load_timm_backbone
-    from fewtrans_board.plugins.registry import registry_in_force
-    from fewtrans_board.testing import tiny_clip_backbone, tiny_vit_backbone, toy_episode
+    from fewtrans_board.blocks.training import (
+        cosine_lr as cosine_lr,
+    )
+    from fewtrans_board.blocks.training import (
+        epoch_batches as epoch_batches,
+    )
+    from fewtrans_board.blocks.training import (
+        make_head as make_head,
+    )
+    from fewtrans_board.blocks.training import (
+        normalized as normalized,
+    )
+    from fewtrans_board.blocks.training import (
+        run_adam as run_adam,
+    )
+    from fewtrans_board.blocks.training import (
+        total_steps as total_steps,
+    )
+    from fewtrans_board.blocks.training import (
+        train_only as train_only,
+    )
+    from fewtrans_board.blocks.training import (
+        upcast as upcast,
+    )
+    from fewtrans_board.blocks.vit_hooks import (
+        place as place,
+    )
+    from fewtrans_board.blocks.vit_hooks import (
+        require_vit as require_vit,
+    )
+    from fewtrans_board.blocks.vit_parts import (
+        BlockParts as BlockParts,
+    )
+    from fewtrans_board.blocks.vit_parts import (
+        VitParts as VitParts,
+    )
+    from fewtrans_board.blocks.vit_parts import (
+        vit_parts as vit_parts,
+    )
+    from fewtrans_board.core.errors import (
+        FewtransError as FewtransError,
+    )
+    from fewtrans_board.datasets.readers import (
+        FolderReader as FolderReader,
+    )
+    from fewtrans_board.models.open_clip_family import (
+        load_open_clip_backbone as load_open_clip_backbone,
+    )
+    from fewtrans_board.models.timm_family import (
+        load_timm_backbone as load_timm_backbone,
+    )
+    from fewtrans_board.plugins.registry import (
+        registry_in_force as registry_in_force,
+    )
+    from fewtrans_board.testing import (
+        tiny_clip_backbone as tiny_clip_backbone,
+    )
+    from fewtrans_board.testing import (
+        tiny_vit_backbone as tiny_vit_backbone,
+    )
+    from fewtrans_board.testing import (
+        toy_episode as toy_episode,
+    )
 
-# Where each public name lives; a test checks this table against the imports above.
-_SOURCES: dict[str, tuple[str, ...]] = {
-    "fewtrans_board.blocks.clip_common": (
-        "ClipPredictor",
-        "NamePredictor",
-        "class_prompts",
-        "clip_model",
-        "encode_text_embeddings",
-        "handcrafted_text_features",
-        "require_text",
+
+STABLE: Literal["stable"] = "stable"
+PROVISIONAL: Literal["provisional"] = "provisional"
+
+
+class Name(NamedTuple):
+    """One toolkit name: its home module, its stability and its group in the docs."""
+
+    home: str
+    stability: Literal["stable", "provisional"]
+    group: str
+
+
+NAMES: dict[str, Name] = {
+    # errors
+    "FewtransError": Name("fewtrans_board.core.errors", STABLE, "errors"),
+    # datasets
+    "FolderReader": Name("fewtrans_board.datasets.readers", STABLE, "datasets"),
+    "DatasetReader": Name("fewtrans_board.api.dataset_spec", STABLE, "datasets"),
+    # models
+    "load_timm_backbone": Name("fewtrans_board.models.timm_family", STABLE, "models"),
+    "load_open_clip_backbone": Name("fewtrans_board.models.open_clip_family", STABLE, "models"),
+    "registry_in_force": Name("fewtrans_board.plugins.registry", PROVISIONAL, "models"),
+    # FewTrans recipe
+    "run_adam": Name("fewtrans_board.blocks.training", STABLE, "FewTrans recipe"),
+    "make_head": Name("fewtrans_board.blocks.training", STABLE, "FewTrans recipe"),
+    "normalized": Name("fewtrans_board.blocks.training", STABLE, "FewTrans recipe"),
+    "autocast": Name("fewtrans_board.blocks.training", PROVISIONAL, "FewTrans recipe"),
+    "train_only": Name("fewtrans_board.blocks.training", PROVISIONAL, "FewTrans recipe"),
+    "upcast": Name("fewtrans_board.blocks.training", PROVISIONAL, "FewTrans recipe"),
+    "epoch_batches": Name("fewtrans_board.blocks.training", PROVISIONAL, "FewTrans recipe"),
+    "cosine_lr": Name("fewtrans_board.blocks.training", PROVISIONAL, "FewTrans recipe"),
+    "total_steps": Name("fewtrans_board.blocks.training", PROVISIONAL, "FewTrans recipe"),
+    # fine-tuning and batched HPE
+    "FinetuneAdapter": Name(
+        "fewtrans_board.blocks.finetune", STABLE, "fine-tuning and batched HPE"
     ),
-    "fewtrans_board.blocks.prompter": (
-        "TextPrompter",
-        "attach_deep_text_prompts",
-        "frozen_text_copy",
+    "encoder_plan": Name(
+        "fewtrans_board.blocks.finetune", PROVISIONAL, "fine-tuning and batched HPE"
     ),
-    "fewtrans_board.blocks.deep_prompts": ("DeepVisualPrompts",),
-    "fewtrans_board.blocks.finetune": ("FinetuneAdapter", "encoder_plan"),
-    "fewtrans_board.blocks.training": (
-        "autocast",
-        "cosine_lr",
-        "epoch_batches",
-        "make_head",
-        "normalized",
-        "run_adam",
-        "total_steps",
-        "train_only",
-        "upcast",
+    "PlannedAdapter": Name(
+        "fewtrans_board.blocks.lockstep", PROVISIONAL, "fine-tuning and batched HPE"
     ),
-    "fewtrans_board.blocks.bottleneck": (
-        "Bottleneck",
-        "ParallelAdapter",
-        "SequentialAdapter",
-        "attach_parallel",
-        "attach_sequential",
+    "TrainingPlan": Name(
+        "fewtrans_board.blocks.lockstep", PROVISIONAL, "fine-tuning and batched HPE"
     ),
-    "fewtrans_board.blocks.vit_hooks": ("place", "require_vit"),
-    "fewtrans_board.blocks.vit_parts": ("BlockParts", "VitParts", "vit_parts"),
-    "fewtrans_board.blocks.lockstep": (
-        "PlannedAdapter",
-        "TrainingPlan",
-        "lockstep_settings",
-        "recording",
-        "run_plan",
+    "run_plan": Name("fewtrans_board.blocks.lockstep", PROVISIONAL, "fine-tuning and batched HPE"),
+    "lockstep_settings": Name(
+        "fewtrans_board.blocks.lockstep", PROVISIONAL, "fine-tuning and batched HPE"
     ),
-    "fewtrans_board.datasets.readers": ("FolderReader",),
-    "fewtrans_board.api.dataset_spec": ("DatasetReader",),
-    "fewtrans_board.core.errors": ("FewtransError",),
-    "fewtrans_board.models.open_clip_family": ("load_open_clip_backbone",),
-    "fewtrans_board.models.timm_family": ("load_timm_backbone",),
-    "fewtrans_board.plugins.registry": ("registry_in_force",),
-    "fewtrans_board.testing": ("tiny_clip_backbone", "tiny_vit_backbone", "toy_episode"),
+    "recording": Name("fewtrans_board.blocks.lockstep", PROVISIONAL, "fine-tuning and batched HPE"),
+    # ViT hooks, PEFT
+    "vit_parts": Name("fewtrans_board.blocks.vit_parts", STABLE, "ViT hooks, PEFT"),
+    "VitParts": Name("fewtrans_board.blocks.vit_parts", PROVISIONAL, "ViT hooks, PEFT"),
+    "BlockParts": Name("fewtrans_board.blocks.vit_parts", PROVISIONAL, "ViT hooks, PEFT"),
+    "require_vit": Name("fewtrans_board.blocks.vit_hooks", STABLE, "ViT hooks, PEFT"),
+    "place": Name("fewtrans_board.blocks.vit_hooks", STABLE, "ViT hooks, PEFT"),
+    "attach_sequential": Name("fewtrans_board.blocks.bottleneck", STABLE, "ViT hooks, PEFT"),
+    "attach_parallel": Name("fewtrans_board.blocks.bottleneck", PROVISIONAL, "ViT hooks, PEFT"),
+    "Bottleneck": Name("fewtrans_board.blocks.bottleneck", PROVISIONAL, "ViT hooks, PEFT"),
+    "SequentialAdapter": Name("fewtrans_board.blocks.bottleneck", PROVISIONAL, "ViT hooks, PEFT"),
+    "ParallelAdapter": Name("fewtrans_board.blocks.bottleneck", PROVISIONAL, "ViT hooks, PEFT"),
+    "DeepVisualPrompts": Name("fewtrans_board.blocks.deep_prompts", PROVISIONAL, "ViT hooks, PEFT"),
+    # CLIP text tower
+    "require_text": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, "CLIP text tower"),
+    "clip_model": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, "CLIP text tower"),
+    "encode_text_embeddings": Name(
+        "fewtrans_board.blocks.clip_common", PROVISIONAL, "CLIP text tower"
+    ),
+    "class_prompts": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, "CLIP text tower"),
+    "handcrafted_text_features": Name(
+        "fewtrans_board.blocks.clip_common", PROVISIONAL, "CLIP text tower"
+    ),
+    "ClipPredictor": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, "CLIP text tower"),
+    "NamePredictor": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, "CLIP text tower"),
+    "TextPrompter": Name("fewtrans_board.blocks.prompter", PROVISIONAL, "CLIP text tower"),
+    "attach_deep_text_prompts": Name(
+        "fewtrans_board.blocks.prompter", PROVISIONAL, "CLIP text tower"
+    ),
+    "frozen_text_copy": Name("fewtrans_board.blocks.prompter", PROVISIONAL, "CLIP text tower"),
+    # smoke tests
+    "tiny_vit_backbone": Name("fewtrans_board.testing", STABLE, "smoke tests"),
+    "tiny_clip_backbone": Name("fewtrans_board.testing", STABLE, "smoke tests"),
+    "toy_episode": Name("fewtrans_board.testing", STABLE, "smoke tests"),
 }
-
-_HOME = {name: module for module, names in _SOURCES.items() for name in names}
+"""Every toolkit name, in the order the docs list them."""
 
 _DEPRECATED: dict[str, tuple[str, str]] = {}
 """Old name -> (``"module:attribute"`` it resolves to, what to use instead).
@@ -170,54 +266,7 @@ _DEPRECATED: dict[str, tuple[str, str]] = {}
 An entry lives for one release after its name leaves ``__all__``, then it is deleted.
 """
 
-__all__ = [
-    "BlockParts",
-    "Bottleneck",
-    "ClipPredictor",
-    "DatasetReader",
-    "DeepVisualPrompts",
-    "FewtransError",
-    "FinetuneAdapter",
-    "FolderReader",
-    "NamePredictor",
-    "ParallelAdapter",
-    "PlannedAdapter",
-    "SequentialAdapter",
-    "TextPrompter",
-    "TrainingPlan",
-    "VitParts",
-    "attach_deep_text_prompts",
-    "attach_parallel",
-    "attach_sequential",
-    "autocast",
-    "class_prompts",
-    "clip_model",
-    "cosine_lr",
-    "encode_text_embeddings",
-    "encoder_plan",
-    "epoch_batches",
-    "frozen_text_copy",
-    "handcrafted_text_features",
-    "load_open_clip_backbone",
-    "load_timm_backbone",
-    "lockstep_settings",
-    "make_head",
-    "normalized",
-    "place",
-    "recording",
-    "registry_in_force",
-    "require_text",
-    "require_vit",
-    "run_adam",
-    "run_plan",
-    "tiny_clip_backbone",
-    "tiny_vit_backbone",
-    "total_steps",
-    "toy_episode",
-    "train_only",
-    "upcast",
-    "vit_parts",
-]
+__all__ = sorted(name for name, entry in NAMES.items() if entry.stability == STABLE)
 
 
 def _public_attribute(name: str) -> Any:
@@ -231,17 +280,17 @@ def _public_attribute(name: str) -> Any:
         )
         module, _, attribute = target.partition(":")
         return getattr(importlib.import_module(module), attribute)
-    home = _HOME.get(name)
-    if home is None:
+    entry = NAMES.get(name)
+    if entry is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
+    value = getattr(importlib.import_module(entry.home), name)
     globals()[name] = value  # later lookups skip __getattr__
     return value
 
 
 def _public_dir() -> list[str]:
     """Module attributes plus the public names not imported yet, for ``dir()`` and IDEs."""
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *NAMES})
 
 
 if not TYPE_CHECKING:

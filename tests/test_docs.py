@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from fewtrans_board.jobs.docs import begin_marker, main, render_method_table, update_sections
@@ -77,3 +78,19 @@ def test_docs_refuses_a_file_without_markers(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, [str(plain)])
     assert result.exit_code != 0 and "no generated section" in result.output
     assert plain.read_text() == "nothing generated here\n"
+
+
+def test_contributing_toolkit_table_follows_the_one_table_in_code(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fewtrans_board import toolkit
+
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    updated, found = update_sections(text)
+    assert "TOOLKIT TABLE" in found and updated == text, "run make docs"
+    # Promoting a name in the code's table moves it to the stable column of the docs.
+    entry = toolkit.NAMES["TextPrompter"]
+    monkeypatch.setitem(toolkit.NAMES, "TextPrompter", entry._replace(stability="stable"))
+    row = next(line for line in update_sections(text)[0].splitlines() if "TextPrompter" in line)
+    assert "`TextPrompter`" in row.split("|")[2]
+    assert "`TextPrompter`" in text.split("CLIP text tower |", 1)[1].split("\n")[0].split("|")[1]

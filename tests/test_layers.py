@@ -20,10 +20,11 @@ LAYERS: list[set[str]] = [
     {"api"},
     {"datasets", "models"},
     {"blocks"},
-    {"plugins", "testing", "toolkit"},
+    {"plugins"},
     {"methods"},
     {"episodes", "hpe", "stats"},
     {"results"},
+    {"testing", "toolkit"},
     {"runner"},
     {"unlearning", "metatrain", "analysis"},
     {"leaderboard"},
@@ -36,7 +37,8 @@ LAYERS: list[set[str]] = [
 
 A unit may import from its own layer and the ones below: the contract (``api``) knows no
 implementation, building blocks (``blocks``) know no method, methods know no runner, the
-runner uses results and HPE, never the other way round, and the CLI only wires commands.
+contract checks (``testing``) judge with the statistics of ``stats``, the runner uses
+results and HPE, never the other way round, and the CLI only wires commands.
 """
 
 SUBLAYERS: dict[str, list[set[str]]] = {

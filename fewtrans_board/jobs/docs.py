@@ -147,9 +147,31 @@ def render_method_table() -> str:
     return "\n".join([begin_marker(marker), "", *rows, "", end_marker(marker)])
 
 
+def render_toolkit_table() -> str:
+    """CONTRIBUTING's table of the toolkit's names by group, from ``toolkit.NAMES``."""
+    from fewtrans_board import toolkit
+
+    groups: dict[str, dict[str, list[str]]] = {}
+    for name, entry in toolkit.NAMES.items():
+        groups.setdefault(entry.group, {toolkit.STABLE: [], toolkit.PROVISIONAL: []})
+        groups[entry.group][entry.stability].append(f"`{name}`")
+    lines = [
+        begin_marker("TOOLKIT TABLE"),
+        "",
+        "| group | stable | provisional |",
+        "| --- | --- | --- |",
+    ]
+    for group, names in groups.items():
+        stable = ", ".join(names[toolkit.STABLE]) or "-"
+        provisional = ", ".join(names[toolkit.PROVISIONAL]) or "-"
+        lines.append(f"| {group} | {stable} | {provisional} |")
+    return "\n".join([*lines, "", end_marker("TOOLKIT TABLE")])
+
+
 SECTIONS: dict[str, Callable[[], str]] = {
     "HOOK REFERENCE": render_hook_reference,
     "METHOD TABLE": render_method_table,
+    "TOOLKIT TABLE": render_toolkit_table,
 }
 
 

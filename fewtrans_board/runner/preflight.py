@@ -29,7 +29,6 @@ from fewtrans_board.core.errors import ContractError, FewtransError
 from fewtrans_board.core.sandbox import Isolation
 from fewtrans_board.core.threads import torch_threads
 from fewtrans_board.plugins.registry import Registered, Registry
-from fewtrans_board.results.schema import accuracy_percent
 from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.evaluate import ConfigOutcome, evaluate_episode
 from fewtrans_board.runner.inductive import (
@@ -40,57 +39,27 @@ from fewtrans_board.runner.inductive import (
 )
 from fewtrans_board.runner.rows import episode_rows
 from fewtrans_board.runner.spec import RunSpec
-from fewtrans_board.stats.bounds import lower_bound
 from fewtrans_board.testing.contract import (
     check_adapter,
     check_backbone,
     check_import_is_light,
 )
+from fewtrans_board.testing.fit_many import (
+    FIT_MANY_CONFIDENCE,
+    FIT_MANY_MARGIN,
+    Logits,
+    fit_many_gain,
+)
 
 DEFAULT_MANIFEST = "fewtrans-varied--digits.parquet"
-FIT_MANY_MARGIN = 0.5
-"""Accuracy points by which ``fit_many`` may exceed ``fit`` before the paired test flags it."""
-FIT_MANY_CONFIDENCE = 0.99
 
 
 class PreflightError(FewtransError):
     """A model + adapter pair failed a preflight check."""
 
 
-Logits = list[list[np.ndarray]]
-"""``logits[episode position][configuration]`` in manifest query order."""
-
-
 def _logits(outcomes: list[ConfigOutcome]) -> list[np.ndarray]:
     return [o.logits for o in outcomes]
-
-
-def fit_many_gain(batched: Logits, looped: Logits, labels: list[np.ndarray]) -> tuple[float, float]:
-    """Mean accuracy gain of ``fit_many`` over ``fit`` and its one-sided lower bound.
-
-    Args:
-        batched: logits of the batched fit, per episode and configuration.
-        looped: logits of fitting each configuration alone.
-        labels: query labels per episode.
-
-    Returns:
-        ``(mean gain, lower confidence bound)`` in accuracy points, paired by episode
-        (each episode's gain averaged over its configurations).
-    """
-    gains = [
-        float(
-            np.mean(
-                [
-                    accuracy_percent(b.argmax(axis=1), y)
-                    - accuracy_percent(alone.argmax(axis=1), y)
-                    for b, alone in zip(bs, ls, strict=True)
-                ]
-            )
-        )
-        for bs, ls, y in zip(batched, looped, labels, strict=True)
-    ]
-    bound = lower_bound(gains, FIT_MANY_CONFIDENCE)
-    return bound.mean, bound.bound
 
 
 def run_preflight(spec: RunSpec, registry: Registry) -> dict[str, Any]:
