@@ -487,8 +487,8 @@ def test_out_of_memory_after_a_trained_chunk_loops_the_rest(monkeypatch, float64
 @pytest.mark.parametrize("name", ["finetune", "coop"])
 def test_bf16_autocast_under_vmap_batches_with_the_cuda_tolerances(name, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The CUDA recipe (bf16 autocast inside the loss) exercised on CPU's autocast."""
+    from fewtrans_board.blocks import training
     from fewtrans_board.blocks.lockstep import trainer
-    from fewtrans_board.methods.adapters import training
 
     monkeypatch.setattr(training, "autocast", lambda device: torch.autocast("cpu", torch.bfloat16))
     monkeypatch.setattr(trainer, "_tolerance", lambda t, gradient: 0.5 if gradient else 5e-2)

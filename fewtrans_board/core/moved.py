@@ -140,12 +140,11 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder):
         new = new_name(fullname)
         if new is None:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _Alias(new), is_package=_is_package(new))
-
-
-def _is_package(name: str) -> bool:
-    spec = importlib.util.find_spec(name)
-    return spec is not None and spec.submodule_search_locations is not None
+        found = importlib.util.find_spec(new)
+        if found is None:  # a name that never existed fails as before, without a warning
+            return None
+        is_package = found.submodule_search_locations is not None
+        return importlib.machinery.ModuleSpec(fullname, _Alias(new), is_package=is_package)
 
 
 def install() -> None:
