@@ -72,3 +72,19 @@ def test_a_name_that_never_existed_still_fails_without_a_move_warning() -> None:
         warnings.simplefilter("always")
         importlib.import_module("fewtrans_board.adapters.builtin.no_such_method")
     assert not [w for w in caught if "no_such_method" in str(w.message)]
+
+
+def test_release_0_1_plugin_loading_names_resolve_from_the_package() -> None:
+    code = (
+        "import warnings\nwarnings.simplefilter('error')\n"
+        "try:\n    from fewtrans_board.plugins import get_plugin_manager\n"
+        "except DeprecationWarning as w:\n    print('warned', w)\n"
+        "warnings.simplefilter('ignore')\n"
+        "from fewtrans_board.plugins import get_plugin_manager\n"
+        "from fewtrans_board.plugins.loading import get_plugin_manager as new\n"
+        "print(get_plugin_manager is new)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "warned fewtrans_board.plugins.get_plugin_manager moved to" in done.stdout
+    assert done.stdout.strip().endswith("True")

@@ -12,7 +12,11 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     # Release 0.1 had these names in the module ``fewtrans_board.plugins``.
-    from fewtrans_board.plugins import loading
+    import importlib
+
+    # not 'from fewtrans_board.plugins import loading': before the submodule is imported that
+    # reads this package's attribute, i.e. calls this function again
+    loading = importlib.import_module("fewtrans_board.plugins.loading")
 
     if name.startswith("__") or not hasattr(loading, name):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
