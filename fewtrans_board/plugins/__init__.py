@@ -6,18 +6,16 @@
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    # Release 0.1 had these names in the module ``fewtrans_board.plugins``.
-    import importlib
-
-    # not 'from fewtrans_board.plugins import loading': before the submodule is imported that
-    # reads this package's attribute, i.e. calls this function again
+    # Release 0.1 had these names in the module ``fewtrans_board.plugins``. Imported by name:
+    # 'from fewtrans_board.plugins import loading' would read this package's attribute, i.e.
+    # call this function again, before the submodule is imported.
     loading = importlib.import_module("fewtrans_board.plugins.loading")
-
     if name.startswith("__") or not hasattr(loading, name):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     warnings.warn(
