@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from fewtrans_board import Backbone, ClassSplit, ModelSpec
-from fewtrans_board.errors import ContractError
+from fewtrans_board.core.errors import ContractError
 from fewtrans_board.testing import (
     check_adapter,
     check_dataset,
     check_model,
     tiny_clip_backbone,
     tiny_vit_backbone,
+    toy_episode,
 )
 from tests.conftest import CentroidAdapter
 
@@ -92,7 +93,53 @@ def test_check_adapter_accepts_and_reports() -> None:
         "backbone untouched",
         "fit_many agrees with fit",
     ]
-    assert 0.0 <= report.details["toy_accuracy"] <= 1.0
+    assert report.details["n_query"] == 6 and report.details["n_way"] == 3
+    assert_toy_accuracy_is_nearest_centroid(report.details["toy_accuracy"])
+
+
+def nearest_centroid_toy_accuracy() -> float:
+    """Accuracy of nearest centroid on the contract check's toy episode, written out in numpy.
+
+    Same episode and backbone as ``check_adapter``'s defaults (seed 0): a tiny random ViT's
+    features, class means of the support features, squared Euclidean distance.
+    """
+    import numpy as np
+
+    episode, backbone = toy_episode(seed=0), tiny_vit_backbone()
+    with torch.no_grad():
+        support = backbone.image_encoder(episode.support.images.pixels).numpy()
+        query = backbone.image_encoder(episode.query.pixels).numpy()
+    labels = episode.support.labels.numpy()
+    centroids = np.stack([support[labels == c].mean(axis=0) for c in range(3)])
+    distances = ((query[:, None, :] - centroids[None, :, :]) ** 2).sum(axis=-1)
+    return float(np.mean(distances.argmin(axis=1) == episode.query_labels.numpy()))
+
+
+def assert_toy_accuracy_is_nearest_centroid(toy_accuracy: float) -> None:
+    # The toy classes differ by a per-class mean colour (centres ~ N(0, 1) per channel,
+    # pixel noise 0.5): even the per-image mean colour separates them, and nearest centroid on
+    # the tiny ViT's features classifies all 6 queries correctly.
+    oracle = nearest_centroid_toy_accuracy()
+    assert oracle == pytest.approx(1.0)
+    assert toy_accuracy == pytest.approx(oracle)
+
+
+class RandomLogits(CentroidAdapter):
+    """Well-formed, deterministic (seeded) logits that ignore the images."""
+
+    name = "random-logits"
+
+    def fit(self, backbone, support, class_names, config):  # type: ignore[no-untyped-def]
+        return Predict(lambda q: torch.randn(len(q), support.n_way))
+
+
+def test_toy_accuracy_tells_a_broken_adapter_from_a_centroid() -> None:
+    # Random logits pass the form checks but not the accuracy check: with 6 queries and
+    # 3 ways, all 6 right by chance has probability (1/3)**6 < 0.2%, and the seed is fixed.
+    report = check_adapter(RandomLogits)
+    assert "fit_many agrees with fit" in report.passed
+    with pytest.raises(AssertionError):
+        assert_toy_accuracy_is_nearest_centroid(report.details["toy_accuracy"])
 
 
 def _spec(backbone: Backbone, modalities: tuple[str, ...] = ("image",)) -> ModelSpec:
@@ -150,7 +197,7 @@ def test_check_dataset_rejects_missing_metadata(tiny_dataset_spec) -> None:  # t
 
 
 def test_dataset_spec_rejects_bad_split(tiny_dataset_spec) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.errors import RegistrationError
+    from fewtrans_board.core.errors import RegistrationError
 
     with pytest.raises(RegistrationError, match="not a partition"):
         replace(tiny_dataset_spec, split=ClassSplit(base=(0, 1), novel=(1,)))
