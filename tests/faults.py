@@ -17,14 +17,22 @@ from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 T = TypeVar("T")
 
 EXAMPLES = int(os.environ.get("FEWTRANS_FUZZ_EXAMPLES", "40"))
+IN_CI = "CI" in os.environ or os.environ.get("FEWTRANS_CI") == "1"
+"""``.ci/run`` sets FEWTRANS_CI=1; hosted CI services set CI (Hypothesis's own CI rule)."""
+
+# In CI the examples are derandomised: a red build fails again on rerun with the same
+# example, and a green one cannot turn red by luck. On a developer's machine they are
+# random, and a failing example is saved to .hypothesis/ and replayed first next time.
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
-    database=None,
+    derandomize=IN_CI,
+    database=None if IN_CI else DirectoryBasedExampleDatabase(".hypothesis/examples"),
     suppress_health_check=list(HealthCheck),
 )
 
