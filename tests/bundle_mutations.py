@@ -50,12 +50,25 @@ def toml_value(value: Any) -> str:
     raise TypeError(type(value))
 
 
-def toml_document(tables: dict[str, dict[str, Any]]) -> bytes:
-    """A TOML document of tables of plain values."""
-    lines = []
+def without_nulls(value: Any) -> Any:
+    """TOML has no null: a None value (in a table or an array) leaves its key or element out."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value if v is not None]
+    return value
+
+
+def toml_document(tables: dict[str, Any]) -> bytes:
+    """A TOML document of tables of plain values (top-level plain values first, as TOML asks)."""
+    tables = without_nulls(tables)
+    lines = [
+        f"{json.dumps(k)} = {toml_value(v)}" for k, v in tables.items() if not isinstance(v, dict)
+    ]
     for table, values in tables.items():
-        lines.append(f"[{json.dumps(table)}]")
-        lines += [f"{json.dumps(k)} = {toml_value(v)}" for k, v in values.items()]
+        if isinstance(values, dict):
+            lines.append(f"[{json.dumps(table)}]")
+            lines += [f"{json.dumps(k)} = {toml_value(v)}" for k, v in values.items()]
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -363,7 +376,7 @@ def content_mutation(draw: st.DrawFn, entries: list[Entry], family: str) -> tupl
         return family, entries
     i = draw(st.sampled_from(candidates))
     entry = entries[i]
-    try:  # an earlier mutation may have left the member unparsable: then skip this one
+    try:
         if family == "toml":
             kind, data = draw(toml_edit(entry.data))
         elif family == "json":
@@ -371,22 +384,59 @@ def content_mutation(draw: st.DrawFn, entries: list[Entry], family: str) -> tupl
             kind += "-" + entry.name.rsplit("/", 1)[-1]
         else:
             kind, data = draw(arrow_edit(entry.data))
-    except Exception:  # an earlier mutation damaged the member beyond parsing
+    except NotApplicable:  # an earlier mutation damaged the member beyond parsing
         return family + "-skipped", entries
+    # Any other exception is a bug of the strategy itself and propagates.
     return kind, [*entries[:i], same_entry(entry, data), *entries[i + 1 :]]
+
+
+class NotApplicable(Exception):
+    """This mutation does not apply: an earlier one left the member unparsable."""
+
+
+def parsed_toml(data: bytes) -> dict[str, Any]:
+    """A submission.toml's tables, or :class:`NotApplicable` when it no longer parses as one."""
+    import tomllib
+
+    try:
+        tables = tomllib.loads(data.decode())
+        json.dumps(tables)  # TOML dates and times have no JSON form for edit_document
+    except RecursionError as exc:  # what toml-nested appends is too deep for tomllib
+        raise NotApplicable("nested too deep to parse") from exc
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, TypeError, ValueError) as exc:
+        raise NotApplicable(f"not TOML of plain values: {exc}") from exc
+    if not isinstance(tables.get("submission"), dict):
+        raise NotApplicable("no [submission] table")
+    return tables
+
+
+def parsed_json(data: bytes) -> Any:
+    """A JSON member's document, or :class:`NotApplicable` when it no longer parses."""
+    try:
+        return json.loads(data)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise NotApplicable(f"not JSON: {exc}") from exc
+
+
+def parsed_shard(data: bytes) -> tuple[pa.Table, dict[str, Any]]:
+    """A shard's rows and metadata, or :class:`NotApplicable` when they no longer parse."""
+    try:
+        return read_shard_bytes(data)
+    except (pa.ArrowException, OSError, KeyError, TypeError, ValueError) as exc:
+        # not Parquet (pyarrow reports corrupt pages as OSError); no schema metadata (None) or
+        # no fewtrans key; metadata not JSON
+        raise NotApplicable(f"not a result shard: {exc!r}") from exc
 
 
 @st.composite
 def toml_edit(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
     """submission.toml with a field swapped, removed or added, or not UTF-8, or too deep."""
-    import tomllib
-
     special = draw(st.sampled_from(["edit", "edit", "edit", "latin-1", "nested", "table"]))
     if special == "latin-1":
         return "toml-latin-1", data.replace(b"Red Team", "R\xe9d T\xe9am".encode("latin-1"))
     if special == "nested":
         return "toml-nested", data + b"deep = " + b"[" * 5000 + b"]" * 5000 + b"\n"
-    tables = tomllib.loads(data.decode())
+    tables = parsed_toml(data)
     if special == "table":
         tables[draw(st.text(max_size=8))] = {"x": 1}
     else:
@@ -399,7 +449,7 @@ def json_edit(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
     """A JSON member with a value swapped, removed or added (run.json maybe re-hashed)."""
     from fewtrans_board.results.schema import run_id_of
 
-    document = draw(edit_document(json.loads(data)))
+    document = draw(edit_document(parsed_json(data)))
     identity = document.get("identity") if isinstance(document, dict) else None
     if isinstance(identity, dict) and draw(st.booleans()):
         document["run_id"] = run_id_of(identity)  # adversary: re-hash
@@ -409,7 +459,7 @@ def json_edit(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
 @st.composite
 def arrow_edit(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
     """A shard with its provenance or its rows edited, re-sealed or not."""
-    table, meta = read_shard_bytes(data)
+    table, meta = parsed_shard(data)
     reseal = draw(st.booleans())
     if draw(st.integers(0, 3)) == 0:
         meta, kind = draw(edit_document(meta)), "arrow-meta"

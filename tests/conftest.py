@@ -16,8 +16,8 @@ from click.testing import CliRunner, Result
 
 from fewtrans_board import Adapter, AdapterConfig, hookimpl, hparam
 from fewtrans_board.cli import make_cli
-from fewtrans_board.plugins import PluginManager, get_plugin_manager
-from fewtrans_board.registry import Registry
+from fewtrans_board.plugins.loading import PluginManager, get_plugin_manager
+from fewtrans_board.plugins.registry import Registry
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from fewtrans_board import Backbone, ImageSet, SupportSet, hookimpl
-from fewtrans_board.adapters.builtin.finetune import (
+from fewtrans_board.blocks.finetune import (
     FinetuneAdapter,
     FinetuneLastKAdapter,
     TransductiveFinetuneAdapter,
     block_list,
 )
-from fewtrans_board.adapters.builtin.heads import CosineClassifierAdapter, LinearProbeAdapter
-from fewtrans_board.adapters.builtin.prototypes import MeanCentroidAdapter
-from fewtrans_board.adapters.builtin.zeroshot import TEMPLATE_SETS, ZeroShotClipAdapter
 from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, get_hpe_protocol
-from fewtrans_board.plugins import get_plugin_manager
-from fewtrans_board.registry import Registry
+from fewtrans_board.methods.adapters.heads import CosineClassifierAdapter, LinearProbeAdapter
+from fewtrans_board.methods.adapters.prototypes import MeanCentroidAdapter
+from fewtrans_board.methods.adapters.zeroshot import TEMPLATE_SETS, ZeroShotClipAdapter
+from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.plugins.registry import Registry
 from fewtrans_board.results.load import load_run
 from fewtrans_board.runner.run import run_evaluation
 from fewtrans_board.runner.spec import RunSpec
@@ -32,6 +33,36 @@ DIGITS_MANIFEST = (
     / "manifests"
     / "fewtrans-varied--digits.parquet"
 )
+
+
+def assert_rows_score_the_manifest_labels(rows: list[dict[str, Any]], manifest: Path) -> None:
+    """Recompute every row's accuracy, and each ensemble, from the manifest's query labels.
+
+    Accuracy is 100 * (correct / n_query), so it can only take multiples of 100 / n_query; the
+    vote ensemble is the per-query majority of the member predictions (ties: lowest class).
+    """
+    import numpy as np
+
+    from fewtrans_board.episodes.manifest import Manifest
+
+    episodes = {e.index: e for e in Manifest.load(manifest).episodes()}
+    assert {r["episode"] for r in rows} <= set(episodes) and rows
+    for row in rows:
+        episode = episodes[row["episode"]]
+        labels = np.array([label for _, label in episode.query])
+        predictions = np.array(row["predictions"])
+        assert row["n_query"] == len(labels) == len(predictions)
+        assert row["n_way"] == episode.ways and set(predictions.tolist()) <= set(
+            range(episode.ways)
+        )
+        correct = int((predictions == labels).sum())
+        assert row["accuracy"] == pytest.approx(100.0 * correct / len(labels))
+    for index in {r["episode"] for r in rows}:
+        configs = [r for r in rows if r["episode"] == index and r["kind"] == "config"]
+        members = np.array([r["predictions"] for r in configs])
+        votes = np.stack([(members == c).sum(axis=0) for c in range(episodes[index].ways)], 1)
+        (vote,) = [r for r in rows if r["episode"] == index and r["aggregation"] == "vote"]
+        assert vote["kind"] == "ensemble" and vote["predictions"] == votes.argmax(1).tolist()
 
 
 def identity_backbone(dim: int = 2) -> Backbone:
@@ -134,7 +165,7 @@ def test_batched_heads_agree_with_the_loop_in_float32(adapter, one_thread) -> No
 
 
 def demo_backbone() -> Backbone:
-    from fewtrans_board.models.demo_cnn import load_random
+    from fewtrans_board.methods.models.demo_cnn import load_random
 
     return load_random(None, "cpu")
 
@@ -190,7 +221,7 @@ def test_transductive_finetune_uses_query_batch_statistics() -> None:
 
 
 def test_zero_shot_needs_a_text_tower() -> None:
-    from fewtrans_board.errors import FewtransError
+    from fewtrans_board.core.errors import FewtransError
 
     episode = toy_episode(image_size=32)
     with pytest.raises(FewtransError, match="needs a CLIP-style model"):
@@ -235,7 +266,7 @@ class TinyModelsPlugin:
 
     @hookimpl
     def register_models(self, register):  # type: ignore[no-untyped-def]
-        from fewtrans_board.models.spec import ModelSpec
+        from fewtrans_board.api.model_spec import ModelSpec
         from fewtrans_board.testing import tiny_vit_backbone
 
         register(
@@ -286,4 +317,4 @@ def test_every_builtin_adapter_runs_under_hpe(adapter, tmp_path: Path) -> None: 
     rows = load_run(tmp_path / "run").table.to_pylist()
     assert len([r for r in rows if r["kind"] == "config"]) == expected
     assert {r["aggregation"] for r in rows if r["kind"] == "ensemble"} >= {"vote"}
-    assert all(0.0 <= r["accuracy"] <= 100.0 for r in rows)
+    assert_rows_score_the_manifest_labels(rows, DIGITS_MANIFEST)

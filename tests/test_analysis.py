@@ -101,8 +101,8 @@ def test_lora_update_is_the_merged_low_rank_product_on_the_refused_qkv() -> None
     import torch
     from peft import LoraConfig, inject_adapter_in_model
 
-    from fewtrans_board.adapters.builtin.layers import encoder_blocks
-    from fewtrans_board.adapters.builtin.unfuse import unfuse_qkv
+    from fewtrans_board.blocks.layers import encoder_blocks
+    from fewtrans_board.blocks.unfuse import unfuse_qkv
     from fewtrans_board.testing.tiny import tiny_vit_backbone
 
     encoder = tiny_vit_backbone().image_encoder
@@ -179,7 +179,7 @@ def refit_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]: 
     from click.testing import CliRunner
 
     from fewtrans_board.cli import make_cli
-    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.plugins.loading import get_plugin_manager
 
     out = tmp_path_factory.mktemp("refit")
     reports = {}
@@ -261,8 +261,8 @@ def test_zipf_on_digits_runs_matches_an_independent_spearman(tmp_path: Path) -> 
     from fewtrans_board.datasets.digits import DIGITS as SPEC
     from fewtrans_board.episodes.build import build_manifest
     from fewtrans_board.episodes.protocols import get_protocol
-    from fewtrans_board.plugins import get_plugin_manager
-    from fewtrans_board.registry import Registry
+    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.plugins.registry import Registry
     from fewtrans_board.results.load import load_run
     from fewtrans_board.runner.run import run_evaluation
     from fewtrans_board.runner.spec import RunSpec
@@ -332,7 +332,7 @@ def test_site_has_an_analyses_page_only_where_data_exist(tmp_path: Path, refit_r
     assert not (out / "analyses-bscd.html").exists()  # no entries, no analysis files
     assert 'href="analyses-' not in (out / "benchmark-bscd.html").read_text()
     (folder / "cka.json").write_text(json.dumps({"analysis": "zipf"}))
-    from fewtrans_board.errors import FewtransError
+    from fewtrans_board.core.errors import FewtransError
 
     with pytest.raises(FewtransError, match=r"cka\.json is malformed"):
         build_site(store, tmp_path / "site2")

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fewtrans_board.adapters.builtin.finetune import FinetuneAdapter
-from fewtrans_board.adapters.builtin.heads import LinearProbeAdapter
-from fewtrans_board.adapters.builtin.prototypes import MeanCentroidAdapter
+from fewtrans_board.blocks.finetune import FinetuneAdapter
 from fewtrans_board.hpe.protocols import HPE_PROTOCOLS
 from fewtrans_board.hpe.search import (
     EPOCH_LADDER,
@@ -21,6 +19,8 @@ from fewtrans_board.hpe.search import (
     lr_up,
     snap_lr,
 )
+from fewtrans_board.methods.adapters.heads import LinearProbeAdapter
+from fewtrans_board.methods.adapters.prototypes import MeanCentroidAdapter
 
 PAPER, REFERENCE = HPE_PROTOCOLS["fewtrans-paper"], HPE_PROTOCOLS["fewtrans-reference"]
 
@@ -67,8 +67,16 @@ def test_grid_does_not_depend_on_the_order_roles_are_listed(protocol, adapter) -
     assert protocol.grid_for(centre, alphabetical) == grid
     assert protocol.grid_for(centre, reverse) == grid
     assert protocol.digest_for(centre, alphabetical) == protocol.digest_for(centre, roles)
-    # Learning rates vary slowest, the epoch count fastest.
-    assert list(protocol.axes_for(centre, alphabetical))[-1] == "epochs" or protocol is REFERENCE
+    # Learning rates first (by field name), then the epoch count; the reference protocol
+    # fixes the epochs at the centre, so it has no epoch axis at all.
+    expected = {
+        ("fewtrans-paper", "linear-probe"): ["lr_head", "epochs"],
+        ("fewtrans-paper", "finetune"): ["lr_backbone", "lr_head", "epochs"],
+        ("fewtrans-reference", "linear-probe"): ["lr_head"],
+        ("fewtrans-reference", "finetune"): ["lr_backbone", "lr_head"],
+    }[(protocol.name, adapter.name)]
+    for order in (roles, alphabetical, reverse):
+        assert list(protocol.axes_for(centre, order)) == expected
 
 
 def test_adapters_without_axes_get_the_centre_only() -> None:
@@ -127,7 +135,7 @@ def test_centre_search_stays_when_the_start_is_optimal() -> None:
 
 
 def test_hpe_search_command_on_digits(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.plugins.loading import get_plugin_manager
 
     pm = get_plugin_manager(entry_points=False)
     out = tmp_path / "centre.json"

@@ -21,9 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from fewtrans_board.errors import FewtransError
-from fewtrans_board.plugins import get_plugin_manager
-from fewtrans_board.registry import Registry
+from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.plugins.registry import Registry
 from fewtrans_board.results.load import load_run
 from fewtrans_board.results.shards import read_shard
 from fewtrans_board.runner.locks import FileLock
@@ -91,35 +91,91 @@ def undisturbed(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, obje
 # --- kill -9 ---------------------------------------------------------------------------
 
 
+STOP_HOOK = """\
+\"\"\"The CLI, made to stop for good before it writes a shard once STOP_AFTER shards exist.
+
+Spawned pool workers run this file as __mp_main__, so the patch applies in them too.
+\"\"\"
+import os
+import time
+from pathlib import Path
+
+import fewtrans_board.runner.run as run_module
+
+_write = run_module.write_shard
+_after = int(os.environ["FEWTRANS_TEST_STOP_AFTER"])
+_marker = Path(os.environ["FEWTRANS_TEST_STOP_MARKER"])
+
+
+def _write_or_stop(path, *args, **kwargs):
+    if len(list(Path(path).parent.glob("shard-*.parquet"))) >= _after:
+        _marker.write_text(str(os.getpid()))
+        while True:  # a shard computed but never written, until kill -9
+            time.sleep(60)
+    return _write(path, *args, **kwargs)
+
+
+run_module.write_shard = _write_or_stop
+
+if __name__ == "__main__":
+    from fewtrans_board.cli import main
+
+    main()
+"""
+
+
+def wait_until(condition, process: subprocess.Popen[bytes], what: str, timeout_s: float = 300.0):  # type: ignore[no-untyped-def]
+    """Poll ``condition`` until it holds; fail naming ``what`` if the run exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert process.poll() is None, f"the run exited ({process.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout_s:.0f} s"
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("executor", ["inline", "process"])
 @pytest.mark.parametrize("round_", range(KILL_ROUNDS))
 def test_kill_9_at_a_random_point_then_resume(
     tmp_path: Path, undisturbed: list[dict[str, object]], executor: str, round_: int
 ) -> None:
+    """Killed with 0-2 shards written and a computed shard held back from its write.
+
+    No sleep decides where the kill lands: the run (through STOP_HOOK) signals that it
+    reached the chosen point and then cannot finish, so it is certainly alive when killed.
+    """
     rng = random.Random(f"{executor}-{round_}")
     out = tmp_path / "killed"
     extra = ("--executor", "process", "--workers", "2") if executor == "process" else ()
-    process = subprocess.Popen(
-        command(out, SLOW_RUN, *extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    parent = psutil.Process(process.pid)
+    hook, marker = tmp_path / "stop_hook.py", tmp_path / "stopped"
+    hook.write_text(STOP_HOOK)
     finished_before_kill = rng.choice([0, 1, 2])
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        assert process.poll() is None, "the run finished before it could be killed"
-        workers = [c for c in parent.children() if "spawn_main" in " ".join(c.cmdline())]
-        if executor == "process" and len(workers) < 2:
-            time.sleep(0.05)  # kill only once the workers exist
-            continue
-        if len(list((out / "shards").glob("shard-*.parquet"))) >= finished_before_kill:
-            break
-        time.sleep(0.05)
-    time.sleep(rng.uniform(0.0, 2.0))
-    descendants = parent.children(recursive=True)
-    assert process.poll() is None, "the run finished before it could be killed"
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
+    env = {
+        **os.environ,
+        "FEWTRANS_TEST_STOP_AFTER": str(finished_before_kill),
+        "FEWTRANS_TEST_STOP_MARKER": str(marker),
+    }
+    hooked = [sys.executable, str(hook), *command(out, SLOW_RUN, *extra)[3:]]
+    process = subprocess.Popen(
+        hooked, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    try:
+        parent = psutil.Process(process.pid)
+        wait_until(marker.exists, process, f"it stopped after {finished_before_kill} shards")
+        if executor == "process":  # both workers exist and stay: the run can no longer finish
+
+            def workers() -> list[psutil.Process]:
+                return [c for c in parent.children() if "spawn_main" in " ".join(c.cmdline())]
+
+            wait_until(lambda: len(workers()) >= 2, process, "two pool workers")
+        descendants = parent.children(recursive=True)
+        assert process.poll() is None, "the hooked run cannot finish, yet it exited"
+        assert len(list((out / "shards").glob("shard-*.parquet"))) >= finished_before_kill
+        os.kill(process.pid, signal.SIGKILL)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
     assert not wait_gone(descendants, 20.0), "workers outlived their killed parent"
     for path in (out / "shards").glob("shard-*.parquet"):
         read_shard(path)  # whatever is visible is complete and verified
@@ -146,8 +202,11 @@ def test_worker_dies_with_its_parent_through_the_watchdog(tmp_path: Path) -> Non
     )
     launcher = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
     assert launcher.stdout is not None
-    worker = psutil.Process(int(launcher.stdout.readline()))
-    time.sleep(1.0)  # let the watchdog start
+    # Both write to the pipe: the launcher the worker's pid, the worker "ready" once its
+    # watchdog has read the parent's pid (in whichever order they come).
+    lines = sorted(launcher.stdout.readline().strip() for _ in range(2))
+    assert lines[1] == "ready" and lines[0].isdigit(), lines
+    worker = psutil.Process(int(lines[0]))
     os.kill(launcher.pid, signal.SIGKILL)
     launcher.wait()
     assert not wait_gone([worker], 10.0)

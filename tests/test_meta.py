@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fewtrans_board.meta import heads
+from fewtrans_board.methods.meta import heads
 
 ROOT = Path(__file__).resolve().parents[1]
 FIVE_WAY = ROOT / "leaderboard" / "manifests" / "fewtrans-fixed-5w1s--digits.parquet"
@@ -83,8 +83,8 @@ def test_relation_scores_pair_each_query_with_each_class_mean() -> None:
 def test_fwt_perturbs_training_forwards_only_and_adds_no_parameters() -> None:
     import torch
 
-    from fewtrans_board.meta.fwt import fwt_hooks
-    from fewtrans_board.models.demo_cnn import build_demo_cnn
+    from fewtrans_board.methods.meta.fwt import fwt_hooks
+    from fewtrans_board.methods.models.demo_cnn import build_demo_cnn
 
     torch.manual_seed(0)
     encoder = build_demo_cnn()
@@ -124,8 +124,8 @@ def test_meta_train_refuses_fwt_where_the_paper_has_none(invoke, tmp_path: Path)
 
 
 def test_meta_trained_model_needs_a_meta_checkpoint(registry, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.errors import FewtransError
-    from fewtrans_board.models.demo_cnn import weights_path
+    from fewtrans_board.core.errors import FewtransError
+    from fewtrans_board.methods.models.demo_cnn import weights_path
 
     spec = registry.model("meta-trained").obj
     with pytest.raises(FewtransError, match="needs --weights"):
@@ -137,7 +137,7 @@ def test_meta_trained_model_needs_a_meta_checkpoint(registry, tmp_path: Path) ->
 def train_and_twin(registry, method: str, folder: Path, **extra) -> tuple[Path, Path]:  # type: ignore[no-untyped-def]
     import torch
 
-    from fewtrans_board.meta.train import MetaTrainSpec, meta_train
+    from fewtrans_board.metatrain.train import MetaTrainSpec, meta_train
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny batches: extra threads only contend on a shared machine
@@ -174,7 +174,7 @@ def evaluate(registry, checkpoint: Path, adapter: str, out: Path) -> np.ndarray:
 def test_meta_training_on_digits_0_4_beats_the_random_init_twin_on_5_9(
     registry, method: str, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.meta.checkpoint import read_checkpoint
+    from fewtrans_board.methods.meta.checkpoint import read_checkpoint
     from fewtrans_board.stats.tests import paired_ttest
 
     # MAML: 100 meta-batches of 2 tasks (its Adam steps match the others' 100 episodes).
@@ -227,7 +227,7 @@ def test_protonet_fwt_through_the_cli_is_an_ordinary_model_adapter_pair(
 
 
 def test_relationnet_without_its_checkpoint_records_an_untrained_module(registry) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.meta.adapters import RelationNetAdapter
+    from fewtrans_board.methods.meta.adapters import RelationNetAdapter
     from fewtrans_board.testing.tiny import toy_episode
 
     backbone = registry.model("demo-cnn.random").obj.load()

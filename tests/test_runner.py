@@ -14,7 +14,7 @@ import pytest
 
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.hpe.aggregate import vote
-from fewtrans_board.plugins import get_plugin_manager
+from fewtrans_board.plugins.loading import get_plugin_manager
 from fewtrans_board.results.load import load_run
 from fewtrans_board.results.schema import METADATA_KEY
 
@@ -180,20 +180,30 @@ def test_other_run_in_same_folder_is_refused(linear_run: Path, invoke) -> None: 
     assert result.exit_code == 1 and "different run" in result.output and "adapter" in result.output
 
 
+NON_FINITE = "adapter returned non-finite logits"
+BAD_SHAPE = "adapter returned logits of shape"
+
+
 @pytest.mark.parametrize(
-    ("adapter", "message"),
+    ("adapter", "where", "problem", "not_problem"),
     [
-        ("nan-late", "episode 3 (stream 603), configuration 0"),
-        ("wrong-shape", "episode 0 (stream 600), configuration 0"),
+        ("nan-late", "episode 3 (stream 603), configuration 0", NON_FINITE, BAD_SHAPE),
+        ("wrong-shape", "episode 0 (stream 600), configuration 0", BAD_SHAPE, NON_FINITE),
     ],
 )
 def test_bad_logits_name_episode_and_configuration(
-    tmp_path: Path, invoke, adapter: str, message: str
+    tmp_path: Path, invoke, adapter: str, where: str, problem: str, not_problem: str
 ) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / adapter
     result = invoke(evaluate_args(out, adapter, "--limit", "6", "--shards", "3"), pm=bad_pm())
-    assert result.exit_code == 1 and message in result.output
-    assert ("non-finite" in result.output) or ("shape" in result.output)
+    assert result.exit_code == 1 and where in result.output
+    # Each fault gets its own diagnosis, never the other one's.
+    assert problem in result.output and not_problem not in result.output
+    if adapter == "wrong-shape":
+        # The bad adapter returns one column too many for episode 0 of the manifest.
+        episode = Manifest.load(DIGITS).episodes()[0]
+        n, ways = len(episode.query), episode.ways
+        assert f"of shape ({n}, {ways + 1}), expected ({n}, {ways})" in result.output
     shards = sorted(p.name for p in (out / "shards").glob("*.parquet"))
     if adapter == "nan-late":
         assert shards == ["shard-00000-of-00003.parquet"]  # the finished shard is intact

@@ -8,11 +8,13 @@ import scipy.stats as ss
 
 from fewtrans_board.stats import (
     average_ci,
+    averages_and_ranks,
     cohens_d_paired,
     harmonic_mean,
     harmonic_mean_average_ci,
     harmonic_mean_ci,
     holm,
+    holm_paired,
     mean_ci,
     paired_ttest,
     rank_intervals,
@@ -85,9 +87,13 @@ def test_ci_formula_matches_fewtrans_and_bscd() -> None:
 
 
 def test_cohens_d_paired() -> None:
+    # Documented convention: mean(a - b) / sd(a - b) with the sample sd (ddof = 1).
     a, b = np.array([3.0, 5.0, 7.0, 9.0]), np.array([1.0, 4.0, 4.0, 8.0])
-    d = a - b  # 2, 1, 3, 1
-    assert cohens_d_paired(a, b) == pytest.approx(d.mean() / d.std(ddof=1))
+    # differences 2, 1, 3, 1: mean 7/4 = 1.75; deviations 0.25, -0.75, 1.25, -0.75;
+    # squares sum to 0.0625 + 0.5625 + 1.5625 + 0.5625 = 2.75; sd = sqrt(2.75 / 3) = 0.957427;
+    # d = 1.75 / 0.957427 = 1.827815 (the population sd, sqrt(2.75 / 4), would give 2.110579)
+    assert cohens_d_paired(a, b) == pytest.approx(1.827815, abs=1e-6)
+    assert cohens_d_paired(b, a) == pytest.approx(-1.827815, abs=1e-6)
 
 
 def test_bootstrap_is_reproducible_and_covers_the_estimate() -> None:
@@ -96,7 +102,86 @@ def test_bootstrap_is_reproducible_and_covers_the_estimate() -> None:
     first, second = average_ci(data, seed=7), average_ci(data, seed=7)
     assert first == second
     assert first.low < first.estimate < first.high
+    assert first.estimate == pytest.approx(np.mean([v.mean() for v in data.values()]))
     assert average_ci(data, seed=8) != first
+
+
+def test_bootstrap_ci_width_matches_normal_theory() -> None:
+    # Episodes are resampled within each dataset and datasets weigh equally, so the average
+    # of K dataset means has variance sum_k s_k^2 / n_k / K^2. With large n the percentile
+    # interval is the normal one: half-width z_0.975 * that sd (Monte Carlo error of
+    # 10,000 resamples is about 1%).
+    rng = np.random.default_rng(5)
+    data = {
+        "narrow": rng.normal(80, 3, 1500),
+        "wide": rng.normal(50, 20, 800),
+        "mid": rng.uniform(20, 90, 1200),
+    }
+    ours = average_ci(data, resamples=10_000, seed=3)
+    sd = np.sqrt(sum(v.var(ddof=1) / len(v) for v in data.values())) / len(data)
+    half = ss.norm.ppf(0.975) * sd
+    assert (ours.high - ours.low) / 2 == pytest.approx(half, rel=0.05)
+    assert (ours.low + ours.high) / 2 == pytest.approx(ours.estimate, abs=0.1 * half)
+    # One dataset: the textbook 1.96 * sd / sqrt(n).
+    one = average_ci({"wide": data["wide"]}, resamples=10_000, seed=3)
+    textbook = 1.96 * data["wide"].std(ddof=1) / np.sqrt(800)
+    assert (one.high - one.low) / 2 == pytest.approx(textbook, rel=0.05)
+
+
+def test_averages_and_ranks_by_hand() -> None:
+    # x: means 2 (a), 3 (b), 5 (c); y: means 15, 16, 5 -> averages 8.5, 9.5, 5.
+    methods = {
+        "a": {"x": np.array([1.0, 2.0, 3.0]), "y": np.array([10.0, 20.0])},
+        "b": {"x": np.array([2.0, 3.0, 4.0]), "y": np.array([11.0, 21.0])},
+        "c": {"x": np.full(3, 5.0), "y": np.full(2, 5.0)},
+    }
+    out = averages_and_ranks(methods, resamples=500, seed=4)
+    assert {m: out[m][0].estimate for m in methods} == pytest.approx({"a": 8.5, "b": 9.5, "c": 5.0})
+    # b is a + 1 on every episode and replicates share their indices: b beats a in every
+    # replicate, so their rank intervals are single points.
+    assert out["b"][1] == (1, 1, 1) and out["a"][1] == (2, 2, 2)
+    # c is 5 whatever is drawn, and a, b never fall below 5.5 (the smallest x mean of a is 1,
+    # the smallest y mean 10): its interval is the point 5 and it ranks last throughout.
+    assert (out["c"][0].low, out["c"][0].high) == pytest.approx((5.0, 5.0))
+    assert out["c"][1] == (3, 3, 3)
+    # The documented identity with the separate functions (same draw).
+    assert {m: out[m][1] for m in methods} == rank_intervals(methods, resamples=500, seed=4)
+    assert out["a"][0] == average_ci(methods["a"], resamples=500, seed=4)
+
+
+def test_rank_intervals_use_paired_resamples() -> None:
+    # "twin" is "base" plus 0.3 to 0.5 on every episode, episodes spread by sd 15. Resampled
+    # together (paired), twin wins every replicate. Resampled independently, the difference
+    # of means would have sd ~ sqrt(2) * 15 / sqrt(400) = 1.06, so base would win about
+    # P(Z > 0.4 / 1.06) = 35% of replicates and both intervals would span ranks 1-2.
+    rng = np.random.default_rng(6)
+    base = rng.normal(60, 15, 400)
+    methods = {"base": {"x": base}, "twin": {"x": base + rng.uniform(0.3, 0.5, 400)}}
+    ranks = rank_intervals(methods, resamples=1000, seed=0)
+    assert ranks == {"twin": (1, 1, 1), "base": (2, 2, 2)}
+    unpaired_sd = np.sqrt(2) * 15 / np.sqrt(400)
+    assert ss.norm.sf(0.4 / unpaired_sd) > 0.3  # what independent resampling would give
+
+
+def test_holm_paired_by_hand() -> None:
+    reference = np.array([50.0, 60.0, 70.0, 80.0, 90.0, 55.0])
+    differences = {
+        "m1": [1, 2, 1, 2, 1, 2],  # mean 1.5, sd 0.547723: t = 6.7082, p = 0.0011144
+        "m2": [3, -1, 2, 0, 1, -2],  # mean 0.5, sd 1.870829: t = 0.6547, p = 0.54160
+        "m3": [-5, 5, -4, 4, -3, 4],  # mean 1/6, sd 4.622409: t = 0.0883, p = 0.93305
+        "m4": [2, 1, 3, 1, 2, 2],  # mean 11/6, sd 0.752773: t = 5.9655, p = 0.0018942
+    }
+    pooled = {m: reference + np.array(d, dtype=float) for m, d in differences.items()}
+    for m, d in differences.items():  # the comments' p: two-sided t with 5 df
+        d = np.array(d, dtype=float)
+        t = d.mean() / (d.std(ddof=1) / np.sqrt(6))
+        assert paired_ttest(pooled[m], reference).pvalue == pytest.approx(2 * ss.t.sf(t, 5))
+    # Holm, m = 4: sorted p times (m - rank + 1), running maximum, capped at 1:
+    # m1 0.0011144 x 4 = 0.0044578; m4 0.0018942 x 3 = 0.0056827;
+    # m2 0.54160 x 2 = 1.0832 -> 1; m3 0.93305 x 1 = 0.93305 -> running max 1.
+    assert holm_paired(pooled, reference) == pytest.approx(
+        {"m1": 0.0044578, "m2": 1.0, "m3": 1.0, "m4": 0.0056827}, rel=1e-4
+    )
 
 
 def test_rank_intervals_and_ties() -> None:
@@ -162,3 +247,13 @@ def test_harmonic_mean_average_is_the_hm_of_the_averages() -> None:
     assert ours.estimate == pytest.approx(2 * b * n / (b + n))
     assert ours.low < ours.estimate < ours.high
     assert ours == harmonic_mean_average_ci(base, novel, resamples=4000, seed=1)
+    # Normal theory (delta method): with g the gradient of HM at the averages and S the
+    # covariance of (average base, average novel) = sum_k cov_k / n_k / K^2, the half-width
+    # is z * sqrt(g' S g). Base and novel are resampled together, so S keeps the positive
+    # base-novel covariance of the episodes; resampling them apart would drop it.
+    g = np.array([2 * n**2, 2 * b**2]) / (b + n) ** 2
+    s = sum(np.cov(base[d], novel[d]) / len(base[d]) for d in data) / len(data) ** 2
+    paired = ss.norm.ppf(0.975) * np.sqrt(g @ s @ g)
+    unpaired = ss.norm.ppf(0.975) * np.sqrt(g @ np.diag(np.diag(s)) @ g)
+    assert paired > 1.1 * unpaired  # the pairing matters on these data (ratio 1.16)
+    assert (ours.high - ours.low) / 2 == pytest.approx(paired, rel=0.07)

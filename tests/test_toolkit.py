@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from fewtrans_board import hookspecs, toolkit
+from fewtrans_board import toolkit
+from fewtrans_board.api import hookspecs
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "plugins" / "fewtrans-example"
@@ -75,7 +76,7 @@ def test_example_plugin_imports_only_the_public_api() -> None:
     "source",
     [
         "from fewtrans_board.models.timm_family import load_timm_backbone",
-        "def load():\n    import fewtrans_board.adapters.builtin.training as t\n",
+        "def load():\n    import fewtrans_board.blocks.training as t\n",
         "from fewtrans_board import models",
         "from fewtrans_board.toolkit.hidden import x",
     ],
@@ -155,15 +156,19 @@ def test_type_checking_imports_match_what_runs() -> None:
 
 
 def test_toolkit_names_are_the_objects_the_builtins_use() -> None:
-    from fewtrans_board.adapters.builtin import clip_common, deep_prompts, finetune, training
-    from fewtrans_board.adapters.builtin.clip_prompts import prompter
-    from fewtrans_board.adapters.builtin.vision_peft import bottleneck
-    from fewtrans_board.adapters.builtin.vision_peft.adapter import SequentialBottleneckAdapter
-    from fewtrans_board.adapters.builtin.vit_parts import vit_parts
-    from fewtrans_board.adapters.lockstep import PlannedAdapter, TrainingPlan
-    from fewtrans_board.errors import FewtransError
-
+    from fewtrans_board.blocks import (
+        bottleneck,
+        clip_common,
+        deep_prompts,
+        finetune,
+        prompter,
+        training,
+    )
+    from fewtrans_board.blocks.lockstep import PlannedAdapter, TrainingPlan
+    from fewtrans_board.blocks.vit_parts import vit_parts
+    from fewtrans_board.core.errors import FewtransError
     from fewtrans_board.datasets.readers import FolderReader
+    from fewtrans_board.methods.adapters.vision_peft.adapter import SequentialBottleneckAdapter
     from fewtrans_board.models.timm_family import load_timm_backbone
 
     assert toolkit.load_timm_backbone is load_timm_backbone
@@ -199,7 +204,7 @@ def test_a_deprecated_name_warns_every_time_and_still_works(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     advice = "use fewtrans_board.toolkit.run_adam"
-    target = "fewtrans_board.adapters.builtin.training:run_adam"
+    target = "fewtrans_board.blocks.training:run_adam"
     monkeypatch.setitem(toolkit._DEPRECATED, "adam_loop", (target, advice))
     for _ in range(2):
         with pytest.warns(DeprecationWarning, match=re.escape(advice)) as caught:
@@ -357,9 +362,9 @@ def test_the_toolkit_plugin_is_written_against_the_public_api_only(
 
 def test_a_toolkit_bottleneck_plugin_registers_and_fits_an_episode(toolkit_plugin) -> None:  # type: ignore[no-untyped-def]
     import torch
-    from fewtrans_board.registry import Registry
 
-    from fewtrans_board.plugins import get_plugin_manager
+    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.plugins.registry import Registry
 
     pm = get_plugin_manager(entry_points=False, extra_plugins={"toolkit-demo": toolkit_plugin})
     entry = Registry.from_plugin_manager(pm).adapters.get("toolkit-bottleneck")
@@ -384,21 +389,60 @@ def test_a_toolkit_bottleneck_plugin_registers_and_fits_an_episode(toolkit_plugi
     assert all(torch.equal(before[k], after[k]) for k in before)  # the caller's copy is intact
 
 
-def test_a_toolkit_recipe_probe_equals_the_builtin_linear_probe(toolkit_plugin) -> None:  # type: ignore[no-untyped-def]
-    """The recipe helpers are the built-in recipe: same config, same logits."""
+def recipe_probe_by_hand(backbone, episode, lr: float, epochs: int, batch_size: int):  # type: ignore[no-untyped-def]
+    """The FewTrans linear-probe recipe written out in plain torch (the expected side).
+
+    L2-normalised frozen features; a linear head with weight 1 and bias 0; Adam (betas 0.9,
+    0.999, eps 1e-8, no weight decay) written out by hand; per-step cosine decay
+    ``0.5 * lr * (1 + cos(pi * t / T))`` from t = 0, T = epochs * ceil(n / batch_size); each
+    epoch's support order from one ``RandomState(11)``, cut into consecutive batches.
+    """
+    import math
+
+    import numpy as np
     import torch
-    from fewtrans_board.adapters.builtin.heads import LinearProbeAdapter
+
+    def features(pixels: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            x = backbone.image_encoder.eval()(pixels).float()
+        return x / x.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+    x, y = features(episode.support.images.pixels), episode.support.labels
+    n, ways = len(y), episode.support.n_way
+    weight = torch.ones(ways, x.shape[1], requires_grad=True)
+    bias = torch.zeros(ways, requires_grad=True)
+    moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in (weight, bias)]
+    total, step = epochs * math.ceil(n / batch_size), 0
+    rng = np.random.RandomState(11)
+    for _ in range(epochs):
+        order = rng.permutation(n)
+        for start in range(0, n, batch_size):
+            batch = torch.as_tensor(order[start : start + batch_size])
+            logits = x[batch] @ weight.T + bias
+            loss = -torch.log_softmax(logits, dim=1)[torch.arange(len(batch)), y[batch]].mean()
+            grads = torch.autograd.grad(loss, [weight, bias])
+            rate = 0.5 * lr * (1 + math.cos(math.pi * step / total))
+            step += 1
+            with torch.no_grad():
+                for p, g, (m, v) in zip((weight, bias), grads, moments, strict=True):
+                    m.mul_(0.9).add_(0.1 * g)
+                    v.mul_(0.999).add_(0.001 * g * g)
+                    m_hat, v_hat = m / (1 - 0.9**step), v / (1 - 0.999**step)
+                    p -= rate * m_hat / (v_hat.sqrt() + 1e-8)
+    with torch.no_grad():
+        return features(episode.query.pixels) @ weight.T + bias
+
+
+def test_a_toolkit_recipe_probe_follows_the_fewtrans_recipe(toolkit_plugin) -> None:  # type: ignore[no-untyped-def]
+    """The recipe helpers train what the documented recipe, written out by hand, trains."""
+    import torch
 
     backbone = toolkit.tiny_vit_backbone()
     episode = toolkit.toy_episode(shots=(2, 3, 4), seed=2)
     mine = toolkit_plugin.RecipeProbe()
     config = mine.Config(lr_head=0.05, epochs=4, batch_size=3)
-    builtin_config = LinearProbeAdapter.Config(lr_head=0.05, epochs=4, batch_size=3)
-    ours = mine.fit(backbone, episode.support, episode.class_names, config)
-    theirs = LinearProbeAdapter().fit(
-        backbone, episode.support, episode.class_names, builtin_config
-    )
-    mine_logits, their_logits = ours.predict(episode.query), theirs.predict(episode.query)
-    # make_head starts at weight 1, bias 0 (equal logits in every row): the heads trained.
-    assert (their_logits.max(1).values - their_logits.min(1).values > 1e-4).all()
-    torch.testing.assert_close(mine_logits, their_logits, rtol=1e-6, atol=1e-6)
+    logits = mine.fit(backbone, episode.support, episode.class_names, config).predict(episode.query)
+    expected = recipe_probe_by_hand(backbone, episode, lr=0.05, epochs=4, batch_size=3)
+    # The head starts at weight 1, bias 0 (equal logits in every row): it trained.
+    assert (expected.max(1).values - expected.min(1).values > 1e-4).all()
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)

@@ -6,19 +6,17 @@ import copy
 import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
 from fewtrans_board import hookimpl
-from fewtrans_board.adapters.builtin.training import normalized
-from fewtrans_board.adapters.builtin.unfuse import (
-    SplitMultiheadAttention,
-    SplitQkv,
-    unfuse_qkv,
-)
-from fewtrans_board.adapters.builtin.vision_peft import (
+from fewtrans_board.blocks.training import normalized
+from fewtrans_board.blocks.unfuse import SplitMultiheadAttention, SplitQkv, unfuse_qkv
+from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.methods.adapters.vision_peft import (
     ADAPTERS,
     AdaptFormerAdapter,
     BitFitAdapter,
@@ -28,8 +26,7 @@ from fewtrans_board.adapters.builtin.vision_peft import (
     TsaAdapter,
     VptAdapter,
 )
-from fewtrans_board.adapters.builtin.vision_peft.ncc import identity_transform
-from fewtrans_board.errors import FewtransError
+from fewtrans_board.methods.adapters.vision_peft.ncc import identity_transform
 from fewtrans_board.testing import (
     check_adapter,
     check_import_is_light,
@@ -289,7 +286,7 @@ def test_tsa_untrained_head_is_prototype_cosine(backbones) -> None:  # type: ign
 
 
 def test_package_import_is_light() -> None:
-    check_import_is_light("fewtrans_board.adapters.builtin.vision_peft")
+    check_import_is_light("fewtrans_board.methods.adapters.vision_peft")
 
 
 class VisionPeftPlugin:
@@ -297,7 +294,7 @@ class VisionPeftPlugin:
 
     @hookimpl
     def register_models(self, register):  # type: ignore[no-untyped-def]
-        from fewtrans_board.models.spec import ModelSpec
+        from fewtrans_board.api.model_spec import ModelSpec
 
         register(
             ModelSpec(
@@ -311,8 +308,8 @@ class VisionPeftPlugin:
 
 
 def test_lora_runs_under_hpe_through_the_runner(tmp_path: Path) -> None:
-    from fewtrans_board.plugins import get_plugin_manager
-    from fewtrans_board.registry import Registry
+    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.plugins.registry import Registry
     from fewtrans_board.results.load import load_run
     from fewtrans_board.runner.run import run_evaluation
     from fewtrans_board.runner.spec import RunSpec
@@ -334,7 +331,37 @@ def test_lora_runs_under_hpe_through_the_runner(tmp_path: Path) -> None:
     members = [r for r in rows if r["kind"] == "config"]
     assert len(members) == 2 * 9
     assert {r["aggregation"] for r in rows if r["kind"] == "ensemble"} >= {"vote"}
-    assert all(0.0 <= r["accuracy"] <= 100.0 for r in rows)  # percent
+    assert_rows_score_the_manifest_labels(rows, DIGITS)
+
+
+def assert_rows_score_the_manifest_labels(rows: list[dict[str, Any]], manifest: Path) -> None:
+    """Recompute every row's accuracy, and each ensemble, from the manifest's query labels.
+
+    Accuracy is 100 * (correct / n_query), so it can only take multiples of 100 / n_query; the
+    vote ensemble is the per-query majority of the member predictions (ties: lowest class).
+    """
+    import numpy as np
+
+    from fewtrans_board.episodes.manifest import Manifest
+
+    episodes = {e.index: e for e in Manifest.load(manifest).episodes()}
+    assert {r["episode"] for r in rows} <= set(episodes) and rows
+    for row in rows:
+        episode = episodes[row["episode"]]
+        labels = np.array([label for _, label in episode.query])
+        predictions = np.array(row["predictions"])
+        assert row["n_query"] == len(labels) == len(predictions)
+        assert row["n_way"] == episode.ways and set(predictions.tolist()) <= set(
+            range(episode.ways)
+        )
+        correct = int((predictions == labels).sum())
+        assert row["accuracy"] == pytest.approx(100.0 * correct / len(labels))
+    for index in {r["episode"] for r in rows}:
+        configs = [r for r in rows if r["episode"] == index and r["kind"] == "config"]
+        members = np.array([r["predictions"] for r in configs])
+        votes = np.stack([(members == c).sum(axis=0) for c in range(episodes[index].ways)], 1)
+        (vote,) = [r for r in rows if r["episode"] == index and r["aggregation"] == "vote"]
+        assert vote["kind"] == "ensemble" and vote["predictions"] == votes.argmax(1).tolist()
 
 
 # --- hand-written references -------------------------------------------------------------------
@@ -595,7 +622,7 @@ def test_ssf_equals_scale_and_shift_folded_into_patch_embedding_and_norms(kind, 
 
 @pytest.mark.parametrize("transform", ["trained", "perturbed"])
 def test_tsa_predictor_transforms_prototypes_and_queries(transform, backbones, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.adapters.builtin.vision_peft import ncc
+    from fewtrans_board.methods.adapters.vision_peft import ncc
 
     backbone, episode = backbones["timm"], toy_episode()
     config = fast_config(TsaAdapter)
@@ -625,7 +652,7 @@ def test_tsa_predictor_transforms_prototypes_and_queries(transform, backbones, m
 
 
 def test_ncc_loss_leaves_absent_classes_out_of_the_softmax() -> None:
-    from fewtrans_board.adapters.builtin.vision_peft.ncc import NccHead
+    from fewtrans_board.methods.adapters.vision_peft.ncc import NccHead
 
     generator = torch.Generator().manual_seed(4)
     head = NccHead(8, 4, 10.0, "cpu")
