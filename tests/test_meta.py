@@ -190,9 +190,11 @@ def test_meta_training_on_digits_0_4_beats_the_random_init_twin_on_5_9(
     assert test.n == EVAL_EPISODES
     # Measured on 40 episodes (points, p): ProtoNet +26 (1e-26), MatchingNet +24 (1e-18),
     # RelationNet +33 (1e-19), MetaOpt +13 (1e-13), MAML +10 (1e-7); MAML with training seeds
-    # 1 and 2: +8 (2e-6) and +5.6 (6e-4), hence 60 episodes here.
+    # 1 and 2: +8 (2e-6) and +5.6 (6e-4), hence 60 episodes here. The thresholds keep a
+    # margin from the weakest measurement: half its gain, and a p-value 16 times its own
+    # (a gain of 5.6 points on 60 episodes is expected near 5e-5).
     assert ours.mean() - baseline.mean() > 3.0, (ours.mean(), baseline.mean())
-    assert test.pvalue < 1e-3, test
+    assert test.pvalue < 0.01, test
 
 
 def test_protonet_fwt_through_the_cli_is_an_ordinary_model_adapter_pair(
