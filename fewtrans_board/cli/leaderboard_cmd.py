@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -429,16 +430,28 @@ def leaderboard_fetch_plugins(
 )
 def leaderboard_rebuild(leaderboard: Path, check: bool) -> None:
     """Derive leaderboard/index.json from the raw per-episode rows."""
-    from fewtrans_board.leaderboard.index import build_index
+    from fewtrans_board.leaderboard.index import build_index, index_difference
     from fewtrans_board.leaderboard.store import LeaderboardStore, index_text
 
     store = LeaderboardStore(leaderboard)
     index = build_index(store)
     if check:
-        current = store.index_path.read_text() if store.index_path.is_file() else ""
-        if current != index_text(index):
+        if not store.index_path.is_file():
             raise click.ClickException(
-                f"{store.index_path} is out of date; run 'fewtrans-board leaderboard rebuild'"
+                f"{store.index_path} is missing; run 'fewtrans-board leaderboard rebuild'"
+            )
+        try:
+            committed = json.loads(store.index_path.read_text())
+        except ValueError as exc:
+            raise click.ClickException(
+                f"{store.index_path} is not JSON ({exc}); run 'fewtrans-board leaderboard rebuild'"
+            ) from exc
+        # Decoded and compared number by number: the last float bits follow the CPU.
+        difference = index_difference(committed, json.loads(index_text(index)))
+        if difference:
+            raise click.ClickException(
+                f"{store.index_path} is out of date ({difference}); "
+                "run 'fewtrans-board leaderboard rebuild'"
             )
         click.echo(f"{store.index_path} is current")
         return

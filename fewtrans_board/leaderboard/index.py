@@ -6,6 +6,7 @@ loads and summarises; it reads nothing itself.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -83,3 +84,56 @@ def build_index(
         },
         "submissions": submissions,
     }
+
+
+INDEX_REL_TOL = 1e-9
+"""Relative difference below which two index numbers are the same number.
+
+The index is derived from stored rows with float sums whose last bits follow the CPU's
+summation order (AMD and Intel differ around the 16th digit); any real change to a stored
+row moves an accuracy or CI far more than this.
+"""
+
+
+def index_difference(committed: Any, rebuilt: Any, path: str = "index") -> str | None:
+    """Where a committed index differs from a rebuilt one, or ``None`` if they agree.
+
+    Numbers agree within :data:`INDEX_REL_TOL`; everything else must be equal.
+
+    Args:
+        committed: the decoded committed ``index.json``.
+        rebuilt: the decoded index built from the store now.
+        path: the key path of these values, for the message.
+
+    Returns:
+        ``"<path>: <committed> != <rebuilt>"`` for the first difference, or ``None``.
+    """
+    if isinstance(committed, dict) and isinstance(rebuilt, dict):
+        if committed.keys() != rebuilt.keys():
+            keys = sorted(committed.keys() ^ rebuilt.keys())
+            return f"{path}: keys differ ({', '.join(map(str, keys))})"
+        for key in committed:
+            found = index_difference(committed[key], rebuilt[key], f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(committed, list) and isinstance(rebuilt, list):
+        if len(committed) != len(rebuilt):
+            return f"{path}: {len(committed)} items != {len(rebuilt)}"
+        for i, (a, b) in enumerate(zip(committed, rebuilt, strict=True)):
+            found = index_difference(a, b, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    numbers = (int, float)
+    if (
+        isinstance(committed, numbers)
+        and isinstance(rebuilt, numbers)
+        and not isinstance(committed, bool)
+        and not isinstance(rebuilt, bool)
+    ):
+        if math.isclose(committed, rebuilt, rel_tol=INDEX_REL_TOL, abs_tol=1e-12):
+            return None
+    elif committed == rebuilt and type(committed) is type(rebuilt):
+        return None
+    return f"{path}: {committed!r} != {rebuilt!r}"
