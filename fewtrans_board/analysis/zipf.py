@@ -97,7 +97,7 @@ def adaptation_gains(
     """
     by_key: dict[tuple[str, str, str], RunResults] = {}
     for run in runs:
-        key = (run.meta["model"]["name"], run.dataset, run.meta["adapter"]["name"])
+        key = (run.provenance.model.name, run.dataset, run.provenance.adapter.name)
         if key[2] not in (finetune, zero_shot):
             continue
         if key in by_key:

@@ -181,7 +181,7 @@ def _refit_analysis(
     by_sha = {Manifest.load(m).sha256: m for m in manifests}
     results = []
     for run in _load(runs):
-        manifest = by_sha.get(run.meta["manifest"]["sha256"])
+        manifest = by_sha.get(run.provenance.manifest.sha256)
         if manifest is None:
             raise FewtransError(
                 f"run {run.path} used manifest {run.meta['manifest']['file']}; pass it with "

@@ -231,7 +231,7 @@ def print_run_outcome(report: RunReport, warnings: list[str], as_json: bool) -> 
 
     results = load_run(report.out)
     summary = (
-        summarize(results, ddof=statistic_ddof_of_run(results.meta["manifest"]))
+        summarize(results, ddof=statistic_ddof_of_run(results.provenance.manifest.to_json()))
         if results.complete
         else None
     )
@@ -300,7 +300,9 @@ def results_summary(paths: tuple[Path, ...], ddof: int | None, as_json: bool) ->
     summaries = []
     for path in find_runs(list(paths)):
         run = load_run(path)
-        run_ddof = statistic_ddof_of_run(run.meta["manifest"]) if ddof is None else ddof
+        run_ddof = (
+            statistic_ddof_of_run(run.provenance.manifest.to_json()) if ddof is None else ddof
+        )
         summaries.append(summarize(run, ddof=run_ddof))
     if as_json:
         echo_json(summaries)

@@ -21,8 +21,8 @@ from typing import Any
 from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.layout import CENTRE, META, RUN, check_tree, extract_members
 from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
-from fewtrans_board.leaderboard.schema import CENTRE_SEARCH
-from fewtrans_board.leaderboard.shapes import check, load_json
+from fewtrans_board.leaderboard.shapes import load_json
+from fewtrans_board.results.provenance import CentreSearch
 
 PARQUET_MAGIC = b"PAR1"
 ENTRY_FILES = frozenset({"submission.toml", "centre-search.json", "status.json"})
@@ -95,9 +95,7 @@ def read_centre_search(data: bytes, where: str = "centre-search.json") -> dict[s
         SubmissionError: ``bad-centre-search``.
     """
     record = load_json(data, where, "bad-centre-search")
-    check(record, CENTRE_SEARCH, where, "bad-centre-search")
-    checked: dict[str, Any] = record
-    return checked
+    return CentreSearch.from_json(record, where, code="bad-centre-search").to_json()
 
 
 def _walk(top: Path, prefix: str) -> dict[str, Path]:

@@ -62,8 +62,8 @@ def check_columns(run: RunResults, where: str, dataset: str) -> None:
         if not np.isfinite(values).all():
             raise _refuse(where, f"column {name} holds NaN or infinite values")
     expected = {
-        "run_id": [run.meta["run_id"]],
-        "manifest_sha256": [run.meta["manifest"]["sha256"]],
+        "run_id": [run.provenance.run_id],
+        "manifest_sha256": [run.provenance.manifest.sha256],
         "dataset": [dataset],
         "split": list(SPLITS),
         "kind": [CONFIG_KIND, ENSEMBLE_KIND],

@@ -17,7 +17,7 @@ def _runs_by_manifest(path: Path) -> dict[str, RunResults]:
     runs = {}
     for folder in find_runs([path]):
         run = load_run(folder)
-        runs[run.meta["manifest"]["sha256"]] = run
+        runs[run.provenance.manifest.sha256] = run
     return runs
 
 
@@ -30,8 +30,8 @@ def _by_episode(run: RunResults, aggregation: str) -> dict[int, float]:
 
 def protocol_of(run: RunResults) -> dict[str, Any]:
     """The HPE protocol a run was scored under: name, version and headline aggregation."""
-    hpe = run.meta["hpe"]
-    return {"name": hpe["name"], "version": hpe.get("version"), "aggregation": hpe["aggregation"]}
+    hpe = run.provenance.hpe
+    return {"name": hpe.name, "version": hpe.version, "aggregation": hpe.aggregation}
 
 
 def _check_same_protocol(

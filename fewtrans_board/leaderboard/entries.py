@@ -24,11 +24,11 @@ from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
 from fewtrans_board.leaderboard.rows import check_rows
 from fewtrans_board.leaderboard.runs import load_checked_run
-from fewtrans_board.leaderboard.schema import STATUS
-from fewtrans_board.leaderboard.shapes import check, load_json
+from fewtrans_board.leaderboard.shapes import load_json
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 from fewtrans_board.results.load import RunResults
+from fewtrans_board.results.provenance import EntryStatus
 from fewtrans_board.results.summary import summarize
 
 
@@ -94,9 +94,7 @@ def read_status_record(store: LeaderboardStore, ident: str) -> dict[str, Any]:
     if not path.is_file():
         return {"status": "validated"}
     record = load_json(path.read_bytes(), "status.json", "bad-status")
-    check(record, STATUS, "status.json", "bad-status")
-    checked: dict[str, Any] = record
-    return checked
+    return EntryStatus.from_json(record, "status.json", code="bad-status").to_json()
 
 
 def read_status(store: LeaderboardStore, ident: str) -> str:
@@ -131,7 +129,7 @@ def read_entry(store: LeaderboardStore, ident: str) -> StoredEntry:
         for path in contents.runs:
             where = contents.name(path)
             run = load_checked_run(path, where, intake=False)
-            frozen = store.frozen.get(run.meta["manifest"]["sha256"])
+            frozen = store.frozen.get(run.provenance.manifest.sha256)
             if frozen is None:
                 raise SubmissionError(
                     "unknown-manifest",
@@ -148,7 +146,7 @@ def read_entry(store: LeaderboardStore, ident: str) -> StoredEntry:
             check_columns(run, where, manifest.dataset)
             # Every reader recomputes what it shows: accuracies and ensembles from the
             # stored predictions and logits against the frozen labels.
-            check_rows(run, manifest, list(run.meta["identity"]["grid"]))
+            check_rows(run, manifest, list(run.provenance.identity.grid))
             entry.runs.append(StoredRun(run, filename, manifest.dataset, manifest.meta))
         return entry
 

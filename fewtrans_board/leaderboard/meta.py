@@ -10,13 +10,13 @@ from typing import Any
 from fewtrans_board.leaderboard.errors import SubmissionError, shown
 from fewtrans_board.leaderboard.shapes import text_problem
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
+from fewtrans_board.results.provenance import is_name
 
 # Ids become folder names: lowercase, digits, '-' and '.', no '..', no leading/trailing separator.
 ID_PATTERN = re.compile(r"^(?!.*\.\.)[a-z0-9](?:[a-z0-9.-]{0,98}[a-z0-9])?\Z")
 PIN_PATTERN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!_-]*)\Z")
 WHEEL_HASH_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 URL_PATTERN = re.compile(r"^https?://[^\s\"'<>]+\Z")
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+/@-]{0,199}\Z")
 REQUIRED = ("id", "method", "model", "adapter", "benchmark", "hpe_protocol", "authors", "hardware")
 FIELDS = (*REQUIRED, "plugins", "wheels", "paper", "code", "supersedes")
 """Every key ``[submission]`` may hold; any other is refused (a typo would be ignored)."""
@@ -92,7 +92,7 @@ def _text(data: dict[str, Any], key: str, limit: int = MAX_TEXT, required: bool 
 
 def _name(data: dict[str, Any], key: str) -> str:
     value = _text(data, key, required=True)
-    if not NAME_PATTERN.match(value):
+    if not is_name(value):
         raise SubmissionError(
             "meta-bad-value",
             f"submission.toml: submission.{key} {shown(value)} is not a registered name "

@@ -16,14 +16,9 @@ from typing import Any
 from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.core.errors import describe
 from fewtrans_board.leaderboard.errors import SubmissionError, shown
-from fewtrans_board.leaderboard.schema import (
-    INTAKE_PROVENANCE,
-    PROVENANCE,
-    RUN_RECORD,
-    SHARED_PROVENANCE,
-)
-from fewtrans_board.leaderboard.shapes import check, load_json
+from fewtrans_board.leaderboard.shapes import load_json
 from fewtrans_board.results.load import RunResults, load_run
+from fewtrans_board.results.provenance import SHARED_PROVENANCE, RunProvenance, RunRecord
 from fewtrans_board.results.shards import CorruptShardError, ResultsError, shard_file_name
 
 MAX_SHARD_ROWS = 10_000_000
@@ -72,8 +67,8 @@ def load_checked_run(
     Args:
         path: the run folder on disk.
         where: its name in the bundle layout (``results/<run>``), used in messages.
-        intake: check the provenance a submission needs (:data:`INTAKE_PROVENANCE`);
-            ``False`` checks what the index and the site read (:data:`PROVENANCE`).
+        intake: check the provenance a submission needs (:data:`~fewtrans_board.results.provenance.INTAKE_PROVENANCE`);
+            ``False`` checks what the index and the site read (:data:`~fewtrans_board.results.provenance.PROVENANCE`).
         consistent: also run :func:`check_consistent` (validation runs it last, so that a
             forged run is refused for what it forged rather than for a side effect).
 
@@ -89,12 +84,11 @@ def load_checked_run(
         data = (path / "run.json").read_bytes()
     except OSError as exc:
         raise SubmissionError("bad-results", f"{record_name} cannot be read ({exc})") from exc
-    check(load_json(data, record_name, "bad-run-meta"), RUN_RECORD, record_name, "bad-run-meta")
+    RunRecord.from_json(load_json(data, record_name, "bad-run-meta"), record_name)
     _check_footers(path, where)
     run = _load(path, where)
-    shape = INTAKE_PROVENANCE if intake else PROVENANCE
     for meta in run.shard_meta:
-        check(meta, shape, f"{where}/shards/{_shard_name(meta)} metadata", "bad-run-meta")
+        RunProvenance.from_json(meta, f"{where}/shards/{_shard_name(meta)} metadata", intake=intake)
     if consistent:
         check_consistent(run, where)
     return run
@@ -123,21 +117,22 @@ def check_consistent(run: RunResults, where: str) -> None:
                 f"{where}/shards/{_shard_name(other)} records other {', '.join(differing)} than "
                 f"{_shard_name(meta)}; every shard of a run must come from the same run",
             )
-    record = json.loads((run.path / "run.json").read_bytes())
-    if canonical_json(meta["identity"]) != canonical_json(record["identity"]):
+    record = RunRecord.from_json(json.loads((run.path / "run.json").read_bytes()), "run.json")
+    provenance = run.provenance
+    identity = provenance.identity
+    if canonical_json(identity.to_json()) != canonical_json(record.identity.to_json()):
         raise SubmissionError(
             "bad-run-meta", f"{where}: the shards' identity differs from run.json's"
         )
-    identity = meta["identity"]
-    pairs = {
+    pairs: dict[str, tuple[object, object]] = {
         "identity.manifest_sha256 and manifest.sha256": (
-            identity["manifest_sha256"],
-            meta["manifest"]["sha256"],
+            identity.manifest_sha256,
+            provenance.manifest.sha256,
         ),
-        "identity.model and model.name": (identity["model"], meta["model"]["name"]),
-        "identity.adapter and adapter.name": (identity["adapter"], meta["adapter"]["name"]),
-        "identity.hpe and hpe.name": (identity["hpe"], meta["hpe"]["name"]),
-        "hpe.grid_size and the identity's grid": (meta["hpe"]["grid_size"], len(identity["grid"])),
+        "identity.model and model.name": (identity.model, provenance.model.name),
+        "identity.adapter and adapter.name": (identity.adapter, provenance.adapter.name),
+        "identity.hpe and hpe.name": (identity.hpe, provenance.hpe.name),
+        "hpe.grid_size and the identity's grid": (provenance.hpe.grid_size, len(identity.grid)),
     }
     for names, (a, b) in pairs.items():
         if a != b:

@@ -140,7 +140,7 @@ def _check_provenance(meta: SubmissionMeta, run: RunResults, benchmark: SubBench
 
 def _check_complete(run: RunResults) -> None:
     """Refuse a limited or unfinished run, saying which it is and what to do."""
-    limit = run.meta["identity"].get("limit")
+    limit = run.provenance.identity.limit
     if limit is not None:
         raise SubmissionError(
             "incomplete",
@@ -203,7 +203,7 @@ def _check_centre_search(
             "centre-mismatch",
             f"centre-search.json is for adapter {centre_search.get('adapter')!r}, not {meta.adapter!r}",
         )
-    centre = run.meta["adapter"]["centre"]
+    centre = run.provenance.adapter.centre
     searched = centre_search.get("centre")
     if not isinstance(searched, dict):
         raise SubmissionError("bad-centre-search", "centre-search.json has no 'centre' object")
@@ -258,10 +258,12 @@ def _check_centre_search(
 
 def _recorded_schema(run: RunResults, meta: SubmissionMeta) -> dict[str, Any]:
     """The adapter schema recorded at evaluate time, checked for shape (not trusted further)."""
-    schema = run.meta["adapter"].get("schema")
+    schema = run.provenance.adapter.schema
     fields = schema.get("fields") if isinstance(schema, dict) else None
-    if not isinstance(fields, list) or not all(
-        isinstance(f, dict) and isinstance(f.get("name"), str) for f in fields
+    if (
+        schema is None
+        or not isinstance(fields, list)
+        or not all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in fields)
     ):
         raise SubmissionError(
             "bad-results-schema",
@@ -273,7 +275,7 @@ def _recorded_schema(run: RunResults, meta: SubmissionMeta) -> dict[str, Any]:
             f"{run.dataset}: the recorded adapter schema is {schema.get('name')!r}'s, not "
             f"{meta.adapter!r}'s",
         )
-    centre = run.meta["adapter"]["centre"]
+    centre = run.provenance.adapter.centre
     names = [f["name"] for f in fields]
     if not isinstance(centre, dict) or sorted(centre) != sorted(names):
         raise SubmissionError(
@@ -286,7 +288,7 @@ def _recorded_schema(run: RunResults, meta: SubmissionMeta) -> dict[str, Any]:
 
 def _check_same_configuration(first: RunResults, run: RunResults) -> None:
     """Every dataset of a submission uses one configuration (no per-dataset tuning)."""
-    a, b = first.meta["adapter"]["centre"], run.meta["adapter"]["centre"]
+    a, b = first.provenance.adapter.centre, run.provenance.adapter.centre
     differing = sorted(k for k in a if canonical_json(a.get(k)) != canonical_json(b.get(k)))
     if differing:
         raise SubmissionError(
@@ -296,8 +298,8 @@ def _check_same_configuration(first: RunResults, run: RunResults) -> None:
             f"{[b.get(k) for k in differing]}; a submission is one configuration on every "
             "dataset (per-dataset values are tuning on test tasks)",
         )
-    if canonical_json(first.meta["adapter"]["schema"]) != canonical_json(
-        run.meta["adapter"]["schema"]
+    if canonical_json(first.provenance.adapter.schema) != canonical_json(
+        run.provenance.adapter.schema
     ):
         raise SubmissionError(
             "config-varies",
@@ -310,7 +312,7 @@ def _frozen_manifest(
     run: RunResults, store: LeaderboardStore, benchmark: SubBenchmark, where: str
 ) -> tuple[str, Manifest]:
     """The frozen manifest a run claims, which must belong to the benchmark and its dataset."""
-    sha = run.meta["manifest"]["sha256"]
+    sha = run.provenance.manifest.sha256
     if sha not in store.frozen:
         raise SubmissionError(
             "unknown-manifest",
@@ -367,31 +369,31 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
         except FewtransError as exc:
             raise SubmissionError("axes-undeclared", f"{run.dataset}: {exc}") from exc
         roles = schema_roles(schema)
-        if run.meta["hpe"].get("aggregation") != protocol.aggregation:
+        if run.provenance.hpe.aggregation != protocol.aggregation:
             raise SubmissionError(
                 "aggregation-mismatch",
                 f"{run.dataset}: the results claim aggregation "
                 f"{run.meta['hpe'].get('aggregation')!r}; the {protocol.name} protocol fuses "
                 f"by {protocol.aggregation!r}",
             )
-        if run.meta["hpe"]["version"] != protocol.version:
+        if run.provenance.hpe.version != protocol.version:
             raise SubmissionError(
                 "protocol-mismatch",
                 f"{where}: the results were scored under {protocol.name} version "
                 f"{run.meta['hpe']['version']}; this leaderboard's is version {protocol.version}",
             )
-        if canonical_json(run.meta["hpe"].get("roles")) != canonical_json(roles):
+        if canonical_json(run.provenance.hpe.roles) != canonical_json(roles):
             raise SubmissionError(
                 "grid-mismatch",
                 f"{run.dataset}: the recorded HPE roles {run.meta['hpe'].get('roles')} are not "
                 f"the adapter schema's {roles}",
             )
         _check_complete(run)
-        check_centre_values(run.meta["adapter"]["centre"], schema["fields"], where)
-        centre = typed_values(run.meta["adapter"]["centre"], schema["fields"])
+        check_centre_values(run.provenance.adapter.centre, schema["fields"], where)
+        centre = typed_values(run.provenance.adapter.centre, schema["fields"])
         grid = protocol.grid_for(centre, roles)
-        _check_grid(run, protocol.name, grid, run.meta["identity"]["grid"])
-        if run.meta["hpe"]["hash"] != protocol.digest_for(centre, roles):
+        _check_grid(run, protocol.name, grid, list(run.provenance.identity.grid))
+        if run.provenance.hpe.hash != protocol.digest_for(centre, roles):
             raise SubmissionError(
                 "grid-mismatch",
                 f"{run.dataset}: the recorded HPE hash is not the {protocol.name} hash of the "
@@ -422,7 +424,7 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
         )
     first = report.loaded[0]
     report.configuration = adapter_configuration(first.meta)
-    report.transductive = bool(first.meta["adapter"]["schema"].get("transductive"))
+    report.transductive = bool(first.provenance.adapter.transductive)
     report.checks += [
         "manifest hashes are frozen ones; every episode exactly once",
         f"grid, axes and aggregation derived from the {protocol.name} protocol and the "

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fewtrans_board.core.errors import describe
+from fewtrans_board.results.provenance import RunProvenance
 from fewtrans_board.results.schema import CONFIG_KIND, ENSEMBLE_KIND, ENSEMBLES
 from fewtrans_board.results.shards import ResultsError, read_shard, shard_file_name
 
@@ -48,15 +50,20 @@ class RunResults:
         """Whether every shard is present."""
         return len(self.shards_present) == self.shards_total
 
+    @cached_property
+    def provenance(self) -> RunProvenance:
+        """The typed provenance of the run (its first shard's ``meta``), read once."""
+        return RunProvenance.of(self.meta)
+
     @property
     def dataset(self) -> str:
         """Dataset of the run."""
-        return str(self.meta["manifest"]["dataset"])
+        return self.provenance.manifest.dataset
 
     @property
     def label(self) -> str:
         """``model / adapter`` for listings."""
-        return f"{self.meta['model']['name']} / {self.meta['adapter']['name']}"
+        return f"{self.provenance.model.name} / {self.provenance.adapter.name}"
 
     def column(self, name: str) -> np.ndarray:
         """A column as a numpy array, converted once and cached: treat it as read-only.
@@ -129,7 +136,7 @@ class RunResults:
         for name in ENSEMBLES:
             _, accuracy = self.ensemble(name, split)
             out[name] = accuracy
-        out["hpe"] = out[self.meta["hpe"]["aggregation"]]
+        out["hpe"] = out[self.provenance.hpe.aggregation]
         best = int(np.nanargmax(np.nanmean(matrix, axis=0)))
         out["oracle"] = matrix[:, best]
         out["mean-single"] = np.nanmean(matrix, axis=1)

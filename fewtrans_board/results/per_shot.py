@@ -133,7 +133,7 @@ def run_per_shot(run: RunResults, aggregation: str = "hpe") -> PerShot | None:
         run: the loaded run.
         aggregation: one of :meth:`RunResults.aggregations`' names.
     """
-    pairs = shot_seed_pairs(run.meta["manifest"])
+    pairs = shot_seed_pairs(run.provenance.manifest.to_json())
     if pairs is None:
         return None
     episodes, _, _ = run.config_matrix()

@@ -58,18 +58,19 @@ def summarize(
     _, matrix, _ = run.config_matrix()
     config_means = np.nanmean(matrix, axis=0)
     stats = {name: mean_ci(aggregations[name], ddof=ddof).to_dict() for name in AGGREGATIONS}
+    record = run.provenance
     summary = {
-        "run_id": run.meta["run_id"],
+        "run_id": record.run_id,
         "path": str(run.path),
-        "model": run.meta["model"]["name"],
-        "adapter": run.meta["adapter"]["name"],
+        "model": record.model.name,
+        "adapter": record.adapter.name,
         "dataset": run.dataset,
-        "hpe_protocol": run.meta["hpe"]["name"],
-        "headline": run.meta["hpe"]["aggregation"],
+        "hpe_protocol": record.hpe.name,
+        "headline": record.hpe.aggregation,
         "configurations": int(matrix.shape[1]),
         "episodes": int(matrix.shape[0]),
         "complete": run.complete,
-        "transductive": bool((run.meta["adapter"].get("schema") or {}).get("transductive")),
+        "transductive": record.adapter.transductive,
         "configuration": adapter_configuration(run.meta),
         "aggregations": stats,
         "hpe_penalty": float(stats["oracle"]["mean"] - stats["hpe"]["mean"]),
@@ -84,7 +85,7 @@ def summarize(
             name: harmonic_mean_ci(aggregations[name], novel[name], ddof=ddof).to_dict()
             for name in AGGREGATIONS
         }
-    pairs = shot_seed_pairs(manifest if manifest is not None else run.meta["manifest"])
+    pairs = shot_seed_pairs(manifest if manifest is not None else record.manifest.to_json())
     if pairs is not None:
         episodes, _, _ = run.config_matrix()
         summary["per_shot"] = {

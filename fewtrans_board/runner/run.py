@@ -27,6 +27,8 @@ from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.core.sandbox import Isolation
 from fewtrans_board.plugins.loading import PluginSelection
 from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.results.provenance import RunProvenance
+from fewtrans_board.results.schema import SCHEMA_VERSION
 from fewtrans_board.results.shards import write_shard
 from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.run_folder import claim_shards, shard_path, unwritable
@@ -77,9 +79,11 @@ def run_shard(
     }
     if records:  # only adapters that report choices (IMS-f) add this key
         metadata["adapter_records"] = records
+    # The typed record: a shard never carries provenance that a reader cannot parse.
+    record = RunProvenance.of({**metadata, "schema_version": SCHEMA_VERSION})
     path = shard_path(out, index, ctx.shard_count)
     try:
-        write_shard(path, rows, metadata)
+        write_shard(path, rows, record.to_json())
     except OSError as exc:
         raise unwritable(out, exc) from exc
     return path

@@ -51,8 +51,8 @@ def _heatmaps(run: MethodRun) -> list[dict[str, Any]]:
     _, matrix, configs = run.run.config_matrix()
     means = np.nanmean(matrix, axis=0)
     points = [json.loads(c) for c in configs]
-    protocol = get_hpe_protocol(run.run.meta["hpe"]["name"])
-    axes = protocol.axes_for(run.run.meta["adapter"]["centre"], roles)
+    protocol = get_hpe_protocol(run.run.provenance.hpe.name)
+    axes = protocol.axes_for(run.run.provenance.adapter.centre, roles)
     names = list(axes)
     if not names:
         return []

@@ -132,8 +132,8 @@ def local_methods(run_dirs: list[Path], datasets: dict[str, str] | None = None) 
     views: dict[str, MethodView] = {}
     for path in find_runs(run_dirs):
         run = load_checked_run(path, str(path), intake=False)
-        manifest = run.meta["manifest"]["file"]
-        model, adapter = run.meta["model"]["name"], run.meta["adapter"]["name"]
+        manifest = run.provenance.manifest.file
+        model, adapter = run.provenance.model.name, run.provenance.adapter.name
         benchmark = next(
             (
                 b.name
@@ -151,9 +151,9 @@ def local_methods(run_dirs: list[Path], datasets: dict[str, str] | None = None) 
             "model": model,
             "adapter": adapter,
             "benchmark": benchmark,
-            "hpe_protocol": run.meta["hpe"]["name"],
+            "hpe_protocol": run.provenance.hpe.name,
             "authors": ["local run"],
-            "hardware": run.meta["environment"]["device"],
+            "hardware": run.provenance.environment.device,
             "plugins": {},
             "paper": "",
             "code": "",
@@ -164,7 +164,9 @@ def local_methods(run_dirs: list[Path], datasets: dict[str, str] | None = None) 
             MethodView(ident, meta, "local", None, run.meta.get("centre_search")),
         )
         view.runs[key] = MethodRun.of(
-            run, manifest, summarize(run, ddof=statistic_ddof_of_run(run.meta["manifest"]))
+            run,
+            manifest,
+            summarize(run, ddof=statistic_ddof_of_run(run.provenance.manifest.to_json())),
         )
     return list(views.values())
 

@@ -57,13 +57,13 @@ class MethodRun:
             run.aggregations(),
             summary,
             run.aggregations("novel") if run.has_novel else {},
-            shot_seed_pairs(manifest_meta or run.meta["manifest"]),
+            shot_seed_pairs(manifest_meta or run.provenance.manifest.to_json()),
         )
 
     @property
     def roles(self) -> dict[str, str]:
         """HPE axis roles of the adapter's Config."""
-        return dict(self.run.meta["hpe"].get("roles", {}))
+        return dict(self.run.provenance.hpe.roles)
 
     def per_shot(self, aggregation: str) -> PerShot | None:
         """Per-K results of an aggregation (k-shot runs), else ``None``."""

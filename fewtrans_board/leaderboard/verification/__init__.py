@@ -111,7 +111,7 @@ def _check_schema(run: RunResults, info: WorkerInfo, adapter: str) -> dict[str, 
             "plugin-load-failed",
             f"the plugin worker could not load model/adapter of this submission: {info.load_error}",
         )
-    recorded = run.meta["adapter"].get("schema")
+    recorded = run.provenance.adapter.schema
     if not isinstance(recorded, dict):
         raise SubmissionError(
             "bad-results-schema",
@@ -146,7 +146,7 @@ def _verify_run(
 ) -> tuple[DatasetVerdict, list[EpisodeCheck], dict[str, Any]]:
     """Re-run one dataset in its own plugin worker and judge it."""
     meta = contents.meta
-    _, manifest = store.frozen[run.meta["manifest"]["sha256"]]
+    _, manifest = store.frozen[run.provenance.manifest.sha256]
     roots = options.roots or {}
     settings = replayed_settings(
         run.meta, options, _forbidden(store, contents, roots), sorted(meta.plugins)
@@ -157,7 +157,7 @@ def _verify_run(
         check_pins_installed(meta.plugins, info.installed)
         schema = _check_schema(run, info, meta.adapter)
         protocol = get_hpe_protocol(meta.hpe_protocol)
-        centre = typed_values(run.meta["adapter"]["centre"], schema["fields"])
+        centre = typed_values(run.provenance.adapter.centre, schema["fields"])
         configs = [
             typed_values(c, schema["fields"])
             for c in protocol.grid_for(centre, schema_roles(schema))
