@@ -46,7 +46,7 @@ import torch
 from fewtrans_board.api.adapter import Adapter, AdapterConfig
 from fewtrans_board.api.backbone import Backbone
 from fewtrans_board.api.episode_data import ImageSet, SupportSet
-from fewtrans_board.blocks.lockstep import lockstep_settings, recording
+from fewtrans_board.api.fit_options import FitOptions, GroupReport
 from fewtrans_board.hpe.protocols import get_hpe_protocol
 from fewtrans_board.plugins.loading import get_plugin_manager
 from fewtrans_board.plugins.registry import Registry
@@ -189,11 +189,17 @@ def longest(grid: list[AdapterConfig]) -> AdapterConfig:
 
 
 def fit_and_predict(
-    adapter: Adapter, backbone: Backbone, episode: Episode, configs: list[AdapterConfig]
+    adapter: Adapter,
+    backbone: Backbone,
+    episode: Episode,
+    configs: list[AdapterConfig],
+    options: FitOptions | None = None,
 ) -> list[torch.Tensor]:
     """``fit_many`` over the grid (configuration ``i`` seeded with ``i``), then predict."""
     seeds = list(range(len(configs)))
-    predictors = adapter.fit_many(backbone, episode.support, episode.class_names, configs, seeds)
+    predictors = adapter.fit_many(
+        backbone, episode.support, episode.class_names, configs, seeds, options=options
+    )
     with torch.no_grad():
         return [predictor.predict(episode.query) for predictor in predictors]
 
@@ -239,11 +245,14 @@ def measure_family(
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     out: dict[str, list[torch.Tensor]] = {}
-    with recording() as reports:
-        batched = timed(
-            device,
-            lambda: out.setdefault("batched", fit_and_predict(adapter, backbone, episode, grid)),
-        )
+    reports: list[GroupReport] = []
+    options = FitOptions(reports=reports)
+    batched = timed(
+        device,
+        lambda: out.setdefault(
+            "batched", fit_and_predict(adapter, backbone, episode, grid, options)
+        ),
+    )
     row: dict[str, Any] = {
         "configs": len(grid),
         "epochs": sorted({int(c.to_dict().get("epochs", 0)) for c in grid}),
@@ -257,28 +266,28 @@ def measure_family(
     }
     if device.startswith("cuda"):
         row["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-    with lockstep_settings(enabled=False, heads=False):
-        if args.loop == "full":
-            indices = list(range(len(grid)))
-            looped = timed(
-                device,
-                lambda: out.setdefault("looped", loop(adapter, backbone, episode, grid, indices)),
-            )
-        else:
-            by_epochs: dict[int, int] = {}
-            for i, config in enumerate(grid):
-                by_epochs.setdefault(int(config.to_dict().get("epochs", 0)), i)
-            cost: dict[int, float] = {}
-            kept: dict[int, torch.Tensor] = {}
-            for e, i in by_epochs.items():
+    # the loop calls fit only, which batches nothing
+    if args.loop == "full":
+        indices = list(range(len(grid)))
+        looped = timed(
+            device,
+            lambda: out.setdefault("looped", loop(adapter, backbone, episode, grid, indices)),
+        )
+    else:
+        by_epochs: dict[int, int] = {}
+        for i, config in enumerate(grid):
+            by_epochs.setdefault(int(config.to_dict().get("epochs", 0)), i)
+        cost: dict[int, float] = {}
+        kept: dict[int, torch.Tensor] = {}
+        for e, i in by_epochs.items():
 
-                def run_one(i: int = i) -> None:
-                    kept.setdefault(i, loop(adapter, backbone, episode, [grid[i]], [i])[0])
+            def run_one(i: int = i) -> None:
+                kept.setdefault(i, loop(adapter, backbone, episode, [grid[i]], [i])[0])
 
-                cost[e] = timed(device, run_one)
-            out["looped"] = [kept[i] for i in by_epochs.values()]
-            indices = list(by_epochs.values())
-            looped = sum(cost[int(c.to_dict().get("epochs", 0))] for c in grid)
+            cost[e] = timed(device, run_one)
+        out["looped"] = [kept[i] for i in by_epochs.values()]
+        indices = list(by_epochs.values())
+        looped = sum(cost[int(c.to_dict().get("epochs", 0))] for c in grid)
     row.update(
         looped_s=round(looped, 3),
         looped_is=args.loop,
@@ -389,11 +398,15 @@ def cache_ratio(registry: Registry, args: argparse.Namespace, tmp: Path) -> dict
 
         def run(ctx: RunContext = ctx, adapter: Adapter = adapter) -> None:
             ctx.prefetch_features(ctx.episodes, progress=False)
-            with ctx.batching():
-                for episode in ctx.episodes:
-                    evaluate_episode(
-                        adapter, ctx.backbone, ctx.inputs(episode), ctx.grid, ctx.manifest.sha256
-                    )
+            for episode in ctx.episodes:
+                evaluate_episode(
+                    adapter,
+                    ctx.backbone,
+                    ctx.inputs(episode),
+                    ctx.grid,
+                    ctx.manifest.sha256,
+                    options=ctx.fit_options,
+                )
 
         seconds[label] = timed(args.device, run, repeat=1)  # a rerun would find it cached
     del seconds["warm-up"]  # one-off costs: reader data, kernels, allocator

@@ -37,6 +37,18 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; a test holds it to NAMES
     from fewtrans_board.api.dataset_spec import (
         DatasetReader as DatasetReader,
     )
+    from fewtrans_board.api.fit_options import (
+        FitOptions as FitOptions,
+    )
+    from fewtrans_board.api.fit_options import (
+        GroupReport as GroupReport,
+    )
+    from fewtrans_board.api.fit_options import (
+        LockstepSettings as LockstepSettings,
+    )
+    from fewtrans_board.api.model_spec import (
+        ModelRegistry as ModelRegistry,
+    )
     from fewtrans_board.blocks.bottleneck import (
         Bottleneck as Bottleneck,
     )
@@ -87,12 +99,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; a test holds it to NAMES
     )
     from fewtrans_board.blocks.lockstep import (
         TrainingPlan as TrainingPlan,
-    )
-    from fewtrans_board.blocks.lockstep import (
-        lockstep_settings as lockstep_settings,
-    )
-    from fewtrans_board.blocks.lockstep import (
-        recording as recording,
     )
     from fewtrans_board.blocks.lockstep import (
         run_plan as run_plan,
@@ -161,7 +167,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; a test holds it to NAMES
         load_timm_backbone as load_timm_backbone,
     )
     from fewtrans_board.plugins.registry import (
-        registry_in_force as registry_in_force,
+        registry_or_installed as registry_or_installed,
     )
     from fewtrans_board.testing import (
         tiny_clip_backbone as tiny_clip_backbone,
@@ -195,7 +201,8 @@ NAMES: dict[str, Name] = {
     # models
     "load_timm_backbone": Name("fewtrans_board.models.timm_family", STABLE, "models"),
     "load_open_clip_backbone": Name("fewtrans_board.models.open_clip_family", STABLE, "models"),
-    "registry_in_force": Name("fewtrans_board.plugins.registry", PROVISIONAL, "models"),
+    "ModelRegistry": Name("fewtrans_board.api.model_spec", PROVISIONAL, "models"),
+    "registry_or_installed": Name("fewtrans_board.plugins.registry", PROVISIONAL, "models"),
     # FewTrans recipe
     "run_adam": Name("fewtrans_board.blocks.training", STABLE, "FewTrans recipe"),
     "make_head": Name("fewtrans_board.blocks.training", STABLE, "FewTrans recipe"),
@@ -220,10 +227,15 @@ NAMES: dict[str, Name] = {
         "fewtrans_board.blocks.lockstep", PROVISIONAL, "fine-tuning and batched HPE"
     ),
     "run_plan": Name("fewtrans_board.blocks.lockstep", PROVISIONAL, "fine-tuning and batched HPE"),
-    "lockstep_settings": Name(
-        "fewtrans_board.blocks.lockstep", PROVISIONAL, "fine-tuning and batched HPE"
+    "FitOptions": Name(
+        "fewtrans_board.api.fit_options", PROVISIONAL, "fine-tuning and batched HPE"
     ),
-    "recording": Name("fewtrans_board.blocks.lockstep", PROVISIONAL, "fine-tuning and batched HPE"),
+    "LockstepSettings": Name(
+        "fewtrans_board.api.fit_options", PROVISIONAL, "fine-tuning and batched HPE"
+    ),
+    "GroupReport": Name(
+        "fewtrans_board.api.fit_options", PROVISIONAL, "fine-tuning and batched HPE"
+    ),
     # ViT hooks, PEFT
     "vit_parts": Name("fewtrans_board.blocks.vit_parts", STABLE, "ViT hooks, PEFT"),
     "VitParts": Name("fewtrans_board.blocks.vit_parts", PROVISIONAL, "ViT hooks, PEFT"),

@@ -12,12 +12,13 @@ import torch
 
 from fewtrans_board import AdapterConfig, ImageSet, SupportSet, hparam
 from fewtrans_board.blocks.lockstep import (
+    FitOptions,
+    GroupReport,
+    LockstepSettings,
     MemoryBudget,
     PlannedAdapter,
     TrainingPlan,
-    lockstep_settings,
     parse_memory,
-    recording,
 )
 from fewtrans_board.blocks.lockstep.memory import budget_bytes, chunk_size
 from fewtrans_board.core.errors import ConfigError
@@ -90,11 +91,18 @@ def small_grid(adapter: type[PlannedAdapter], **changes: Any) -> list[AdapterCon
     return grid
 
 
-def batched_and_looped(adapter, backbone, support, query, names, grid):  # type: ignore[no-untyped-def]
+def recording(lockstep: LockstepSettings | None = None) -> tuple[FitOptions, list[GroupReport]]:
+    """Options that record a report per group, with their list of reports."""
+    reports: list[GroupReport] = []
+    return FitOptions(lockstep or LockstepSettings(), reports=reports), reports
+
+
+def batched_and_looped(adapter, backbone, support, query, names, grid, lockstep=None):  # type: ignore[no-untyped-def]
     seeds = [11 * i + 3 for i in range(len(grid))]
-    with recording() as reports, warnings.catch_warnings():
+    options, reports = recording(lockstep)
+    with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*one by one")  # no unexpected fallback
-        batched = adapter().fit_many(backbone, support, names, grid, seeds)
+        batched = adapter().fit_many(backbone, support, names, grid, seeds, options=options)
     looped = []
     for config, seed in zip(grid, seeds, strict=True):
         torch.manual_seed(seed)
@@ -113,6 +121,7 @@ def deterministic_changes(adapter: type[PlannedAdapter]) -> dict[str, Any]:
     return changes.get(adapter.name, {})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("adapter", PLANNED, ids=[a.name for a in PLANNED])
 def test_batched_training_equals_the_loop_in_float64(adapter, float64) -> None:  # type: ignore[no-untyped-def]
     support, query, names = episode(torch.float64)
@@ -130,6 +139,7 @@ def test_batched_training_equals_the_loop_in_float64(adapter, float64) -> None: 
         assert reports[0].fallback is None and reports[0].chunks == [len(grid)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["finetune", "lora", "coop", "finetune-clip-visual"])
 def test_batched_training_agrees_with_the_loop_in_float32(name: str) -> None:
     adapter = next(a for a in PLANNED if a.name == name)
@@ -144,6 +154,7 @@ def test_batched_training_agrees_with_the_loop_in_float32(name: str) -> None:
     assert max(float((b - s).abs().max()) for b, s in pairs) < 1e-3
 
 
+@pytest.mark.slow
 def test_clip_lora_with_dropout_runs_the_loop_exactly() -> None:
     adapter = next(a for a in PLANNED if a.name == "clip-lora")
     support, query, names = episode(torch.float32)
@@ -154,6 +165,7 @@ def test_clip_lora_with_dropout_runs_the_loop_exactly() -> None:
     assert all(torch.equal(b, s) for b, s in pairs)  # the same random draws in the same order
 
 
+@pytest.mark.slow
 def test_results_do_not_depend_on_the_memory_budget(float64) -> None:  # type: ignore[no-untyped-def]
     adapter = next(a for a in PLANNED if a.name == "finetune")
     support, query, names = episode(torch.float64)
@@ -165,8 +177,8 @@ def test_results_do_not_depend_on_the_memory_budget(float64) -> None:  # type: i
         memory = MemoryBudget(bytes=10**15)
         if budget is not None:
             memory = MemoryBudget(bytes=runs["unlimited"][1][0].per_config_bytes * budget + 1)
-        with lockstep_settings(memory=memory), recording() as reports:
-            predictors = adapter().fit_many(backbone, support, names, grid, seeds)
+        options, reports = recording(LockstepSettings(memory=memory))
+        predictors = adapter().fit_many(backbone, support, names, grid, seeds, options=options)
         with torch.no_grad():
             runs[label] = ([p.predict(query) for p in predictors], reports)
     assert runs["unlimited"][1][0].chunks == [5]
@@ -228,6 +240,7 @@ class ToyPlanAdapter(PlannedAdapter):
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("knob", "reason"),
     [("capture_weight", "closure"), ("seeded_projection", "does not share")],
@@ -237,8 +250,9 @@ def test_plans_that_break_the_rules_fall_back_to_the_loop(knob: str, reason: str
     support, query, names = episode(torch.float32)
     grid = [adapter.Config(lr=lr, epochs=e) for lr in (0.01, 0.1) for e in (1, 2)]
     seeds = [1, 2, 3, 4]
-    with recording() as reports, pytest.warns(UserWarning, match=reason):
-        batched = adapter().fit_many(None, support, names, grid, seeds)
+    options, reports = recording()
+    with pytest.warns(UserWarning, match=reason):
+        batched = adapter().fit_many(None, support, names, grid, seeds, options=options)
     assert reason in str(reports[0].fallback)
     for predictor, config, seed in zip(batched, grid, seeds, strict=True):
         torch.manual_seed(seed)
@@ -249,8 +263,8 @@ def test_plans_that_break_the_rules_fall_back_to_the_loop(knob: str, reason: str
 def test_a_rule_abiding_third_party_plan_batches() -> None:
     support, _, names = episode(torch.float32)
     grid = [ToyPlanAdapter.Config(lr=lr, epochs=e) for lr in (0.01, 0.1) for e in (1, 2)]
-    with recording() as reports:
-        ToyPlanAdapter().fit_many(None, support, names, grid, [1, 2, 3, 4])
+    options, reports = recording()
+    ToyPlanAdapter().fit_many(None, support, names, grid, [1, 2, 3, 4], options=options)
     assert reports[0].fallback is None and reports[0].chunks == [4]
 
 
@@ -259,16 +273,16 @@ def test_configurations_differing_outside_the_hpe_axes_train_in_separate_groups(
     support, _, names = episode(torch.float32)
     backbone = backbone_for(adapter, torch.float32)
     grid = small_grid(adapter, epochs=1)[:2] + small_grid(adapter, epochs=1, hidden=8)[:2]
-    with recording() as reports:
-        adapter().fit_many(backbone, support, names, grid, [1, 2, 3, 4])
+    options, reports = recording()
+    adapter().fit_many(backbone, support, names, grid, [1, 2, 3, 4], options=options)
     assert [(r.configs, r.fallback) for r in reports] == [(2, None), (2, None)]
 
 
 def test_disabled_batching_runs_the_loop() -> None:
     support, _, names = episode(torch.float32)
     grid = [ToyPlanAdapter.Config(lr=lr) for lr in (0.01, 0.1)]
-    with lockstep_settings(enabled=False), recording() as reports:  # heads keep batching
-        ToyPlanAdapter().fit_many(None, support, names, grid, [1, 2])
+    options, reports = recording(LockstepSettings(enabled=False))  # heads keep batching
+    ToyPlanAdapter().fit_many(None, support, names, grid, [1, 2], options=options)
     assert reports[0].fallback == "batching disabled"
 
 
@@ -321,6 +335,7 @@ def test_free_cuda_memory_is_read_from_the_driver(monkeypatch: pytest.MonkeyPatc
     assert asked == [torch.device("cuda:1")]
 
 
+@pytest.mark.slow
 def test_evaluate_batches_by_default_and_records_it(tmp_path, invoke) -> None:  # type: ignore[no-untyped-def]
     from pathlib import Path
 
@@ -411,6 +426,7 @@ def test_bad_max_memory_is_a_usage_error(invoke) -> None:  # type: ignore[no-unt
     assert "memory budget 'lots'" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_a_chunk_out_of_device_memory_is_retried_smaller(monkeypatch, float64) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.blocks.lockstep.template import Template
 
@@ -433,8 +449,9 @@ def test_a_chunk_out_of_device_memory_is_retried_smaller(monkeypatch, float64) -
         assert torch.allclose(batched, looped, rtol=0, atol=1e-8)
     limit["rows"] = 0  # not even one configuration batched: the loop runs instead
     seeds = [11 * i + 3 for i in range(len(grid))]  # as in batched_and_looped
-    with pytest.warns(UserWarning, match="OutOfMemoryError"), recording() as reports:
-        fallback = adapter().fit_many(backbone, support, names, grid, seeds)
+    options, reports = recording()
+    with pytest.warns(UserWarning, match="OutOfMemoryError"):
+        fallback = adapter().fit_many(backbone, support, names, grid, seeds, options=options)
     assert "OutOfMemoryError" in str(reports[0].fallback)
     with torch.no_grad():
         for predictor, (_, looped) in zip(fallback, pairs, strict=True):
@@ -460,6 +477,7 @@ def test_batching_modes() -> None:
         settings_for("sometimes", "cpu", budget)
 
 
+@pytest.mark.slow
 def test_out_of_memory_after_a_trained_chunk_loops_the_rest(monkeypatch, float64) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.blocks.lockstep import trainer
 
@@ -476,14 +494,17 @@ def test_out_of_memory_after_a_trained_chunk_loops_the_rest(monkeypatch, float64
         return original(*args)
 
     monkeypatch.setattr(trainer, "_train_chunk", train_chunk)
-    with lockstep_settings(memory=MemoryBudget(bytes=1)):  # chunks of one
-        pairs, reports = batched_and_looped(adapter, backbone, support, query, names, grid)
+    chunks_of_one = LockstepSettings(memory=MemoryBudget(bytes=1))
+    pairs, reports = batched_and_looped(
+        adapter, backbone, support, query, names, grid, chunks_of_one
+    )
     assert calls == [1, 1] and reports[0].chunks == [1]
     assert "out of memory after 1 configurations" in str(reports[0].fallback)
     for batched, looped in pairs:
         assert torch.allclose(batched, looped, rtol=0, atol=1e-8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["finetune", "coop"])
 def test_bf16_autocast_under_vmap_batches_with_the_cuda_tolerances(name, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The CUDA recipe (bf16 autocast inside the loss) exercised on CPU's autocast."""

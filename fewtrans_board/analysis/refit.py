@@ -219,15 +219,15 @@ def _iterate(
         def keep(_index: int, _config: Any, predictor: Any, store: list[Any] = kept) -> None:
             store.append(predictor)
 
-        with ctx.batching():
-            outcomes = evaluate_episode(
-                adapter,
-                ctx.backbone,
-                inputs,
-                [config],
-                ctx.manifest.sha256,
-                observe=keep,
-            )
+        outcomes = evaluate_episode(
+            adapter,
+            ctx.backbone,
+            inputs,
+            [config],
+            ctx.manifest.sha256,
+            observe=keep,
+            options=ctx.fit_options,
+        )
         predictions = outcomes[0].logits.argmax(axis=1)
         stored = _stored_predictions(run, episode_index, index)
         yield AdaptedEpisode(

@@ -10,6 +10,7 @@ computes accuracy, and query labels are never passed to adapters.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import typing
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
     from fewtrans_board.api.backbone import Backbone
     from fewtrans_board.api.episode_data import ImageSet, SupportSet
+    from fewtrans_board.api.fit_options import FitOptions
 
 HpeRole = Literal["lr", "epochs"]
 C = TypeVar("C", bound="AdapterConfig")
@@ -67,8 +69,9 @@ def hparam(
         below: values must be smaller than this (exclusive upper bound).
 
     Returns:
-        A dataclass field carrying the metadata. ``Config.from_dict`` refuses values
-        outside the range (and non-finite floats) with a :class:`ConfigError`.
+        A dataclass field carrying the metadata. Building the ``Config`` (directly, by
+        ``replace`` or ``from_dict``) refuses values of another type, values outside the
+        range and non-finite floats with a :class:`ConfigError`.
     """
     bounds = {"min": min, "above": above, "max": max, "below": below}
     return dataclasses.field(default=default, metadata={"help": help, "hpe": hpe, "bounds": bounds})
@@ -101,8 +104,39 @@ class AdapterConfig:
     """Base class of every adapter's nested ``Config`` dataclass.
 
     Subclasses are frozen dataclasses whose fields are JSON scalars declared with
-    :func:`hparam`.
+    :func:`hparam`. Every instance is checked when it is built (constructor,
+    ``dataclasses.replace``, :meth:`replace`, :meth:`from_dict` alike): each field must
+    have its declared type and lie in its valid range, and float fields store floats.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Keep the construction check for a subclass that defines its own ``__post_init__``."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__post_init__")
+        if own is None or getattr(own, "_checks_fields", False):
+            return
+
+        @functools.wraps(own)
+        def post_init(self: AdapterConfig) -> None:
+            AdapterConfig.__post_init__(self)
+            own(self)
+
+        setattr(post_init, "_checks_fields", True)  # noqa: B010  (a dataclass slots copy re-enters)
+        setattr(cls, "__post_init__", post_init)  # noqa: B010
+
+    def __post_init__(self) -> None:
+        """Check every field against its declaration (see :func:`checked_value`).
+
+        Raises:
+            ConfigError: on a value of the wrong type, a non-finite float or a number
+                outside the field's valid range.
+        """
+        cls = type(self)
+        for info in _declared_fields(cls):  # type: ignore[arg-type]  # classes hash by id
+            value = getattr(self, info.name)
+            checked = checked_value(cls.__qualname__, info, value)
+            if checked is not value:
+                object.__setattr__(self, info.name, checked)
 
     @classmethod
     def fields_info(cls) -> list[ConfigField]:
@@ -152,20 +186,8 @@ class AdapterConfig:
                 f"{cls.__qualname__}: unknown option(s) {', '.join(unknown)}; "
                 f"valid options: {', '.join(fields) or '(none)'}"
             )
-        clean: dict[str, Any] = {}
-        for key, value in values.items():
-            expected = _SCALARS.get(fields[key].type)
-            bad_bool = isinstance(value, bool) and fields[key].type in ("int", "float")
-            if expected is not None and (not isinstance(value, expected) or bad_bool):
-                raise ConfigError(
-                    f"{cls.__qualname__}.{key}: expected {fields[key].type}, "
-                    f"got {value!r} ({type(value).__name__})"
-                )
-            if fields[key].type in ("int", "float"):
-                problem = out_of_range(value, fields[key].valid)
-                if problem is not None:
-                    raise ConfigError(f"{cls.__qualname__}.{key}: {problem}")
-            clean[key] = float(value) if fields[key].type == "float" else value
+        # Report the first bad value in the caller's order; construction checks the rest.
+        clean = {key: checked_value(cls.__qualname__, fields[key], v) for key, v in values.items()}
         return cls(**clean)
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,6 +202,46 @@ class AdapterConfig:
     def digest(self) -> str:
         """Short sha256 of the canonical JSON of the values (stable across runs)."""
         return config_digest(self.to_dict())
+
+
+def checked_value(owner: str, info: ConfigField, value: Any) -> Any:
+    """``value`` as field ``info`` stores it, after checking its type and range.
+
+    The one check of a configuration value: ``bool`` is refused where a number is
+    declared, an ``int`` is accepted (and stored as a ``float``) where a ``float`` is,
+    floats must be finite, numbers must lie in the declared (and HPE-role) range. Fields
+    of a type other than the JSON scalars are left unchecked (registration refuses them).
+
+    Args:
+        owner: the config class's qualified name, for the message.
+        info: the field's declaration.
+        value: the candidate value.
+
+    Returns:
+        ``value``, or ``float(value)`` for an ``int`` given to a ``float`` field.
+
+    Raises:
+        ConfigError: naming the field, the value and what is allowed.
+    """
+    expected = _SCALARS.get(info.type)
+    numeric = info.type in ("int", "float")
+    if expected is not None and (
+        not isinstance(value, expected) or (numeric and isinstance(value, bool))
+    ):
+        raise ConfigError(
+            f"{owner}.{info.name}: expected {info.type}, got {value!r} ({type(value).__name__})"
+        )
+    if numeric:
+        problem = out_of_range(value, info.valid)
+        if problem is not None:
+            raise ConfigError(f"{owner}.{info.name}: {problem}")
+    return float(value) if info.type == "float" and type(value) is not float else value
+
+
+@functools.cache
+def _declared_fields(cls: type[AdapterConfig]) -> tuple[ConfigField, ...]:
+    # Resolving type hints per instance would dominate building the HPE grid's configs.
+    return tuple(cls.fields_info())
 
 
 def config_digest(values: Mapping[str, Any]) -> str:
@@ -274,6 +336,8 @@ class Adapter(ABC):
         class_names: Sequence[str],
         configs: Sequence[Any],
         seeds: Sequence[int],
+        *,
+        options: FitOptions | None = None,
     ) -> list[Predictor]:
         """Fit one predictor per configuration (the HPE grid of one episode).
 
@@ -282,6 +346,17 @@ class Adapter(ABC):
         configurations (one batched run over learning rates, epoch snapshots), provided the
         results equal the loop's; the runner then calls it once per episode instead of
         calling :meth:`fit` per configuration.
+
+        Args:
+            backbone: the loaded model (never modified in place).
+            support: labeled support images of the episode.
+            class_names: the episode's class names, in label order.
+            configs: instances of this adapter's ``Config``.
+            seeds: one torch seed per configuration.
+            options: the run's batching settings and where to record what batched groups
+                did (:class:`~fewtrans_board.api.fit_options.FitOptions`). The runner
+                passes it only to overrides that declare this keyword, so an override
+                without it keeps working; the loop here needs none.
         """
         import torch
 

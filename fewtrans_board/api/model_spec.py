@@ -7,19 +7,37 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from fewtrans_board.core.errors import ContractError, FewtransError
-from fewtrans_board.core.plugin_calls import plugin_code
+from fewtrans_board.core.plugin_calls import accepts_keyword, plugin_code
 
 if TYPE_CHECKING:
     from fewtrans_board.api.backbone import Backbone
 
 ModelLoader = Callable[[Path | None, str], "Backbone"]
-"""``loader(weights, device) -> Backbone``; ``weights`` is a local file or ``None`` (hub)."""
+"""``loader(weights, device) -> Backbone``; ``weights`` is a local file or ``None`` (hub).
+
+A loader that builds its model from other models also declares a keyword-only
+``registry: ModelRegistry | None = None`` and gets the registry the model was resolved in."""
 
 FamilyLoader = Callable[[str, Path | None, str], "Backbone"]
 """``loader(argument, weights, device) -> Backbone`` for parametric families (``timm:ARCH``)."""
+
+
+class ModelRegistry(Protocol):
+    """What a loader that builds its model from other models gets as ``registry``.
+
+    The plugins' ``Registry`` the model was resolved in; a loader declaring a ``registry``
+    keyword (``library:A+B``, ``meta-trained``) loads the models it names through it, so
+    they come from exactly the plugins the caller selected.
+    """
+
+    def load_model(
+        self, name: str, weights: Path | str | None = None, device: str = "cpu"
+    ) -> Backbone:
+        """Resolve ``name`` and load it (passing this registry on)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -83,12 +101,21 @@ class ModelSpec:
             family_loader=None,
         )
 
-    def load(self, weights: Path | str | None = None, device: str = "cpu") -> Backbone:
+    def load(
+        self,
+        weights: Path | str | None = None,
+        device: str = "cpu",
+        *,
+        registry: ModelRegistry | None = None,
+    ) -> Backbone:
         """Load the backbone (heavy: imports torch and reads weights).
 
         Args:
             weights: local checkpoint to use instead of the pinned source.
             device: torch device string.
+            registry: the registry the model was resolved in. Passed on only to a loader
+                that declares a ``registry`` keyword (one that loads other models); such a
+                loader falls back to the installed plugins when it gets ``None``.
 
         Returns:
             The loaded backbone in eval mode on ``device``.
@@ -107,7 +134,10 @@ class ModelSpec:
         path = Path(weights) if weights is not None else None
         loader = getattr(self.loader, "func", self.loader)  # a family variant is a partial
         with plugin_code(f"model {self.name!r}", "loading", owner=loader):
-            backbone = self.loader(path, device)
+            if accepts_keyword(self.loader, "registry"):
+                backbone = cast(Callable[..., Any], self.loader)(path, device, registry=registry)
+            else:
+                backbone = self.loader(path, device)
         if not isinstance(backbone, Backbone):
             raise ContractError(
                 f"model {self.name!r}: loader returned {type(backbone).__name__}, "

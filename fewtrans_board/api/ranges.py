@@ -2,8 +2,9 @@
 
 An adapter declares a range next to each hyperparameter (``hparam(..., min=1)``,
 ``hparam(..., above=0, below=1)``); the HPE role adds its own (a learning rate is above 0,
-an epoch count at least 1). ``AdapterConfig.from_dict`` refuses values outside the range
-for built-in and third-party adapters alike, and ``adapters list --options`` shows it.
+an epoch count at least 1). Building an ``AdapterConfig`` (constructor, ``replace``,
+``from_dict``) refuses values outside the range for built-in and third-party adapters
+alike, and ``adapters list --options`` shows it.
 """
 
 from __future__ import annotations

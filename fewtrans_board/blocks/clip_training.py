@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import AdapterConfig, hparam
 from fewtrans_board.blocks.lockstep.plan import TrainingPlan, check_plan, train_plan
-from fewtrans_board.core.errors import FewtransError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,23 +55,6 @@ def reworded(config: type[AdapterConfig], name: str, help: str) -> Any:
     return hparam(
         field.default, help, hpe=field.metadata.get("hpe"), **(field.metadata.get("bounds") or {})
     )
-
-
-def check_training_config(method: str, config: Any) -> None:
-    """Reject values the recipe cannot run with.
-
-    Args:
-        method: adapter name, for the error message.
-        config: a :class:`ClipTrainingConfig`.
-
-    Raises:
-        FewtransError: a negative learning rate or epoch count, or a batch size below 1.
-    """
-    if config.lr < 0 or config.epochs < 0 or config.batch_size < 1:
-        raise FewtransError(
-            f"{method}: need lr >= 0, epochs >= 0 and batch_size >= 1; got "
-            f"lr={config.lr}, epochs={config.epochs}, batch_size={config.batch_size}"
-        )
 
 
 def clip_plan(

@@ -227,8 +227,6 @@ class FinetuneLastKAdapter(FinetuneAdapter):
 
     def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
         """Parameters of the last k blocks and the post-block modules."""
-        if config.k < 1:
-            raise FewtransError(f"finetune-last-k: k must be >= 1, got {config.k}")
         return last_k_parameters(encoder, config.k)
 
 

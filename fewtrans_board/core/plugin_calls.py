@@ -124,3 +124,27 @@ def _frames(
         if not any(frame.filename.startswith(root) for root in libraries):
             return frame, frames[-1]
     return None, frames[-1]
+
+
+def accepts_keyword(function: object, name: str) -> bool:
+    """Whether ``function(..., name=...)`` is a valid call: it declares ``name`` as a parameter.
+
+    How the core passes a newer, optional input (an adapter's ``fit_many(..., options=)``,
+    a model loader's ``registry=``) to plugin code only where the plugin declared it, so
+    plugins written against the older signature keep working. A parameter merely absorbed
+    by ``**kwargs`` does not count; a signature that cannot be read counts as "no".
+
+    Args:
+        function: a callable (function, bound method, ``functools.partial`` ...).
+        name: the keyword.
+    """
+    if not callable(function):
+        return False
+    try:
+        parameter = inspect.signature(function).parameters.get(name)
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )

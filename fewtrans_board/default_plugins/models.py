@@ -9,7 +9,7 @@ from typing import Any
 
 from fewtrans_board.api.backbone import Backbone
 from fewtrans_board.api.hookspecs import hookimpl
-from fewtrans_board.api.model_spec import ModelSpec
+from fewtrans_board.api.model_spec import ModelRegistry, ModelSpec
 
 
 def _timm(argument: str, weights: Path | None, device: str) -> Backbone:
@@ -47,22 +47,26 @@ def _demo_clip(name: str, weights: Path | None, device: str) -> Backbone:
     return load_demo_clip(name, weights, device)
 
 
-def _library(argument: str, weights: Path | None, device: str) -> Backbone:
+def _library(
+    argument: str, weights: Path | None, device: str, *, registry: ModelRegistry | None = None
+) -> Backbone:
     from fewtrans_board.models.library import load_library
-    from fewtrans_board.plugins.registry import registry_in_force
+    from fewtrans_board.plugins.registry import registry_or_installed
 
-    registry = registry_in_force()
+    members = registry_or_installed(registry)
 
     def load_member(name: str, path: Path | None, member_device: str) -> Backbone:
-        return registry.load_model(name, path, member_device)
+        return members.load_model(name, path, member_device)
 
     return load_library(argument, weights, device, load_member)
 
 
-def _meta_trained(weights: Path | None, device: str) -> Backbone:
+def _meta_trained(
+    weights: Path | None, device: str, *, registry: ModelRegistry | None = None
+) -> Backbone:
     from fewtrans_board.methods.meta.model import load_meta_trained
 
-    return load_meta_trained(weights, device)
+    return load_meta_trained(weights, device, registry=registry)
 
 
 def _curated_timm(architecture: str, name: str, weights: Path | None, device: str) -> Backbone:

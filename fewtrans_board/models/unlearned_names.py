@@ -17,7 +17,7 @@ from fewtrans_board.core.errors import FewtransError
 
 if TYPE_CHECKING:
     from fewtrans_board.api.backbone import Backbone
-    from fewtrans_board.api.model_spec import ModelSpec
+    from fewtrans_board.api.model_spec import ModelRegistry, ModelSpec
 
 MARK = "+unlearn:"
 
@@ -65,7 +65,14 @@ def unlearned_spec(base: ModelSpec, name: str, forget: str) -> ModelSpec:
     )
 
 
-def load_unlearned(base: ModelSpec, name: str, weights: Path | None, device: str) -> Backbone:
+def load_unlearned(
+    base: ModelSpec,
+    name: str,
+    weights: Path | None,
+    device: str,
+    *,
+    registry: ModelRegistry | None = None,
+) -> Backbone:
     """Load unlearned weights into the base architecture and attach the record.
 
     Args:
@@ -74,6 +81,7 @@ def load_unlearned(base: ModelSpec, name: str, weights: Path | None, device: str
         weights: an unlearned weights file with its sidecar record; ``None`` looks the
             name up in the store.
         device: torch device.
+        registry: the registry the name was resolved in, handed on to the base loader.
 
     Raises:
         FewtransError: no record, a record of another model, or changed weights.
@@ -90,7 +98,7 @@ def load_unlearned(base: ModelSpec, name: str, weights: Path | None, device: str
             "from this base model and forget set"
         )
     check_weights(path, record)
-    backbone = base.load(weights=path, device=device)
+    backbone = base.load(weights=path, device=device, registry=registry)
     backbone.name = name
     backbone.info = {**backbone.info, "unlearning": summary(record)}
     return backbone

@@ -12,15 +12,13 @@ import difflib
 import fnmatch
 import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from fewtrans_board.api.adapter import Adapter
 from fewtrans_board.api.dataset_spec import DatasetSpec
-from fewtrans_board.api.model_spec import ModelSpec
+from fewtrans_board.api.model_spec import ModelRegistry, ModelSpec
 from fewtrans_board.core.errors import (
     DuplicateNameError,
     FewtransError,
@@ -236,25 +234,15 @@ class Registry:
         """Look up a model by name, including ``FAMILY:ARGUMENT`` forms."""
         return resolve_model(self.models, name)
 
-    @contextmanager
-    def in_force(self) -> Iterator[Registry]:
-        """Make this registry the one that models built from other models resolve them in.
-
-        A ``library:A+B`` or ``meta-trained`` model names further models; while this is in
-        force they are looked up here (:func:`registry_in_force`), so they see exactly the
-        plugins the caller selected: an allow-list's excluded plugin stays unloaded and an
-        in-process plugin's models stay reachable.
-        """
-        token = _IN_FORCE.set(self)
-        try:
-            yield self
-        finally:
-            _IN_FORCE.reset(token)
-
     def load_model(
         self, name: str, weights: Path | str | None = None, device: str = "cpu"
     ) -> Backbone:
-        """Resolve ``name`` and load it with this registry in force.
+        """Resolve ``name`` and load it, handing this registry to a loader that asks for it.
+
+        A ``library:A+B`` or ``meta-trained`` model names further models; its loader gets
+        this registry (``ModelSpec.load(..., registry=self)``), so they come from exactly
+        the plugins the caller selected: an allow-list's excluded plugin stays unloaded and
+        an in-process plugin's models stay reachable.
 
         Args:
             name: a model name, including ``FAMILY:ARGUMENT`` forms.
@@ -264,9 +252,7 @@ class Registry:
         Returns:
             The loaded backbone.
         """
-        entry = self.model(name)
-        with self.in_force():
-            return entry.obj.load(weights, device)
+        return self.model(name).obj.load(weights, device, registry=self)
 
     @classmethod
     def from_plugin_manager(cls, pm: PluginManager) -> Registry:
@@ -325,18 +311,13 @@ class Registry:
         return registry
 
 
-_IN_FORCE: ContextVar[Registry | None] = ContextVar("fewtrans_registry_in_force", default=None)
+def registry_or_installed(registry: ModelRegistry | None) -> ModelRegistry:
+    """``registry``, or (for a bare ``ModelSpec.load`` without one) the installed plugins'.
 
-
-def registry_in_force() -> Registry:
-    """The registry the model being loaded was resolved in (see :meth:`Registry.in_force`).
-
-    Outside any :meth:`Registry.load_model` (a bare ``ModelSpec.load``) it is a fresh
-    registry of the installed plugins, honouring ``FEWTRANS_BOARD_LOAD_PLUGINS``.
+    The fresh registry honours ``FEWTRANS_BOARD_LOAD_PLUGINS``, as every CLI command does.
     """
-    current = _IN_FORCE.get()
-    if current is not None:
-        return current
+    if registry is not None:
+        return registry
     from fewtrans_board.plugins.loading import get_plugin_manager
 
     return Registry.from_plugin_manager(get_plugin_manager())

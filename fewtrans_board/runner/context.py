@@ -4,19 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from fewtrans_board import __version__
 from fewtrans_board.api.adapter import Adapter, AdapterConfig
 from fewtrans_board.api.backbone import Backbone, Preprocessing
-from fewtrans_board.blocks.lockstep import (
-    LockstepSettings,
-    parse_memory,
-    settings_for,
-    settings_in_force,
-)
+from fewtrans_board.api.fit_options import FitOptions
+from fewtrans_board.blocks.lockstep import LockstepSettings, parse_memory, settings_for
 from fewtrans_board.core.errors import ConfigError, FewtransError
 from fewtrans_board.core.sandbox import Isolation, Limits
 from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
@@ -254,8 +249,9 @@ class RunContext:
     def backbone(self) -> Backbone:
         """The loaded backbone (first access loads it)."""
         if self._backbone is None:
-            with self.registry.in_force():
-                self._backbone = self.model.obj.load(self.spec.weights, self.device)
+            self._backbone = self.model.obj.load(
+                self.spec.weights, self.device, registry=self.registry
+            )
         return self._backbone
 
     @property
@@ -263,9 +259,10 @@ class RunContext:
         """How this run batches configurations (``--batching`` on this worker's device)."""
         return settings_for(self.spec.batching, self.device, parse_memory(self.spec.max_memory))
 
-    def batching(self) -> AbstractContextManager[LockstepSettings]:
-        """Apply the run's ``--batching`` and ``--max-memory`` to adapters called inside."""
-        return settings_in_force(self.lockstep)
+    @property
+    def fit_options(self) -> FitOptions:
+        """What ``fit_many`` gets as ``options``: the run's ``--batching`` and ``--max-memory``."""
+        return FitOptions(self.lockstep)
 
     @property
     def preprocessing(self) -> Preprocessing:
@@ -437,10 +434,15 @@ class RunContext:
         configs = self.grid if configs is None else configs
         if self.isolation is Isolation.INLINE:
             assert adapter is not None
-            with self.batching():
-                return evaluate_episode(
-                    adapter, self.backbone, inputs, configs, self.manifest.sha256, loop=loop
-                )
+            return evaluate_episode(
+                adapter,
+                self.backbone,
+                inputs,
+                configs,
+                self.manifest.sha256,
+                loop=loop,
+                options=self.fit_options,
+            )
         seeds = self.seeds(inputs.episode, configs)
         reply = self.ask(inputs, configs, seeds, loop=loop)
         return outcomes_from_reply(inputs, configs, seeds, reply)

@@ -19,11 +19,13 @@ import numpy as np
 from fewtrans_board.api.adapter import Adapter, AdapterConfig
 from fewtrans_board.api.backbone import Backbone
 from fewtrans_board.core.errors import FewtransError
-from fewtrans_board.core.plugin_calls import PluginCallError, plugin_code
+from fewtrans_board.core.plugin_calls import PluginCallError, accepts_keyword, plugin_code
 from fewtrans_board.runner.episodes import EpisodeInputs, in_manifest_order
 
 if TYPE_CHECKING:
+    from fewtrans_board.api.adapter import Predictor
     from fewtrans_board.api.episode_data import ImageSet, SupportSet
+    from fewtrans_board.api.fit_options import FitOptions
 
 Observer = Callable[[int, AdapterConfig, Any], None]
 """``observe(config index, config, predictor)``: an opt-in look at each fitted predictor.
@@ -138,6 +140,25 @@ def predict_logits(
         return _checked(logits, (len(query), len(class_names)), f"{where} (novel classes)")
 
 
+def call_fit_many(
+    adapter: Adapter,
+    backbone: Backbone,
+    support: SupportSet,
+    class_names: Sequence[str],
+    configs: Sequence[AdapterConfig],
+    seeds: Sequence[int],
+    options: FitOptions | None,
+) -> list[Predictor]:
+    """``adapter.fit_many(...)``, with ``options=`` only where the adapter declares it.
+
+    A ``fit_many`` written before ``options`` existed keeps its five-argument signature
+    and is called as before (with the defaults it always had).
+    """
+    if options is not None and accepts_keyword(adapter.fit_many, "options"):
+        return adapter.fit_many(backbone, support, class_names, configs, seeds, options=options)
+    return adapter.fit_many(backbone, support, class_names, configs, seeds)
+
+
 def fit_predictors(
     adapter: Adapter,
     backbone: Backbone,
@@ -148,6 +169,7 @@ def fit_predictors(
     where: Any,
     *,
     loop: bool = False,
+    options: FitOptions | None = None,
 ) -> Iterator[tuple[int, Any, float]]:
     """Fit every configuration; yield ``(index, predictor, fit seconds)`` in grid order.
 
@@ -165,6 +187,8 @@ def fit_predictors(
         where: ``where(i)`` names configuration ``i`` in errors.
         loop: call ``fit`` per configuration even if the adapter batches with
             ``fit_many`` (whose results must equal the loop's).
+        options: the run's batching settings, for a ``fit_many`` that declares ``options``
+            (see :func:`call_fit_many`).
 
     Raises:
         EvaluationError: the adapter raised a :class:`FewtransError`.
@@ -177,7 +201,9 @@ def fit_predictors(
         start = time.perf_counter()
         try:
             with plugin_code(subject, "fit_many", where(0), owner=type(adapter)):
-                predictors = adapter.fit_many(backbone, support, class_names, configs, seeds)
+                predictors = call_fit_many(
+                    adapter, backbone, support, class_names, configs, seeds, options
+                )
         except (EvaluationError, PluginCallError):
             raise
         except FewtransError as exc:
@@ -215,6 +241,7 @@ def evaluate_episode(
     probes: Sequence[np.ndarray] = (),
     loop: bool = False,
     observe: Observer | None = None,
+    options: FitOptions | None = None,
 ) -> list[ConfigOutcome]:
     """Fit and predict every configuration on one episode.
 
@@ -232,6 +259,7 @@ def evaluate_episode(
         loop: fit with ``fit`` per configuration, never ``fit_many``.
         observe: called with each fitted predictor after it predicted (opt-in; it does not
             change what is computed).
+        options: the run's batching settings, passed to a ``fit_many`` that declares them.
 
     Raises:
         EvaluationError: wrong shape, wrong type or non-finite logits, naming the episode
@@ -251,7 +279,15 @@ def evaluate_episode(
     position = np.argsort(inputs.query_order)  # manifest query -> presented position
     outcomes = []
     fitted = fit_predictors(
-        adapter, backbone, inputs.support, inputs.class_names, configs, seeds, where, loop=loop
+        adapter,
+        backbone,
+        inputs.support,
+        inputs.class_names,
+        configs,
+        seeds,
+        where,
+        loop=loop,
+        options=options,
     )
     for i, predictor, fit_seconds in fitted:
         start = time.perf_counter()

@@ -204,7 +204,13 @@ def _check_inductive(ctx: RunContext, adapter: Any, first: Logits) -> None:
         inputs = ctx.inputs(episode)
         if ctx.isolation is Isolation.INLINE:
             outcomes = evaluate_episode(
-                adapter, ctx.backbone, inputs, ctx.grid, ctx.manifest.sha256, probes=probes
+                adapter,
+                ctx.backbone,
+                inputs,
+                ctx.grid,
+                ctx.manifest.sha256,
+                probes=probes,
+                options=ctx.fit_options,
             )
             per_config = [o.probe_logits for o in outcomes]
         else:

@@ -127,7 +127,7 @@ class Session:
         self.backbone: Any = None
         self.adapter: Any = None
         self.adapter_cls: Any = None
-        self.lockstep: Any = None
+        self.options: Any = None
         self.installed: dict[str, str | None] = {}
 
     def _installed_pins(self) -> dict[str, str | None]:
@@ -155,13 +155,15 @@ class Session:
         """Load the plugins, the adapter and the model (raises what they raise)."""
         import torch
 
-        from fewtrans_board.blocks.lockstep import parse_memory, settings_for
+        from fewtrans_board.blocks.lockstep import FitOptions, parse_memory, settings_for
         from fewtrans_board.plugins.registry import Registry
 
         settings = self.settings
         device = settings.get("device", "cpu")
-        self.lockstep = settings_for(
-            settings.get("batching", "auto"), device, parse_memory(settings.get("max_memory"))
+        self.options = FitOptions(
+            settings_for(
+                settings.get("batching", "auto"), device, parse_memory(settings.get("max_memory"))
+            )
         )
         if settings.get("threads"):
             torch.set_num_threads(int(settings["threads"]))
@@ -207,7 +209,6 @@ class Session:
         import torch
 
         from fewtrans_board.api.episode_data import ImageSet, SupportSet
-        from fewtrans_board.blocks.lockstep import settings_in_force
         from fewtrans_board.runner.evaluate import fit_predictors, predict_logits, predictor_record
 
         device = self.backbone.device
@@ -236,27 +237,27 @@ class Session:
         out: dict[str, np.ndarray] = {}
         seconds: list[float] = [0.0] * len(configs)
         records: list[dict[str, Any] | None] = [None] * len(configs)
-        with settings_in_force(self.lockstep):
-            fitted = fit_predictors(
-                self.adapter,
-                self.backbone,
-                support,
-                request["class_names"],
-                configs,
-                request["seeds"],
-                where,
-                loop=bool(request.get("loop")),
-            )
-            for i, predictor, fit_seconds in fitted:
-                start = time.perf_counter()
-                for key, query in queries.items():
-                    out[f"c{i}.{key}"] = predict_logits(predictor, query, n_way, where(i))
-                if novel is not None:
-                    out[f"c{i}.novel"] = predict_logits(
-                        predictor, novel, 0, where(i), request["novel_class_names"]
-                    )
-                seconds[i] = fit_seconds + time.perf_counter() - start
-                records[i] = predictor_record(predictor)
+        fitted = fit_predictors(
+            self.adapter,
+            self.backbone,
+            support,
+            request["class_names"],
+            configs,
+            request["seeds"],
+            where,
+            loop=bool(request.get("loop")),
+            options=self.options,
+        )
+        for i, predictor, fit_seconds in fitted:
+            start = time.perf_counter()
+            for key, query in queries.items():
+                out[f"c{i}.{key}"] = predict_logits(predictor, query, n_way, where(i))
+            if novel is not None:
+                out[f"c{i}.novel"] = predict_logits(
+                    predictor, novel, 0, where(i), request["novel_class_names"]
+                )
+            seconds[i] = fit_seconds + time.perf_counter() - start
+            records[i] = predictor_record(predictor)
         reply = {"seconds": seconds, "records": records, "peak_bytes": _peak_bytes(device)}
         return reply, {k: v.astype(np.float32) for k, v in out.items()}
 

@@ -170,8 +170,7 @@ def unlearn(
     write_record(request.out, record)
     from fewtrans_board.models.unlearned_names import load_unlearned
 
-    with registry.in_force():
-        after = load_unlearned(entry.obj, name, request.out, request.device)
+    after = load_unlearned(entry.obj, name, request.out, request.device, registry=registry)
     evaluated = [request.forget, *(request.retain if request.evaluate_retain else [])]
     tests = _splits(registry, request, evaluated, "test", size)
     record["zero_shot"] = before_after(backbone, after, tests, say)

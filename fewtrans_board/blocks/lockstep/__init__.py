@@ -9,6 +9,7 @@ learning rate, the loss of a support batch, the predictor afterwards). Subclassi
 runs every configuration's loss in one pass, and a stacked Adam applies each
 configuration's learning rates, cosine schedule and step count. Results equal the loop's
 up to rounding (tests: float64 to 1e-8); where a plan cannot batch, the loop runs.
+Whether to batch, and the memory budget, come in ``fit_many(..., options=FitOptions(...))``.
 
 Importing this package does not import torch.
 """
@@ -18,29 +19,23 @@ from fewtrans_board.blocks.lockstep.memory import MemoryBudget, parse_memory
 from fewtrans_board.blocks.lockstep.plan import TrainingPlan, run_plan
 from fewtrans_board.blocks.lockstep.settings import (
     BATCHING_MODES,
+    FitOptions,
     GroupReport,
     LockstepSettings,
-    current_settings,
-    lockstep_settings,
-    recording,
     settings_for,
-    settings_in_force,
 )
 from fewtrans_board.blocks.lockstep.trainer import fit_plans
 
 __all__ = [
     "BATCHING_MODES",
+    "FitOptions",
     "GroupReport",
     "LockstepSettings",
     "MemoryBudget",
     "PlannedAdapter",
     "TrainingPlan",
-    "current_settings",
     "fit_plans",
-    "lockstep_settings",
     "parse_memory",
-    "recording",
     "run_plan",
     "settings_for",
-    "settings_in_force",
 ]

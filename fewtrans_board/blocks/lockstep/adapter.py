@@ -13,6 +13,7 @@ from fewtrans_board.blocks.lockstep.trainer import fit_plans
 if TYPE_CHECKING:
     from fewtrans_board.api.backbone import Backbone
     from fewtrans_board.api.episode_data import SupportSet
+    from fewtrans_board.api.fit_options import FitOptions
 
 
 class PlannedAdapter(Adapter):
@@ -73,10 +74,16 @@ class PlannedAdapter(Adapter):
         class_names: Sequence[str],
         configs: Sequence[Any],
         seeds: Sequence[int],
+        *,
+        options: FitOptions | None = None,
     ) -> list[Predictor]:
-        """Train every configuration, in lockstep where possible (equal to the loop)."""
+        """Train every configuration, in lockstep where possible (equal to the loop).
+
+        ``options.lockstep`` says whether to batch and within which memory; group reports
+        go to ``options.reports`` (see :func:`~fewtrans_board.blocks.lockstep.fit_plans`).
+        """
 
         def build(config: Any) -> TrainingPlan:
             return self.checked_plan(backbone, support, class_names, config)
 
-        return fit_plans(build, configs, seeds, method=self.name)
+        return fit_plans(build, configs, seeds, method=self.name, options=options)

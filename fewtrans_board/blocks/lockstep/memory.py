@@ -12,17 +12,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fewtrans_board.api.fit_options import DEFAULT_FRACTION, MemoryBudget
 from fewtrans_board.core.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
 
-DEFAULT_FRACTION = 0.8
-"""Share of the free device memory the lockstep state may take by default."""
+__all__ = [
+    "ADAM_COPIES",
+    "DEFAULT_FRACTION",
+    "MemoryBudget",
+    "budget_bytes",
+    "chunk_size",
+    "free_memory",
+    "parse_memory",
+    "saved_activation_bytes",
+    "tensor_bytes",
+]
 
 ADAM_COPIES = 3
 """Extra copies of each trainable tensor a configuration needs: gradient, two moments."""
@@ -43,25 +52,6 @@ _UNITS = {
     "gib": 1 << 30,
     "tib": 1 << 40,
 }
-
-
-@dataclass(frozen=True)
-class MemoryBudget:
-    """An absolute size in bytes, or a fraction of free device memory.
-
-    Attributes:
-        bytes: the budget in bytes; ``None`` uses ``fraction``.
-        fraction: share of the free memory when ``bytes`` is ``None``.
-    """
-
-    bytes: int | None = None
-    fraction: float = DEFAULT_FRACTION
-
-    def describe(self) -> str:
-        """Human-readable form (as accepted by :func:`parse_memory`)."""
-        if self.bytes is not None:
-            return f"{self.bytes / 2**30:.3g}GiB"
-        return f"{100 * self.fraction:g}% of free memory"
 
 
 def parse_memory(text: str | None) -> MemoryBudget:

@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from fewtrans_board.api.fit_options import FitOptions, GroupReport, LockstepSettings
 from fewtrans_board.blocks.lockstep.memory import (
     ADAM_COPIES,
     budget_bytes,
@@ -38,12 +39,6 @@ from fewtrans_board.blocks.lockstep.plan import (
     run_plan,
     train_plan,
 )
-from fewtrans_board.blocks.lockstep.settings import (
-    GroupReport,
-    LockstepSettings,
-    current_settings,
-    record,
-)
 from fewtrans_board.blocks.lockstep.template import NotBatchable, Template
 
 if TYPE_CHECKING:
@@ -57,7 +52,12 @@ PlanBuilder = Callable[[Any], TrainingPlan]
 
 
 def fit_plans(
-    build: PlanBuilder, configs: Sequence[Any], seeds: Sequence[int], *, method: str
+    build: PlanBuilder,
+    configs: Sequence[Any],
+    seeds: Sequence[int],
+    *,
+    method: str,
+    options: FitOptions | None = None,
 ) -> list[Predictor]:
     """Fit every configuration, batching those that differ only in lr/epochs.
 
@@ -67,6 +67,8 @@ def fit_plans(
         configs: the configurations (an HPE grid).
         seeds: the torch seed of each configuration.
         method: adapter name, for reports and warnings.
+        options: the lockstep settings and where to record a report per group (default:
+            :class:`~fewtrans_board.api.fit_options.FitOptions`, batching, no record).
 
     Returns:
         One predictor per configuration, equal (up to rounding) to
@@ -74,7 +76,8 @@ def fit_plans(
     """
     if len(configs) != len(seeds):
         raise ValueError(f"{len(configs)} configurations but {len(seeds)} seeds")
-    settings = current_settings()
+    options = FitOptions() if options is None else options
+    settings = options.lockstep
     predictors: list[Predictor | None] = [None] * len(configs)
     for members in group_by_fixed_fields(configs):
         report = GroupReport(method, len(members))
@@ -83,7 +86,7 @@ def fit_plans(
         )
         for i, predictor in zip(members, fitted, strict=True):
             predictors[i] = predictor
-        record(report)
+        options.record(report)
     return [p for p in predictors if p is not None]
 
 

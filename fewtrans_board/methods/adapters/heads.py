@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import Adapter, AdapterConfig, Predictor, hparam
-from fewtrans_board.blocks.lockstep.settings import current_settings
+from fewtrans_board.api.fit_options import FitOptions
 
 if TYPE_CHECKING:
     import torch
@@ -218,9 +218,11 @@ class LinearProbeAdapter(Adapter):
         class_names: Sequence[str],
         configs: Sequence[Any],
         seeds: Sequence[int],
+        *,
+        options: FitOptions | None = None,
     ) -> list[Predictor]:
         """Train every configuration's head at once; equal to the loop (see batched_heads)."""
-        if not current_settings().heads:
+        if not (options or FitOptions()).lockstep.heads:
             return super().fit_many(backbone, support, class_names, configs, seeds)
         return list(_fit_many_heads(backbone, support, configs, seeds, cosine=False))
 
@@ -269,8 +271,10 @@ class CosineClassifierAdapter(Adapter):
         class_names: Sequence[str],
         configs: Sequence[Any],
         seeds: Sequence[int],
+        *,
+        options: FitOptions | None = None,
     ) -> list[Predictor]:
         """Train every configuration's head at once; equal to the loop (see batched_heads)."""
-        if not current_settings().heads:
+        if not (options or FitOptions()).lockstep.heads:
             return super().fit_many(backbone, support, class_names, configs, seeds)
         return list(_fit_many_heads(backbone, support, configs, seeds, cosine=True))

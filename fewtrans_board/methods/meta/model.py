@@ -19,6 +19,8 @@ from fewtrans_board.models.weights import file_sha256
 if TYPE_CHECKING:
     import torch
 
+    from fewtrans_board.api.model_spec import ModelRegistry
+
 
 @dataclass
 class MetaBackbone(Backbone):
@@ -33,8 +35,16 @@ class MetaBackbone(Backbone):
     head: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-def load_meta_trained(weights: Path | None, device: str) -> MetaBackbone:
+def load_meta_trained(
+    weights: Path | None, device: str, *, registry: ModelRegistry | None = None
+) -> MetaBackbone:
     """Load a ``meta-train`` checkpoint (required) onto its base architecture.
+
+    Args:
+        weights: the checkpoint.
+        device: torch device string.
+        registry: where the base model is resolved (the registry ``meta-trained`` was
+            loaded from; ``None``: the installed plugins).
 
     Raises:
         FewtransError: no checkpoint given, an unreadable one, or a base model that is not
@@ -43,18 +53,18 @@ def load_meta_trained(weights: Path | None, device: str) -> MetaBackbone:
     from safetensors.torch import save_file
 
     from fewtrans_board.methods.meta.checkpoint import read_checkpoint
-    from fewtrans_board.plugins.registry import registry_in_force
+    from fewtrans_board.plugins.registry import registry_or_installed
 
     if weights is None:
         raise FewtransError(
             "model 'meta-trained' needs --weights CHECKPOINT written by 'fewtrans-board meta-train'"
         )
     encoder, head, meta = read_checkpoint(weights)
-    registry = registry_in_force()
+    base = registry_or_installed(registry)
     with tempfile.TemporaryDirectory() as folder:
         encoder_file = Path(folder) / "encoder.safetensors"
         save_file(encoder, str(encoder_file))
-        loaded = registry.load_model(meta["base_model"], encoder_file, device)
+        loaded = base.load_model(meta["base_model"], encoder_file, device)
     info: dict[str, Any] = {
         **loaded.info,
         "meta_trained": {k: v for k, v in meta.items() if k != "losses"},

@@ -187,7 +187,6 @@ class CocoopAdapter(CoopAdapter):
         config: Any,
     ) -> CocoopSession:
         """Build the CoCoOp session."""
-        self._check_n_ctx(config)
         return CocoopSession(
             backbone, support, class_names, config.n_ctx, config.ctx_init, self.name
         )

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from fewtrans_board.blocks.clip_training import (
     ClipTrainingConfig,
-    check_training_config,
     clip_plan,
     reworded,
 )
@@ -199,7 +198,6 @@ class PromptAdapter(PlannedAdapter):
         config: Any,
     ) -> TrainingPlan:
         """The session's training: its trainable tensors at ``config.lr``, its loss."""
-        check_training_config(self.name, config)
         session = self.session(backbone, support, class_names, config)
         plan = clip_plan(
             config,

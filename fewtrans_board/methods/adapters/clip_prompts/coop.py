@@ -147,11 +147,4 @@ class CoopAdapter(PromptAdapter):
         config: Any,
     ) -> CoopSession:
         """Build the CoOp session."""
-        self._check_n_ctx(config)
         return CoopSession(backbone, support, class_names, config.n_ctx, config.ctx_init, self.name)
-
-    def _check_n_ctx(self, config: Any) -> None:
-        from fewtrans_board.core.errors import FewtransError
-
-        if config.n_ctx < 1 and not config.ctx_init.strip():
-            raise FewtransError(f"{self.name}: n_ctx must be >= 1, got {config.n_ctx}")

@@ -180,8 +180,6 @@ class CopromptAdapter(MapleAdapter):
         """Build the CoPrompt session."""
         from fewtrans_board.blocks.clip_common import TEMPLATE
 
-        if config.n_ctx < 0 or config.depth < 1:
-            raise FewtransError(f"{self.name}: need n_ctx >= 0 and depth >= 1")
         if config.missing_descriptions not in ("error", "template"):
             raise FewtransError(
                 f"{self.name}: missing_descriptions must be 'error' or 'template', "

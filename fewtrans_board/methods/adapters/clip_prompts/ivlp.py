@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
 from fewtrans_board.blocks.training import upcast
-from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.methods.adapters.clip_prompts.common import (
     PHOTO_PREFIX,
     PromptAdapter,
@@ -176,8 +175,6 @@ class IvlpAdapter(PromptAdapter):
         config: Any,
     ) -> IvlpSession:
         """Build the IVLP session."""
-        if config.n_ctx_text < 0 or config.n_ctx_vision < 0 or config.depth < 1:
-            raise FewtransError(f"{self.name}: need n_ctx_text, n_ctx_vision >= 0 and depth >= 1")
         return IvlpSession(
             backbone,
             support,

@@ -70,7 +70,6 @@ class KgcoopAdapter(CoopAdapter):
         config: Any,
     ) -> KgcoopSession:
         """Build the KgCoOp session."""
-        self._check_n_ctx(config)
         return KgcoopSession(
             backbone,
             support,

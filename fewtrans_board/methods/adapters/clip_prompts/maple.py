@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
-from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.methods.adapters.clip_prompts.common import (
     PHOTO_PREFIX,
     PromptAdapter,
@@ -88,8 +87,6 @@ class MapleAdapter(PromptAdapter):
         config: Any,
     ) -> MapleSession:
         """Build the MaPLe session."""
-        if config.n_ctx < 0 or config.depth < 1:
-            raise FewtransError(f"{self.name}: need n_ctx >= 0 and depth >= 1")
         return MapleSession(
             backbone,
             support,

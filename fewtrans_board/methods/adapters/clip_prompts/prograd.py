@@ -130,7 +130,6 @@ class ProgradAdapter(CoopAdapter):
         config: Any,
     ) -> ProgradSession:
         """Build the ProGrad session."""
-        self._check_n_ctx(config)
         return ProgradSession(
             backbone,
             support,

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
 from fewtrans_board.blocks.training import upcast
-from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.methods.adapters.clip_prompts.ivlp import IvlpAdapter, IvlpSession
 
 if TYPE_CHECKING:
@@ -179,10 +178,6 @@ class PromptSrcAdapter(IvlpAdapter):
         config: Any,
     ) -> PromptSrcSession:
         """Build the PromptSRC session."""
-        if config.n_ctx_text < 0 or config.n_ctx_vision < 0 or config.depth < 1:
-            raise FewtransError(f"{self.name}: need n_ctx_text, n_ctx_vision >= 0 and depth >= 1")
-        if config.gpa_std <= 0:
-            raise FewtransError(f"{self.name}: gpa_std must be > 0")
         return PromptSrcSession(
             backbone,
             support,

@@ -244,10 +244,6 @@ class SepAdapter(PromptAdapter):
             0.5, "Weight of the prototype-head cross-entropies (fused + frozen).", min=0
         )
 
-    def _check(self, config: Any) -> None:
-        if config.n_ctx_text < 1 or config.n_ctx_vision < 1:
-            raise FewtransError(f"{self.name}: n_ctx_text and n_ctx_vision must be >= 1")
-
     def session(
         self,
         backbone: Backbone,
@@ -256,7 +252,6 @@ class SepAdapter(PromptAdapter):
         config: Any,
     ) -> SepSession:
         """Build the SEP session."""
-        self._check(config)
         return SepSession(backbone, support, class_names, config, self.name)
 
 
@@ -290,7 +285,6 @@ class SepresAdapter(SepAdapter):
         config: Any,
     ) -> SepSession:
         """Build the SEPRES session."""
-        self._check(config)
         return SepSession(
             backbone, support, class_names, config, self.name, residual_alpha=config.residual_alpha
         )

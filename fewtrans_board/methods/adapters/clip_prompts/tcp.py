@@ -125,7 +125,6 @@ class TcpAdapter(CoopAdapter):
         """Build the TCP session."""
         from fewtrans_board.core.errors import FewtransError
 
-        self._check_n_ctx(config)
         if config.layer < 1:
             raise FewtransError(f"{self.name}: layer must be >= 1, got {config.layer}")
         return TcpSession(

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
-from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.methods.adapters.clip_prompts.common import (
     PromptAdapter,
     PromptConfig,
@@ -118,8 +117,6 @@ class VptClipAdapter(PromptAdapter):
         config: Any,
     ) -> VptClipSession:
         """Build the VPT-CLIP session."""
-        if config.n_tokens < 0 or config.depth < 0:
-            raise FewtransError(f"{self.name}: n_tokens and depth must be >= 0")
         return VptClipSession(
             backbone, support, class_names, config.n_tokens, config.depth, self.name
         )

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from fewtrans_board.api.adapter import hparam
 from fewtrans_board.blocks.clip_training import ClipTrainingConfig
 from fewtrans_board.blocks.training import upcast
-from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.methods.adapters.clip_tuning.common import (
     ClipTuningAdapter,
     ClipTuningPredictor,
@@ -73,11 +72,6 @@ class ClipAdapterAdapter(ClipTuningAdapter):
         )
 
         scale = require_text(backbone, self.name).logit_scale
-        if config.reduction < 1 or not 0.0 <= config.ratio <= 1.0:
-            raise FewtransError(
-                f"clip-adapter: need reduction >= 1 and 0 <= ratio <= 1; got "
-                f"reduction={config.reduction}, ratio={config.ratio}"
-            )
         device = backbone.device
         dim = backbone.feature_dim
         hidden = max(1, dim // config.reduction)

@@ -84,11 +84,6 @@ class ClipLoraAdapter(TowerTuningAdapter):
         from fewtrans_board.blocks.training import train_only
         from fewtrans_board.blocks.unfuse import unfuse_attention
 
-        if config.rank < 1 or not 0.0 <= config.dropout < 1.0:
-            raise FewtransError(
-                f"clip-lora: need rank >= 1 and 0 <= dropout < 1; got rank={config.rank}, "
-                f"dropout={config.dropout}"
-            )
         model: Any = copy.deepcopy(source).eval()
         unfuse_attention(model)
         lora = LoraConfig(

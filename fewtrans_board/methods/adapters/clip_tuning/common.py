@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from fewtrans_board.blocks.clip_common import ClipPredictor
 from fewtrans_board.blocks.clip_training import (
     ClipTrainingConfig,
-    check_training_config,
     clip_plan,
 )
 from fewtrans_board.blocks.lockstep import PlannedAdapter, TrainingPlan
@@ -126,7 +125,6 @@ class ClipTuningAdapter(PlannedAdapter):
         config: Any,
     ) -> TrainingPlan:
         """Check the config and build the state; its training is the plan."""
-        check_training_config(self.name, config)
         state = self.build(backbone, support, class_names, config)
         return clip_plan(
             config,

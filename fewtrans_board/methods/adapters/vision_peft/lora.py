@@ -50,11 +50,8 @@ class LoraAdapter(FinetuneAdapter):
             parameters_named,
             require_vit,
         )
-        from fewtrans_board.core.errors import FewtransError
 
         require_vit(encoder, self.name)
-        if config.rank < 1:
-            raise FewtransError(f"lora: rank must be >= 1, got {config.rank}")
         unfuse_qkv(encoder)
         lora = LoraConfig(
             r=config.rank,

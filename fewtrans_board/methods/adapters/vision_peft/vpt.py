@@ -47,10 +47,10 @@ class VptAdapter(FinetuneAdapter):
 
         parts = require_vit(encoder, self.name)
         depth = config.depth or len(parts.blocks)
-        if config.n_tokens < 1 or not 1 <= depth <= len(parts.blocks):
+        if depth > len(parts.blocks):  # the declared range cannot know the model's depth
             raise FewtransError(
-                f"vpt: need n_tokens >= 1 and 0 <= depth <= {len(parts.blocks)}, "
-                f"got n_tokens={config.n_tokens}, depth={config.depth}"
+                f"vpt: need 0 <= depth <= {len(parts.blocks)} (this model's block count), "
+                f"got depth={config.depth}"
             )
         prompts = DeepVisualPrompts(config.n_tokens, depth, parts.width, config.init_std)
         prompts = place(encoder, "vpt_prompts", prompts, encoder)
