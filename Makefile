@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.fewtrans-installed
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: install sandbox test demo lint docs manifests clean
+.PHONY: install sandbox test test-fast demo lint docs manifests clean
 
 # setuptools explains every editable install in a banner ("Editable installation. Please be
 # careful with folders ..."); pip re-emits it as a BuildBackendWarning. It is informational.
@@ -35,6 +35,11 @@ PYTEST_ARGS ?= -n auto
 
 test: $(STAMP) sandbox
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Unit tests of every module: no process started, no training beyond a few steps (the
+# tests marked slow are left out). A minute or two on 2 cores; `make test` runs everything.
+test-fast: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS) -m "not slow"
 
 # The main job on the embedded default: HPE on digits, pretrained demo CNN vs random init.
 demo: $(STAMP)

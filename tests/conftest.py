@@ -188,3 +188,35 @@ def extra_benchmark(
     finally:
         SUB_BENCHMARKS.clear()
         SUB_BENCHMARKS.update(saved)
+
+
+class _ProcessStarted(RuntimeError):
+    """A test of the fast tier started a process."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """In ``make test-fast`` (``-m "not slow"``), a test that starts a process fails.
+
+    The fast tier promises no subprocesses; this keeps the ``slow`` marks honest as tests
+    change (fixtures may still start processes: they are shared with the slow tests).
+    """
+    if item.config.option.markexpr != "not slow":
+        yield
+        return
+    import multiprocessing.process
+    import subprocess
+
+    def refuse(*_: object, **__: object) -> None:
+        raise _ProcessStarted(
+            f"{item.nodeid} started a process but is not marked slow: add "
+            "@pytest.mark.slow (make test-fast leaves those out)"
+        )
+
+    saved = subprocess.Popen.__init__, multiprocessing.process.BaseProcess.start
+    subprocess.Popen.__init__ = refuse  # type: ignore[assignment,method-assign]
+    multiprocessing.process.BaseProcess.start = refuse  # type: ignore[assignment,method-assign]
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__, multiprocessing.process.BaseProcess.start = saved  # type: ignore[method-assign]

@@ -88,6 +88,7 @@ def test_mean_centroid_on_a_hand_built_episode() -> None:
     assert logits.argmax(1).tolist() == [0, 1, 2, 0]  # (5,5): 41 to class 0 < 50 to class 2
 
 
+@pytest.mark.slow
 def test_zero_shot_equals_open_clip_classifier() -> None:
     import open_clip
     import torch.nn.functional as F
@@ -196,6 +197,7 @@ def test_full_finetune_changes_every_block() -> None:
         )
 
 
+@pytest.mark.slow
 def test_transductive_finetune_uses_query_batch_statistics() -> None:
     backbone = demo_backbone()
     episode = toy_episode(shots=(2, 2), n_query_per_class=4, image_size=32)
@@ -235,6 +237,7 @@ def builtin_adapters() -> list[type]:
     return [e.obj for e in registry.adapters]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("adapter", builtin_adapters(), ids=lambda a: a.name)
 def test_every_builtin_adapter_passes_the_contract(adapter) -> None:  # type: ignore[no-untyped-def]
     fields = {f.name for f in adapter.Config.fields_info()}
@@ -290,6 +293,7 @@ class TinyModelsPlugin:
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("adapter", builtin_adapters(), ids=lambda a: a.name)
 def test_every_builtin_adapter_runs_under_hpe(adapter, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """One digits episode, the whole fewtrans-reference grid, through the real runner."""

@@ -134,6 +134,7 @@ def test_lora_update_is_the_merged_low_rank_product_on_the_refused_qkv() -> None
 # --- zipf ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_adjusted_zipf_scores_names_phrases_and_identifiers() -> None:
     import wordfreq
 
@@ -146,6 +147,7 @@ def test_adjusted_zipf_scores_names_phrases_and_identifiers() -> None:
 # --- every analysis on runs of the embedded digits ---------------------------------------
 
 
+@pytest.mark.slow
 def test_sensitivity_on_the_stored_digits_runs_matches_scipy(invoke, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.results.load import find_runs, load_run
     from fewtrans_board.results.summary import summarize
@@ -207,6 +209,7 @@ def refit_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]: 
     return reports
 
 
+@pytest.mark.slow
 def test_delta_w_on_digits_finetune_moves_every_stage_and_the_probe_none(refit_reports) -> None:  # type: ignore[no-untyped-def]
     finetune, probe = refit_reports["delta-w"]["runs"]
     assert finetune["adapter"] == "finetune" and len(finetune["blocks"]) == 3  # demo CNN stages
@@ -218,6 +221,7 @@ def test_delta_w_on_digits_finetune_moves_every_stage_and_the_probe_none(refit_r
         assert all(e["agreement"] == 1.0 for e in run["per_episode"])
 
 
+@pytest.mark.slow
 def test_cka_on_digits_is_one_for_a_frozen_backbone_and_below_one_after_finetuning(
     refit_reports,
 ) -> None:  # type: ignore[no-untyped-def]
@@ -265,6 +269,7 @@ VARIANT_NAMES = {
 }
 
 
+@pytest.mark.slow
 def test_zipf_on_digits_runs_matches_an_independent_spearman(tmp_path: Path) -> None:
     """Four copies of digits under different class names; runs of two adapters on each."""
     import wordfreq
@@ -325,6 +330,7 @@ def test_zipf_on_digits_runs_matches_an_independent_spearman(tmp_path: Path) -> 
     assert data["spearman"]["pvalue"] == pytest.approx(oracle.pvalue, rel=1e-9, nan_ok=True)
 
 
+@pytest.mark.slow
 def test_site_has_an_analyses_page_only_where_data_exist(tmp_path: Path, refit_reports) -> None:  # type: ignore[no-untyped-def]
     import shutil
 

@@ -43,6 +43,7 @@ def test_novel_draws_follow_the_base_draws_in_one_stream() -> None:
     assert len({d.novel_classes for d in draws}) > 1
 
 
+@pytest.mark.slow
 def test_base2novel_manifest_and_evaluation(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     manifest = tmp_path / "b2n.parquet"
     result = invoke(
@@ -108,6 +109,7 @@ def test_base2novel_manifest_and_evaluation(tmp_path: Path, invoke) -> None:  # 
             )
 
 
+@pytest.mark.slow
 def test_vision_only_adapters_cannot_score_novel_classes(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     manifest = tmp_path / "b2n.parquet"
     invoke(
@@ -147,6 +149,7 @@ def test_vision_only_adapters_cannot_score_novel_classes(tmp_path: Path, invoke)
     )
 
 
+@pytest.mark.slow
 def test_verify_compares_base_rows_of_base_to_novel_runs(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.leaderboard.bundle import BundleContents
     from fewtrans_board.leaderboard.meta import parse_meta
@@ -211,6 +214,7 @@ MANIFESTS = ROOT / "leaderboard" / "manifests"
 B2N_EPISODES = 40
 
 
+@pytest.mark.slow
 def test_base_to_novel_tables_evaluate_base2novel_manifests() -> None:
     from fewtrans_board.episodes.frozen import FEWTRANS_TEST, FROZEN
     from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
@@ -229,6 +233,7 @@ def test_base_to_novel_tables_evaluate_base2novel_manifests() -> None:
     assert len(episodes) == 600 and all(ep.novel_query for ep in episodes)
 
 
+@pytest.mark.slow
 def test_base2novel_base_episodes_are_not_the_varied_ones() -> None:
     # The novel draws are interleaved in the same stream, so the base episodes differ from
     # fewtrans-varied's; the protocol description must not claim otherwise.
@@ -314,6 +319,7 @@ def b2n_leaderboard(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
     return store, work / "_site", entry.ident
 
 
+@pytest.mark.slow
 def test_index_reports_base_novel_and_harmonic_mean_with_cis(b2n_leaderboard) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.stats import mean_ci
 
@@ -338,6 +344,7 @@ def test_index_reports_base_novel_and_harmonic_mean_with_cis(b2n_leaderboard) ->
     )
 
 
+@pytest.mark.slow
 def test_site_shows_base_novel_and_harmonic_mean(b2n_leaderboard) -> None:  # type: ignore[no-untyped-def]
     import re
 

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -30,6 +32,7 @@ def run_script(name: str, *args: str, out: Path) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_hpe_batching_measures_every_family_it_is_given(tmp_path: Path) -> None:
     families = ["linear-probe", "finetune", "cache"]
     small = ["--ways", "2", "--shots", "1", "--queries", "1", "--epochs", "1"]
@@ -46,11 +49,13 @@ def test_hpe_batching_measures_every_family_it_is_given(tmp_path: Path) -> None:
     assert "uncached_over_cached" in rows["cache"]
 
 
+@pytest.mark.slow
 def test_feature_cache_benchmark_runs(tmp_path: Path) -> None:
     output = run_script("feature_cache.py", "--episodes", "1", out=tmp_path)
     assert "speed-up" in output and "timm:vit_tiny_patch16_224" in output
 
 
+@pytest.mark.slow
 def test_verification_cost_benchmark_runs(tmp_path: Path) -> None:
     output = run_script(
         "verification_cost.py", "--episodes", "1", "--families", "mean-centroid", out=tmp_path

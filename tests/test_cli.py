@@ -97,6 +97,7 @@ def test_main_reports_plugin_errors(
     assert "Did you mean 'register_models'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_help_does_not_import_torch() -> None:
     code = (
         "import sys\n"
@@ -110,6 +111,7 @@ def test_help_does_not_import_torch() -> None:
     assert "HEAVY=\n" in out.stdout, out.stdout
 
 
+@pytest.mark.slow
 def test_listings_do_not_import_torch() -> None:
     code = (
         "import sys\n"

@@ -106,6 +106,7 @@ def test_debug_adds_the_full_traceback(invoke, tmp_path: Path) -> None:  # type:
     assert "Traceback" in result.output and "ZeroDivisionError: division by zero" in result.output
 
 
+@pytest.mark.slow
 def test_a_model_loader_that_raises_is_reported_in_a_few_lines(invoke, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     pm = manager(broken=BrokenModelPlugin())
     for command in ("evaluate", "preflight"):

@@ -330,6 +330,7 @@ def swept(param: click.Parameter) -> bool:
     return not (isinstance(param, click.Option) and (param.is_flag or param.count or param.hidden))
 
 
+@pytest.mark.slow
 def test_every_command_has_a_baseline_and_every_parameter_invalid_values(ws: Workspace) -> None:
     table = free_text_values(ws)
     commands = dict(walk(ws.cli))
@@ -343,6 +344,7 @@ def test_every_command_has_a_baseline_and_every_parameter_invalid_values(ws: Wor
     assert not untyped, f"add invalid values for {untyped} to free_text_values()"
 
 
+@pytest.mark.slow
 def test_every_numeric_option_declares_its_range(ws: Workspace) -> None:
     unranged = [
         f"{path} {param.name}"
@@ -367,6 +369,7 @@ def _mentions(line: str, param: click.Parameter, value: str) -> bool:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", sorted(BASELINES))
 def test_invalid_input_gets_one_line_and_changes_nothing(
     ws: Workspace, command: str, monkeypatch: pytest.MonkeyPatch
@@ -413,6 +416,7 @@ BROKEN_BASELINES: dict[str, str] = {}
 """Baselines that fail for a bug outside the sweep (strict xfail: remove once fixed)."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [

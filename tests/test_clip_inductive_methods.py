@@ -57,6 +57,7 @@ def session_of(adapter_cls, backbone, episode, **options):  # type: ignore[no-un
     return adapter_cls().session(backbone, episode.support, episode.class_names, config)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("adapter_cls", NEW, ids=lambda a: a.name)
 def test_contract_and_predict_names(adapter_cls, backbone, episode) -> None:  # type: ignore[no-untyped-def]
     config = adapter_cls.Config(**FAST[adapter_cls.name])
@@ -67,6 +68,7 @@ def test_contract_and_predict_names(adapter_cls, backbone, episode) -> None:  # 
     assert tuple(novel.shape) == (len(episode.query), 2) and torch.isfinite(novel).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("adapter_cls", NEW, ids=lambda a: a.name)
 def test_only_method_parameters_get_gradients(adapter_cls, backbone, episode) -> None:  # type: ignore[no-untyped-def]
     session = session_of(adapter_cls, backbone, episode)
@@ -108,6 +110,7 @@ def test_visual_token_selection_is_per_image() -> None:
     assert torch.equal(chosen[0], x[0, [3, 1]]) and torch.equal(chosen[1], x[1, [4, 0]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "adapter_cls",
     [SepAdapter, SepresAdapter, PromptSrcAdapter, CopromptAdapter],
@@ -175,6 +178,7 @@ def test_sep_and_sepres_features_and_loss(backbone, episode) -> None:  # type: i
     )
 
 
+@pytest.mark.slow
 def test_promptsrc_gaussian_prompt_aggregation(backbone, episode) -> None:  # type: ignore[no-untyped-def]
     weights = gpa_weights(50, 0.9, 0.1)
     assert len(weights) == 50 and math.isclose(sum(weights), 1.0) and int(np.argmax(weights)) == 44
@@ -195,6 +199,7 @@ def test_promptsrc_gaussian_prompt_aggregation(backbone, episode) -> None:  # ty
         assert torch.allclose(tensor, expected, atol=1e-6), name
 
 
+@pytest.mark.slow
 def test_promptsrc_loss_is_ce_plus_l1_plus_kl(backbone, episode) -> None:  # type: ignore[no-untyped-def]
     session = session_of(PromptSrcAdapter, backbone, episode)
     batch = np.arange(len(episode.support))
@@ -230,6 +235,7 @@ def test_tcp_injects_class_tokens_before_its_layer(backbone, episode) -> None:  
     assert session._class_tokens is None  # cleared after each text pass
 
 
+@pytest.mark.slow
 def test_coprompt_descriptions_and_consistency(
     backbone, episode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]

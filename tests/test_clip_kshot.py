@@ -63,6 +63,7 @@ def expected_per_shot(run_dir: Path, manifest: Path) -> dict[int, list[float]]:
     return {k: [a for _, a in sorted(v)] for k, v in sorted(grouped.items())}
 
 
+@pytest.mark.slow
 def test_summary_reports_each_k_over_seeds(kshot_runs: dict[str, Path]) -> None:
     run_dir = kshot_runs["clip-eurosat"]
     manifest = run_dir.parent / "clip-kshot--clip-eurosat.parquet"
@@ -83,6 +84,7 @@ def test_summary_reports_each_k_over_seeds(kshot_runs: dict[str, Path]) -> None:
     assert "K=1 " in text and "K=16 " in text and "average over shots" in text
 
 
+@pytest.mark.slow
 def test_table_average_is_over_shots_and_datasets(kshot_runs: dict[str, Path]) -> None:
     per_dataset = {name: run_per_shot(load_run(path)) for name, path in kshot_runs.items()}
     assert all(v is not None for v in per_dataset.values())

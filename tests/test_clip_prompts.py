@@ -123,10 +123,12 @@ def block_input(backbone, block: int, text: str) -> torch.Tensor:  # type: ignor
     return seen[0][0]  # batch-first [L, W]
 
 
+@pytest.mark.slow
 def test_package_import_is_light() -> None:
     check_import_is_light("fewtrans_board.methods.adapters.clip_prompts")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("adapter_cls", ADAPTERS, ids=lambda a: a.name)
 def test_contract_and_predict_names(adapter_cls, backbone, episode) -> None:  # type: ignore[no-untyped-def]
     config = adapter_cls.Config(**FAST[adapter_cls.name])
@@ -262,6 +264,7 @@ def test_identity_settings_reproduce_zero_shot(adapter_cls, options, backbone, e
     assert torch.allclose(logits, zero_shot_logits(backbone, episode), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_ivlp_deep_text_prompts_equal_to_frozen_states_reproduce_zero_shot(
     backbone, episode
 ) -> None:  # type: ignore[no-untyped-def]
@@ -297,6 +300,7 @@ def test_maple_text_side_and_coupling(backbone, episode) -> None:  # type: ignor
         assert torch.allclose(image, proj(text))
 
 
+@pytest.mark.slow
 def test_cocoop_grouping_of_text_passes_does_not_change_logits(
     backbone, episode, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -354,6 +358,7 @@ def start_adapter(adapter_cls, backbone, episode) -> None:  # type: ignore[no-un
         adapter_cls().fit(backbone, episode.support, episode.class_names, config)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["eos-pooling", "no-start-token"])
 def test_token_editing_methods_refuse_other_token_layouts(layout, episode) -> None:  # type: ignore[no-untyped-def]
     if layout == "eos-pooling":
@@ -375,6 +380,7 @@ def test_token_editing_methods_refuse_other_token_layouts(layout, episode) -> No
         assert logits.shape == (len(episode.query), 3) and torch.isfinite(logits).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("adapter_cls", TEXT_PROMPTED, ids=lambda a: a.name)
 def test_predict_names_scores_new_names_through_the_learned_prompts(
     adapter_cls, backbone, episode
@@ -428,6 +434,7 @@ def test_kgcoop_loss_is_cross_entropy_plus_weighted_cosine_gap(backbone, episode
     assert torch.allclose(got, ce + weight * gap, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_cocoop_contexts_are_ctx_plus_meta_net_of_the_normalised_image(
     backbone, episode, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -457,6 +464,7 @@ def test_cocoop_contexts_are_ctx_plus_meta_net_of_the_normalised_image(
         session.predictor().predict(episode.query)
 
 
+@pytest.mark.slow
 def test_cocoop_trains_with_batch_size_one_and_frees_each_group(
     backbone, episode, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -481,6 +489,7 @@ def test_cocoop_trains_with_batch_size_one_and_frees_each_group(
         assert torch.allclose(tensor.grad, grad, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_prograd_distillation_at_a_temperature_other_than_one(backbone, episode) -> None:  # type: ignore[no-untyped-def]
     temperature = 2.0
     batch = np.array([0, 2, 3, 5])
@@ -529,6 +538,7 @@ def test_prograd_distillation_at_a_temperature_other_than_one(backbone, episode)
     assert torch.allclose(session.ctx.grad, projected, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_coop_runs_under_hpe_through_the_runner(tmp_path: Path) -> None:
     from fewtrans_board.api.model_spec import ModelSpec
     from fewtrans_board.plugins.loading import get_plugin_manager

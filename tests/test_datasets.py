@@ -204,6 +204,7 @@ def synthetic_roots(
     return roots
 
 
+@pytest.mark.slow
 def test_synthetic_copies_of_every_builtin_pass_the_checks(
     datasets: dict[str, DatasetSpec], synthetic_roots: dict[str, Path]
 ) -> None:
@@ -491,6 +492,7 @@ def test_class_order_of_hand_built_index_files(
         assert datasets[name].class_order(root, "train") == tuple(first + rest)
 
 
+@pytest.mark.slow
 def test_class_order_follows_the_index_files(
     datasets: dict[str, DatasetSpec], synthetic_roots: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -87,6 +87,7 @@ def _worker(folder: str, order: int, ready: object, go: object, results: object)
     results.put((order, same, cache.decoded_here))  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_two_processes_fill_one_cache_concurrently(tmp_path: Path) -> None:
     context = multiprocessing.get_context("spawn")
     ready, go, results = context.Semaphore(0), context.Event(), context.Queue()
@@ -113,6 +114,7 @@ def test_two_processes_fill_one_cache_concurrently(tmp_path: Path) -> None:
         assert np.array_equal(cache.get(item, fake_decode), fake_decode(item))
 
 
+@pytest.mark.slow
 def test_the_runner_decodes_each_image_once_across_runs(
     tmp_path: Path, invoke, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -209,6 +211,7 @@ def test_pool_and_ray_workers_get_a_gpu_each() -> None:
     assert ray_device("cpu", [1], "1") == "cpu"
 
 
+@pytest.mark.slow
 def test_a_shared_image_cache_never_serves_one_copys_pixels_to_another(
     tmp_path: Path, invoke, datasets_registry
 ) -> None:  # type: ignore[no-untyped-def]

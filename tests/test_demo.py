@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from fewtrans_board.plugins.loading import get_plugin_manager
 
 
+@pytest.mark.slow
 def test_demo_pretrained_beats_random(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     result = invoke(
         ["demo", "--out", str(tmp_path / "demo"), "--episodes", "30", "--json"],

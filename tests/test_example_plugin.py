@@ -9,6 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from fewtrans_board.plugins.loading import get_plugin_manager
 from fewtrans_board.plugins.registry import Registry
 from fewtrans_board.testing import check_adapter
@@ -52,6 +54,7 @@ def test_example_adapter_passes_contract() -> None:
     assert report.passed[-1] == "fit_many agrees with fit"
 
 
+@pytest.mark.slow
 def test_example_builds_a_wheel_with_the_entry_point(tmp_path: Path) -> None:
     subprocess.run(
         [

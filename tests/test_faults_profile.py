@@ -32,11 +32,13 @@ def fuzz_settings(**env: str) -> list[bool]:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", [{"FEWTRANS_CI": "1"}, {"CI": "true"}])
 def test_ci_draws_the_same_examples_every_run(env: dict[str, str]) -> None:
     assert fuzz_settings(**env) == [True, True]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", [{}, {"FEWTRANS_CI": "0"}])
 def test_a_developer_run_explores_and_keeps_failing_examples(env: dict[str, str]) -> None:
     assert fuzz_settings(**env) == [False, False]

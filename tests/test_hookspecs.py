@@ -27,6 +27,7 @@ def test_hook_is_typed_and_documented(name: str) -> None:
         assert f"{param.name}:" in doc, f"{name} does not document {param.name}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", hook_names())
 def test_hook_has_a_test(name: str) -> None:
     defined = set()

@@ -92,6 +92,7 @@ def damage_and_load(
 # --- result shards and run.json ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_shards_carry_a_verified_checksum(pristine_run: tuple[Path, RunResults]) -> None:
     out, _ = pristine_run
     shard = next((out / "shards").glob("shard-*.parquet"))
@@ -177,6 +178,7 @@ def test_edited_metadata_is_refused(pristine_run: tuple[Path, RunResults], tmp_p
         read_shard(target)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [

@@ -185,6 +185,7 @@ def test_kill_9_at_a_random_point_then_resume(
     assert rows(out) == undisturbed
 
 
+@pytest.mark.slow
 def test_worker_dies_with_its_parent_through_the_watchdog(tmp_path: Path) -> None:
     """The portable fallback: a watchdog thread notices the parent is gone (no prctl)."""
     child = (
@@ -212,6 +213,7 @@ def test_worker_dies_with_its_parent_through_the_watchdog(tmp_path: Path) -> Non
     assert not wait_gone([worker], 10.0)
 
 
+@pytest.mark.slow
 def test_stop_pool_cancels_the_queue_and_ends_workers() -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -267,6 +269,7 @@ def test_two_identical_runs_started_together_compute_each_shard_once(tmp_path: P
     assert len(load_run(out).shards_present) == 2
 
 
+@pytest.mark.slow
 def test_a_held_shard_lock_refuses_with_the_holder_pid(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "locked"
     lock = FileLock(out / ".locks" / "shard-00001-of-00002.lock", "a colleague's run")
@@ -286,6 +289,7 @@ def test_a_held_shard_lock_refuses_with_the_holder_pid(tmp_path: Path, invoke) -
     assert invoke(evaluate_args(out, *FAST_RUN), pm=pm).exit_code == 0
 
 
+@pytest.mark.slow
 def test_stale_temp_files_of_dead_writers_are_removed_only_under_the_lock(
     tmp_path: Path, invoke
 ) -> None:  # type: ignore[no-untyped-def]
@@ -325,6 +329,7 @@ def fast_reference(
     return out, rows(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["edited-accuracy", "truncated"])
 def test_resume_sets_a_corrupt_shard_aside_and_recomputes_it(
     fast_reference: tuple[Path, list[dict[str, object]]],
@@ -371,6 +376,7 @@ def shuffle_feature_rows(entry: Path) -> None:
         np.savez(handle, **arrays)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "damage",
     [
@@ -427,6 +433,7 @@ def read_only_folder() -> Iterator[tuple[Path, list[str]]]:
         shutil.rmtree(folder)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["folder", "inside"])
 def test_read_only_out_gives_a_one_line_error(
     read_only_folder: tuple[Path, list[str]], where: str
@@ -460,6 +467,7 @@ def test_zero_shards_refused_by_the_library(tmp_path: Path) -> None:
 # --- run identity and numeric environment --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_threads_are_part_of_the_identity(
     fast_reference: tuple[Path, list[dict[str, object]]], tmp_path: Path, invoke
 ) -> None:  # type: ignore[no-untyped-def]
@@ -473,6 +481,7 @@ def test_threads_are_part_of_the_identity(
     assert result.exit_code == 1 and "different run (differs in: threads)" in result.output
 
 
+@pytest.mark.slow
 def test_resume_in_another_numeric_environment_is_refused(
     fast_reference: tuple[Path, list[dict[str, object]]], tmp_path: Path, invoke
 ) -> None:  # type: ignore[no-untyped-def]

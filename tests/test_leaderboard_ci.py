@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from fewtrans_board.plugins.loading import get_plugin_manager
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,6 +37,7 @@ def test_workflow_commands_exist(invoke) -> None:  # type: ignore[no-untyped-def
     assert "vars.VERIFY_RUNNER" in text  # the GPU runner label is configurable
 
 
+@pytest.mark.slow
 def test_compare_two_demo_runs(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     pm = get_plugin_manager(entry_points=False)
     manifest = ROOT / "leaderboard/manifests/fewtrans-varied--digits.parquet"
@@ -85,6 +88,7 @@ def test_compare_two_demo_runs(tmp_path: Path, invoke) -> None:  # type: ignore[
     assert row["significant"] and report["overall"]["difference_ci"][0] > 0
 
 
+@pytest.mark.slow
 def test_committed_leaderboard_is_valid_and_its_index_current(invoke) -> None:  # type: ignore[no-untyped-def]
     """What CI on main relies on: every stored entry re-validates, index.json is derived."""
     store = ROOT / "leaderboard"

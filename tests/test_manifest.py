@@ -27,6 +27,7 @@ def build(out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_two_processes_build_byte_identical_files(tmp_path: Path) -> None:
     args = ("--protocol", "fewtrans-varied", "--dataset", "digits", "--episodes", "40")
     first, second = tmp_path / "a" / "m.parquet", tmp_path / "b" / "m.parquet"
@@ -38,6 +39,7 @@ def test_two_processes_build_byte_identical_files(tmp_path: Path) -> None:
     ).read_text()
 
 
+@pytest.mark.slow
 def test_bytes_do_not_depend_on_the_output_name(tmp_path: Path) -> None:
     args = ("--protocol", "fewtrans-search", "--dataset", "digits", "--episodes", "5")
     first, second = tmp_path / "one.parquet", tmp_path / "deeper" / "renamed-copy.parquet"
@@ -91,6 +93,7 @@ def test_manifest_rows_and_metadata(tmp_path: Path, invoke) -> None:  # type: ig
     ]
 
 
+@pytest.mark.slow
 def test_block_one_continues_the_stream_of_block_zero(tmp_path: Path) -> None:
     both = tmp_path / "both.parquet"
     second = tmp_path / "second.parquet"
@@ -122,6 +125,7 @@ def test_block_one_continues_the_stream_of_block_zero(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_one_changed_byte_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "m.parquet"
     build(out, "--protocol", "fewtrans-search", "--dataset", "digits")
@@ -134,6 +138,7 @@ def test_one_changed_byte_is_refused(tmp_path: Path) -> None:
             Manifest.load(out)
 
 
+@pytest.mark.slow
 def test_edited_content_fails_the_content_hash(tmp_path: Path) -> None:
     out = tmp_path / "m.parquet"
     build(out, "--protocol", "fewtrans-search", "--dataset", "digits")
@@ -148,6 +153,7 @@ def test_edited_content_fails_the_content_hash(tmp_path: Path) -> None:
         Manifest.load(out, check_sidecar=False)
 
 
+@pytest.mark.slow
 def test_show_prints_histograms(invoke) -> None:  # type: ignore[no-untyped-def]
     path = FROZEN_DIR / "fewtrans-varied--digits.parquet"
     summary = json.loads(invoke(["manifest", "show", str(path), "--json"]).output)
@@ -212,6 +218,7 @@ def test_verify_against_a_local_copy(invoke, tmp_path: Path, tiny_dataset_spec) 
     assert [victim.split("/")[0], victim] in report["missing"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -245,6 +252,7 @@ def test_bad_input_fails_clearly(tmp_path: Path, args: list[str], message: str) 
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_class_too_small_for_protocol_names_classes(tmp_path: Path, datasets_registry) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.datasets.synthetic import write_synthetic_copy
 
@@ -270,6 +278,7 @@ def test_missing_manifest_and_garbage_file(tmp_path: Path, invoke) -> None:  # t
     assert result.exit_code == 1 and "not a readable Parquet file" in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("frozen", [m for m in FROZEN if m.embedded], ids=lambda m: m.filename)
 def test_frozen_manifests_are_current(frozen, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     committed = FROZEN_DIR / frozen.filename

@@ -80,6 +80,7 @@ def test_relation_scores_pair_each_query_with_each_class_mean() -> None:
     )
 
 
+@pytest.mark.slow
 def test_fwt_perturbs_training_forwards_only_and_adds_no_parameters() -> None:
     import torch
 
@@ -197,6 +198,7 @@ def test_meta_training_on_digits_0_4_beats_the_random_init_twin_on_5_9(
     assert test.pvalue < 0.01, test
 
 
+@pytest.mark.slow
 def test_protonet_fwt_through_the_cli_is_an_ordinary_model_adapter_pair(
     invoke, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]

@@ -196,6 +196,7 @@ MAX_RELATIVE_WEIGHT_CHANGE = 0.5
 MAX_ACCURACY_CHANGE = 1.0
 
 
+@pytest.mark.slow
 def test_retraining_reproduces_the_demo_weights_within_tolerance(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
@@ -220,6 +221,7 @@ def test_retraining_reproduces_the_demo_weights_within_tolerance(tmp_path: Path)
     assert ours > 50  # five classes: far above chance
 
 
+@pytest.mark.slow
 def test_retraining_is_bit_identical_on_one_machine() -> None:
     from safetensors.torch import save
 

@@ -59,6 +59,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_old_imports_give_the_same_objects_and_warn() -> None:
     # A fresh interpreter: this process has imported most modules under their new names.
     done = subprocess.run(
@@ -74,6 +75,7 @@ def test_a_name_that_never_existed_still_fails_without_a_move_warning() -> None:
     assert not [w for w in caught if "no_such_method" in str(w.message)]
 
 
+@pytest.mark.slow
 def test_release_0_1_plugin_loading_names_resolve_from_the_package() -> None:
     code = (
         "import warnings\nwarnings.simplefilter('error')\n"

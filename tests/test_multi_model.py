@@ -81,6 +81,7 @@ def run(registry, model: str, adapter: str, manifest: Path, out: Path, limit=Non
     return load_run(out)
 
 
+@pytest.mark.slow
 def test_ims_f_selects_a_subset_recorded_for_every_episode(
     registry, five_shot_manifest, tmp_path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -138,6 +139,7 @@ def test_random_baseline_reinitialises_once_and_leaves_the_global_rng_alone(regi
     assert "pos_embed" in changed and "blocks.0.attn.qkv.weight" in changed
 
 
+@pytest.mark.slow
 def test_random_baseline_is_worse_than_the_pretrained_probe_on_digits(
     registry, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]

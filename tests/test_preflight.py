@@ -33,6 +33,7 @@ def validate(invoke, adapter: str, *extra: str):  # type: ignore[no-untyped-def]
     )
 
 
+@pytest.mark.slow
 def test_validate_passes_an_honest_adapter(invoke) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.core.sandbox.bwrap import sandbox_problem
 
@@ -50,6 +51,7 @@ def test_validate_passes_an_honest_adapter(invoke) -> None:  # type: ignore[no-u
     assert "identical results when re-run with the same seeds in a fresh worker" in checks
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("adapter", "isolation", "message"),
     [
@@ -63,6 +65,7 @@ def test_validate_rejects(invoke, adapter: str, isolation: str, message: str) ->
     assert result.exit_code == 1 and message in result.output, result.output
 
 
+@pytest.mark.slow
 def test_a_label_peeker_finds_no_labels_in_the_worker(invoke) -> None:  # type: ignore[no-untyped-def]
     """The same cheat preflighted in a worker: nothing to read, so it predicts class 0."""
     result = validate(invoke, "peeks-labels", "--json")

@@ -66,6 +66,7 @@ def linear_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_ensembles_recomputed_from_stored_logits(linear_run: Path) -> None:
     run = load_run(linear_run)
     rows = run.table.to_pylist()
@@ -130,6 +131,7 @@ def test_summary_command(linear_run: Path, invoke) -> None:  # type: ignore[no-u
     assert summary["episodes"] == 6 and summary["configurations"] == 15 and summary["complete"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["bscd-5w5s--bscd-eurosat.parquet", "renamed.parquet"])
 def test_summary_takes_ddof_from_the_sub_benchmark(tmp_path: Path, invoke, name: str) -> None:  # type: ignore[no-untyped-def]
     # A BSCD-FSL run (recognised by its frozen file name, else by its sampling protocol)
@@ -150,6 +152,7 @@ def test_summary_takes_ddof_from_the_sub_benchmark(tmp_path: Path, invoke, name:
     assert forced[0]["aggregations"]["hpe"]["ddof"] == 1
 
 
+@pytest.mark.slow
 def test_resume_skips_finished_shards_and_matches_fresh_run(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     pm = get_plugin_manager(entry_points=False)
     out = tmp_path / "resumed"
@@ -184,6 +187,7 @@ NON_FINITE = "adapter returned non-finite logits"
 BAD_SHAPE = "adapter returned logits of shape"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("adapter", "where", "problem", "not_problem"),
     [
@@ -243,6 +247,7 @@ def test_bad_names_fail_clearly(tmp_path: Path, invoke, args: list[str], message
     assert result.exit_code != 0 and message in result.output
 
 
+@pytest.mark.slow
 def test_manifest_not_matching_dataset_copy(tmp_path: Path, invoke, datasets_registry) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.datasets.synthetic import write_synthetic_copy
 
@@ -299,6 +304,7 @@ def test_manifest_not_matching_dataset_copy(tmp_path: Path, invoke, datasets_reg
     )
 
 
+@pytest.mark.slow
 def test_evaluate_on_a_synthetic_folder_dataset(tmp_path: Path, invoke, datasets_registry) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.datasets.synthetic import write_synthetic_copy
 
@@ -348,6 +354,7 @@ def test_evaluate_on_a_synthetic_folder_dataset(tmp_path: Path, invoke, datasets
     assert summary["dataset"] == "dtd" and summary["episodes"] == 3
 
 
+@pytest.mark.slow
 def test_process_executor_matches_inline(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     pm = get_plugin_manager(entry_points=False)
     inline, pooled = tmp_path / "inline", tmp_path / "pooled"
@@ -373,6 +380,7 @@ def test_process_executor_matches_inline(tmp_path: Path, invoke) -> None:  # typ
     assert load_run(inline).meta["run_id"] == load_run(pooled).meta["run_id"]
 
 
+@pytest.mark.slow
 def test_process_workers_load_only_the_callers_plugins(  # type: ignore[no-untyped-def]
     tmp_path: Path, invoke, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -406,6 +414,7 @@ def test_process_workers_load_only_the_callers_plugins(  # type: ignore[no-untyp
         assert load_run(tmp_path / "with").meta["adapter"]["name"] == "marked-centroid"
 
 
+@pytest.mark.slow
 def test_an_in_process_plugin_object_is_refused_before_any_pool(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     from tests.conftest import CentroidAdapter, adapter_plugin
 
@@ -422,6 +431,7 @@ def test_an_in_process_plugin_object_is_refused_before_any_pool(tmp_path: Path, 
     assert inline.exit_code == 0, inline.output
 
 
+@pytest.mark.slow
 def test_ray_executor_matches_inline(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("ray")
     pm = get_plugin_manager(entry_points=False)
@@ -486,6 +496,7 @@ def _evaluate_stderr(out: Path, *, terminal: bool) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_progress_bars_only_on_a_terminal(tmp_path: Path) -> None:
     # A CI log (stderr not a terminal) gets no redrawn bars; an interactive run keeps them.
     logged = _evaluate_stderr(tmp_path / "logged", terminal=False)

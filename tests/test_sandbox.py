@@ -99,6 +99,7 @@ def probe(argv: list[str], port: int, planted: Path) -> dict:  # type: ignore[ty
     return found
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_the_sandbox_has_no_network_no_planted_file_and_no_other_process(
     listener: int, tmp_path: Path
@@ -173,6 +174,7 @@ def ask(worker: PluginWorker) -> np.ndarray:
     return reply.query[0][0][0]
 
 
+@pytest.mark.slow
 @needs_sandbox
 @pytest.mark.parametrize("isolation", [Isolation.SANDBOX, Isolation.PROCESS])
 def test_no_episode_inherits_files_shared_memory_or_processes_of_another(
@@ -188,6 +190,7 @@ def test_no_episode_inherits_files_shared_memory_or_processes_of_another(
         assert first[1:3].tolist() == [0.0, 0.0] and second[1:3].tolist() == [0.0, 0.0]
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_resource_limits_end_a_request_with_a_clear_error(probe_dist: Path) -> None:
     # The forked episode process already maps about 4 GiB (torch); the probe asks 4 more.

@@ -138,6 +138,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return store, work / "_site"
 
 
+@pytest.mark.slow
 def test_pages_exist(site: tuple[Path, Path]) -> None:
     _, out = site
     names = {p.name for p in out.glob("*.html")}
@@ -154,6 +155,7 @@ def test_pages_exist(site: tuple[Path, Path]) -> None:
     assert (out / "static" / "style.css").is_file()
 
 
+@pytest.mark.slow
 def test_hostile_method_name_is_escaped(site: tuple[Path, Path]) -> None:
     _, out = site
     for page in (
@@ -249,6 +251,7 @@ def test_transcribed_fewtrans_cells_match_the_paper(file: str, label: str) -> No
     assert values == numbers_of(FEWTRANS_LINES[label])
 
 
+@pytest.mark.slow
 def test_the_quoted_table_lines_are_the_papers() -> None:
     fewtrans = seed_lines("fewtrans-hpe-benchmark.txt")
     bscd = seed_lines("bscd-fsl-cross-domain.txt")
@@ -314,6 +317,7 @@ def _count_calls(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> Cou
     return counts
 
 
+@pytest.mark.slow
 def test_a_site_build_loads_and_summarises_each_run_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -333,6 +337,7 @@ def test_a_site_build_loads_and_summarises_each_run_once(
     assert summaries == dict.fromkeys(runs, 1)
 
 
+@pytest.mark.slow
 def test_the_index_and_the_site_share_one_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -388,6 +393,7 @@ def test_strict_undefined(tmp_path: Path) -> None:
         environment(tmp_path).get_template("t.html").render()
 
 
+@pytest.mark.slow
 def test_wheel_ships_the_templates(tmp_path: Path) -> None:
     subprocess.run(
         [
@@ -427,6 +433,7 @@ def server(site: tuple[Path, Path]):  # type: ignore[no-untyped-def]
 CHROMIUM = Path("/usr/bin/chromium")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not CHROMIUM.exists(), reason="Debian chromium not installed (.ci/run installs it)"
 )

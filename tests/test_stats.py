@@ -23,6 +23,7 @@ from fewtrans_board.stats import (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("n", [5, 8, 13, 14, 30, 50, 51, 600])
 def test_paired_tests_agree_with_scipy(seed: int, n: int) -> None:
@@ -47,6 +48,7 @@ def test_small_tied_wilcoxon_is_exact_not_normal() -> None:
     assert ours.pvalue == pytest.approx(ss.wilcoxon(np.ones(5), np.zeros(5)).pvalue)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(40))
 def test_small_samples_with_ties_or_zeros_match_scipys_default(seed: int) -> None:
     # Episode accuracies on few queries: coarse values, many ties and zero differences.

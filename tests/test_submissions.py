@@ -362,6 +362,7 @@ def add_unverified(invoke, bundle: str, store: Path, *extra: str):  # type: igno
     return invoke([*args, *extra], pm=get_plugin_manager(entry_points=False))
 
 
+@pytest.mark.slow
 def test_valid_bundle_is_accepted_and_added(valid_bundle: Path, store: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     pm = get_plugin_manager(entry_points=False)
     result = invoke(
@@ -384,6 +385,7 @@ def test_valid_bundle_is_accepted_and_added(valid_bundle: Path, store: Path, inv
     assert again.exit_code == 1 and "[immutable]" in again.output
 
 
+@pytest.mark.slow
 def test_malformed_corpus_is_rejected_and_changes_nothing(
     valid_bundle: Path, store: Path, tmp_path: Path, invoke
 ) -> None:  # type: ignore[no-untyped-def]
@@ -401,6 +403,7 @@ def test_malformed_corpus_is_rejected_and_changes_nothing(
     assert len(MALFORMED) >= 15 and len(codes) >= 15
 
 
+@pytest.mark.slow
 def test_size_limits(
     valid_bundle: Path, store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invoke
 ) -> None:  # type: ignore[no-untyped-def]
@@ -412,6 +415,7 @@ def test_size_limits(
     assert json.loads(result.output)["code"] == "too-large"
 
 
+@pytest.mark.slow
 def test_supersedes_marks_the_old_entry(
     valid_bundle: Path, store: Path, tmp_path: Path, invoke
 ) -> None:  # type: ignore[no-untyped-def]
@@ -487,6 +491,7 @@ def forge_episode(episode: int) -> Callable[[list[dict], dict], None]:
     return edit
 
 
+@pytest.mark.slow
 def test_verify_passes_honest_and_catches_forged_predictions(
     valid_bundle: Path, store: Path, tmp_path: Path, invoke
 ) -> None:  # type: ignore[no-untyped-def]
@@ -526,6 +531,7 @@ def test_verify_requires_the_pinned_version() -> None:
         check_pins_installed({"no-such-dist": "1.0"}, {"no-such-dist": None})
 
 
+@pytest.mark.slow
 def test_verify_names_the_pinned_distribution_the_worker_lacks(
     valid_bundle: Path, store: Path, tmp_path: Path, invoke
 ) -> None:  # type: ignore[no-untyped-def]
@@ -544,6 +550,7 @@ def test_verify_names_the_pinned_distribution_the_worker_lacks(
     assert "pip install fewtrans-board==0.1.0 no-such-dist==1.0" in report["error"]
 
 
+@pytest.mark.slow
 def test_leaderboard_check_on_a_stored_entry(valid_bundle: Path, store: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     pm = get_plugin_manager(entry_points=False)
     add_unverified(invoke, str(valid_bundle), store)

@@ -53,6 +53,7 @@ def problems(manifest: Path = VARIED, hpe: str = "fewtrans-paper", **changes: An
 # --- evaluate warns before it starts --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_submittable_run_has_no_problem() -> None:
     assert problems() == []
     assert problems(hpe="fewtrans-reference", store=None) == []
@@ -85,6 +86,7 @@ def test_a_copy_that_differs_from_the_frozen_manifest_is_named(tmp_path: Path) -
     assert any("differs from the frozen" in p for p in problems(manifest=copy))
 
 
+@pytest.mark.slow
 def test_evaluate_warns_up_front_and_json_carries_the_warnings(tmp_path: Path) -> None:
     args = ["evaluate", "--model", "demo-cnn.digits", "--adapter", "linear-probe"]
     args += ["--manifest", VARIED, "--limit", "1", "--config", "epochs=1", "--device", "cpu"]
@@ -131,6 +133,7 @@ def two_protocols(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return runs
 
 
+@pytest.mark.slow
 def test_compare_refuses_runs_scored_under_different_protocols(
     two_protocols: dict[str, Path],
 ) -> None:
@@ -179,6 +182,7 @@ def tiny_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -219,6 +223,7 @@ def register_adapters(register):
 """
 
 
+@pytest.mark.slow
 def test_validate_refuses_a_plugin_that_imports_torch_at_import_time(tmp_path: Path) -> None:
     from tests.conftest import installed_distribution
 

@@ -227,6 +227,7 @@ TORCH_MODULES = {
 """The names CONTRIBUTING.md says to import inside ``fit``; every other name is light."""
 
 
+@pytest.mark.slow
 def test_importing_the_toolkit_and_its_light_names_does_not_import_torch() -> None:
     heavy = "sorted({'torch', 'timm', 'open_clip', 'peft'} & set(sys.modules))"
     code = (
@@ -349,6 +350,7 @@ def toolkit_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ig
     return importlib.import_module("toolkit_plugin")
 
 
+@pytest.mark.slow
 def test_the_toolkit_plugin_is_written_against_the_public_api_only(
     toolkit_plugin, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]

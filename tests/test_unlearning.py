@@ -155,6 +155,7 @@ def test_shipped_demo_clip_weights_are_small_and_pinned() -> None:
         assert file_sha256(path) == SHIPPED_SHA256[name], name
 
 
+@pytest.mark.slow
 def test_unlearning_forgets_5_9_and_keeps_0_4(miniature, registry: Registry) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.jobs.inductive_demo import UNLEARNED, unlearned_weights
 
@@ -176,6 +177,7 @@ def test_unlearning_forgets_5_9_and_keeps_0_4(miniature, registry: Registry) -> 
     assert unlearned.weights_id == "sha256:" + record["weights"]["sha256"]
 
 
+@pytest.mark.slow
 def test_oracle_check_directions(miniature) -> None:  # type: ignore[no-untyped-def]
     zs = miniature.zero_shot["digits-5-9"]
     # the model trained without 5-9 and the unlearned one are both near chance on 5-9 ...
@@ -216,6 +218,7 @@ def test_site_shows_both_clip_settings(miniature) -> None:  # type: ignore[no-un
     assert "clip-settings-demo-clip-inductive.html" in index
 
 
+@pytest.mark.slow
 def test_unlearn_and_tkl_commands(
     miniature, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -306,6 +309,7 @@ def test_retraining_the_oracle_reproduces_its_accuracy(registry: Registry) -> No
     assert (a.correct == b.correct).mean() > 0.97
 
 
+@pytest.mark.slow
 def test_demo_inductive_command_prints_both_tables(miniature) -> None:  # type: ignore[no-untyped-def]
     from click.testing import CliRunner
 

@@ -8,6 +8,7 @@ sub-benchmark, so whole submissions are evaluated, packed and refused in seconds
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections.abc import Callable, Iterator, Sequence
@@ -121,63 +122,98 @@ plugins = {PINS}
         return result.exit_code, json.loads(result.output)
 
 
-@pytest.fixture(scope="module")
-def board(redteam_pm: PluginManager, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
-    """Small digits manifests (8 varied, 8 fixed episodes), the redteam benchmark, a centre."""
-    root = tmp_path_factory.mktemp("board")
+REDTEAM = SubBenchmark(
+    name="redteam",
+    title="Red team",
+    description="Two small digits manifests for the red-team suite.",
+    manifests=(VARIED, FIXED),
+    held_out=("digits",),
+)
+CENTRE = "centre.json"
+HONEST = {"varied": "lp-varied", "fixed": "lp-fixed"}
+"""Run folders of the honest linear-probe submission, one per manifest."""
+
+
+@contextlib.contextmanager
+def redteam_benchmark() -> Iterator[None]:
+    """The ``redteam`` sub-benchmark registered inside a block (the table is restored after)."""
+    saved = dict(SUB_BENCHMARKS)
+    SUB_BENCHMARKS["redteam"] = REDTEAM
+    try:
+        yield
+    finally:
+        SUB_BENCHMARKS.clear()
+        SUB_BENCHMARKS.update(saved)
+
+
+@pytest.fixture(scope="package")
+def board_template(redteam_pm: PluginManager, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A board built once for the package: its manifests, a centre search, the honest runs.
+
+    Every module copies it (:func:`board`), so the centre search and the honest evaluations
+    run once, not once per module, while each module still writes to a store of its own.
+    """
+    root = tmp_path_factory.mktemp("board-template")
     manifests = root / "leaderboard" / "manifests"
     manifests.mkdir(parents=True)
     shutil.copy(MANIFESTS / "fewtrans-search--digits.parquet", manifests)
     shutil.copy(MANIFESTS / "fewtrans-search--digits.parquet.sha256", manifests)
     board = Board(root, root / "work", redteam_pm)
     board.work.mkdir()
-    for name, extra in ((VARIED, []), (FIXED, ["--ways", "5", "--shots", "1"])):
-        protocol = "fewtrans-varied" if name == VARIED else "fewtrans-fixed"
+    with redteam_benchmark():
+        for name, extra in ((VARIED, []), (FIXED, ["--ways", "5", "--shots", "1"])):
+            protocol = "fewtrans-varied" if name == VARIED else "fewtrans-fixed"
+            ok(
+                run_cli(
+                    redteam_pm,
+                    [
+                        *("manifest", "build", "--protocol", protocol, "--dataset", "digits"),
+                        *(*extra, "--episodes", "8", "--out", manifests / name),
+                    ],
+                )
+            )
+        # A held-out centre search of linear-probe on the digits search tasks.
         ok(
             run_cli(
                 redteam_pm,
                 [
-                    *("manifest", "build", "--protocol", protocol, "--dataset", "digits"),
-                    *(*extra, "--episodes", "8", "--out", manifests / name),
+                    *("hpe", "search", "--model", "demo-cnn.digits", "--adapter", "linear-probe"),
+                    *("--manifest", MANIFESTS / "fewtrans-search--digits.parquet", "--limit", "2"),
+                    *("--config", "epochs=10", "--out", board.work / CENTRE, "--device", "cpu"),
+                    "--json",
                 ],
             )
         )
-    saved = dict(SUB_BENCHMARKS)
-    SUB_BENCHMARKS["redteam"] = SubBenchmark(
-        name="redteam",
-        title="Red team",
-        description="Two small digits manifests for the red-team suite.",
-        manifests=(VARIED, FIXED),
-        held_out=("digits",),
-    )
-    yield board
-    SUB_BENCHMARKS.clear()
-    SUB_BENCHMARKS.update(saved)
+        for manifest, out in ((VARIED, HONEST["varied"]), (FIXED, HONEST["fixed"])):
+            ok(board.evaluate("linear-probe", out, manifest=manifest, centre=board.work / CENTRE))
+    return root
+
+
+@pytest.fixture(scope="module")
+def board(
+    board_template: Path, redteam_pm: PluginManager, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Board]:
+    """Small digits manifests (8 varied, 8 fixed episodes), the redteam benchmark, a centre.
+
+    A copy of :func:`board_template` of this module's own.
+    """
+    root = tmp_path_factory.mktemp("board")
+    shutil.copytree(board_template, root, dirs_exist_ok=True, symlinks=True)
+    with redteam_benchmark():
+        yield Board(root, root / "work", redteam_pm)
 
 
 @pytest.fixture(scope="module")
 def centre(board: Board) -> Path:
     """A held-out centre search of linear-probe on the digits search tasks."""
-    out = board.work / "centre.json"
-    ok(
-        run_cli(
-            board.pm,
-            [
-                *("hpe", "search", "--model", "demo-cnn.digits", "--adapter", "linear-probe"),
-                *("--manifest", MANIFESTS / "fewtrans-search--digits.parquet", "--limit", "2"),
-                *("--config", "epochs=10", "--out", out, "--device", "cpu", "--json"),
-            ],
-        )
-    )
-    return out
+    return board.work / CENTRE
 
 
 @pytest.fixture(scope="module")
 def honest(board: Board, centre: Path) -> dict[str, str]:
     """An honest linear-probe submission on both manifests: run folder names."""
-    for manifest, out in ((VARIED, "lp-varied"), (FIXED, "lp-fixed")):
-        ok(board.evaluate("linear-probe", out, manifest=manifest, centre=centre))
-    return {"varied": "lp-varied", "fixed": "lp-fixed"}
+    assert all((board.work / run / "run.json").is_file() for run in HONEST.values())
+    return dict(HONEST)
 
 
 Edit = Callable[[dict[str, Any]], None]

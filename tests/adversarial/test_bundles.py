@@ -286,6 +286,7 @@ CORPUS: list[tuple[str, str, Callable[[list[Entry]], list[Entry]] | None, Callab
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CORPUS, ids=[c[0] for c in CORPUS])
 def test_corpus_is_refused_in_one_line(
     intake: dict[str, Any], case: tuple[str, str, Any, Any], tmp_path: Path
@@ -299,6 +300,7 @@ def test_corpus_is_refused_in_one_line(
     assert refusal.code == code, (name, str(refusal))
 
 
+@pytest.mark.slow
 def test_the_pristine_bundle_and_its_rezip_are_accepted(
     intake: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -312,6 +314,7 @@ def fuzz_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("mutants")
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_random_mutants_are_refused_or_shown(
@@ -341,6 +344,7 @@ def cli_json(args: list[Any]) -> tuple[int, dict[str, Any]]:
     return result.exit_code, json.loads(result.output)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["crc-error", "toml-nested", "display-field-missing"])
 def test_commands_refuse_with_one_json_line(
     intake: dict[str, Any], name: str, tmp_path: Path

@@ -105,6 +105,7 @@ def fetch(repo: Path, into: Path, links: Path) -> tuple[int, dict]:  # type: ign
     return result.exit_code, json.loads(result.output)
 
 
+@pytest.mark.slow
 def test_a_pinned_source_distribution_is_never_built(tmp_path: Path) -> None:
     marker = tmp_path / "setup-ran"
     links = tmp_path / "index"
@@ -142,6 +143,7 @@ def test_a_pinned_source_distribution_is_never_built(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_a_pth_file_in_a_pinned_wheel_never_runs(tmp_path: Path) -> None:
     marker = tmp_path / "pth-ran"
     links = tmp_path / "index"
@@ -181,6 +183,7 @@ def test_a_pth_file_in_a_pinned_wheel_never_runs(tmp_path: Path) -> None:
     assert marker.exists()
 
 
+@pytest.mark.slow
 def test_a_wheel_whose_hash_differs_from_the_pin_is_refused(tmp_path: Path) -> None:
     links = tmp_path / "index"
     links.mkdir()

@@ -70,6 +70,7 @@ def blind_guess_bound(board: Board, out: str, manifest: str) -> tuple[int, int, 
     return correct, queries, expected, bound
 
 
+@pytest.mark.slow
 def test_position_oracle_scores_chance_and_fails_preflight(board: Board) -> None:
     # Without a presentation order a position oracle reads every label (100%). 40 episodes
     # (about 1,400 queries; a training-free adapter runs them in seconds) make the bound
@@ -86,6 +87,7 @@ def test_position_oracle_scores_chance_and_fails_preflight(board: Board) -> None
         validate(board.pm, "redteam-position")
 
 
+@pytest.mark.slow
 def test_nothing_reachable_from_adapter_inputs_names_an_item(board: Board) -> None:
     # In-process, so the peeker's findings land in this process to be inspected.
     PathPeeker.found.clear()
@@ -93,6 +95,7 @@ def test_nothing_reachable_from_adapter_inputs_names_an_item(board: Board) -> No
     assert PathPeeker.found == []
 
 
+@pytest.mark.slow
 def test_stack_inspection_is_caught_by_preflight_and_worthless_in_a_worker(
     board: Board,
 ) -> None:
@@ -107,6 +110,7 @@ def test_stack_inspection_is_caught_by_preflight_and_worthless_in_a_worker(
     assert cheated == 100.0 and honest < 90.0, (cheated, honest)
 
 
+@pytest.mark.slow
 def test_undeclared_transductive_adapter_fails_preflight(board: Board) -> None:
     with pytest.raises(PreflightError, match="transductive"):
         validate(board.pm, "redteam-balanced")
@@ -117,6 +121,7 @@ def test_fit_many_that_beats_fit_fails_preflight(board: Board) -> None:
         validate(board.pm, "redteam-fitmany")
 
 
+@pytest.mark.slow
 def test_honest_adapters_pass_validate(board: Board) -> None:
     for adapter in ("mean-centroid", "linear-probe"):
         report = validate(board.pm, adapter, limit=2)

@@ -35,6 +35,7 @@ def verify(board: Board, bundle: Path, *extra: str) -> tuple[int, dict[str, Any]
     return board.json(["submission", "verify", bundle, "--leaderboard", board.store, *extra])
 
 
+@pytest.mark.slow
 def test_searching_for_the_judges_files_finds_nothing_in_the_sandbox(board: Board) -> None:
     # The store lives where the judge's files do (its temporary folders here).
     assert str(board.store) in __import__("tests.adversarial.cheaters", fromlist=["_hints"])._hints(
@@ -72,6 +73,7 @@ def stored_hashes(store: Path, ident: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_rewriting_the_extracted_bundle_has_no_effect(
     board: Board, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -97,6 +99,7 @@ def test_rewriting_the_extracted_bundle_has_no_effect(
     assert stored_hashes(store, ident) == member_hashes(bundle)
 
 
+@pytest.mark.slow
 def test_modules_planted_for_the_judge_are_never_imported(
     board: Board, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -133,6 +136,7 @@ def test_modules_planted_for_the_judge_are_never_imported(
         assert str(path) not in (getattr(sys.modules.get(package), "__file__", "") or "")
 
 
+@pytest.mark.slow
 def test_verification_refuses_to_run_without_a_sandbox_unless_told(
     board: Board, honest: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

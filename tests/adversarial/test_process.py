@@ -87,6 +87,7 @@ v.validate_contents = accept
 """
 
 
+@pytest.mark.slow
 def test_an_import_time_monkeypatch_cannot_change_a_verdict(tmp_path: Path) -> None:
     site = tmp_path / "site"
     info = site / "fewtrans_evil-1.0.dist-info"
@@ -162,12 +163,14 @@ def check_pr(board: Board, repo: Path, *extra: str) -> tuple[int, dict]:  # type
     return board.json(["leaderboard", "check-pr", "--repo", repo, "--base", "main", *extra])
 
 
+@pytest.mark.slow
 def test_a_data_only_pull_request_passes(board: Board, pr_repo: Path) -> None:
     commit(pr_repo, "add lp--pr")
     code, report = check_pr(board, pr_repo)
     assert code == 0 and report["ok"] and report["ids"] == ["lp--pr"], report
 
 
+@pytest.mark.slow
 def test_a_pull_request_that_touches_code_is_refused(board: Board, pr_repo: Path) -> None:
     (pr_repo / "fewtrans_board" / "__init__.py").write_text("import os  # sneaky\n")
     commit(pr_repo, "add lp--pr and a little more")
@@ -176,6 +179,7 @@ def test_a_pull_request_that_touches_code_is_refused(board: Board, pr_repo: Path
     assert "fewtrans_board/__init__.py" in report["error"]
 
 
+@pytest.mark.slow
 def test_a_pull_request_that_claims_verification_is_refused(board: Board, pr_repo: Path) -> None:
     status = pr_repo / "leaderboard" / "submissions" / "lp--pr" / "status.json"
     status.write_text(json.dumps({"status": "verified"}))
@@ -184,6 +188,7 @@ def test_a_pull_request_that_claims_verification_is_refused(board: Board, pr_rep
     assert code == 1 and report["code"] == "status-claim", report
 
 
+@pytest.mark.slow
 def test_a_pull_request_that_edits_a_stored_entry_is_refused(board: Board, pr_repo: Path) -> None:
     commit(pr_repo, "add lp--pr")
     git(pr_repo, "checkout", "-q", "main")

@@ -22,6 +22,7 @@ def refused(board: Board, bundle: Path) -> dict[str, Any]:
     return report
 
 
+@pytest.mark.slow
 def test_the_honest_submission_is_valid(board: Board, honest_bundle: Path) -> None:
     code, report = board.json(
         ["submission", "validate", honest_bundle, "--leaderboard", board.store]
@@ -30,6 +31,7 @@ def test_the_honest_submission_is_valid(board: Board, honest_bundle: Path) -> No
     assert report["runs"][0]["configurations"] == 3  # fewtrans-reference: 3 learning rates
 
 
+@pytest.mark.slow
 def test_a_trainer_without_axes_cannot_be_evaluated(board: Board) -> None:
     result = board.evaluate("redteam-noaxis", "noaxis")
     assert result.exit_code == 1
@@ -37,6 +39,7 @@ def test_a_trainer_without_axes_cannot_be_evaluated(board: Board) -> None:
     assert "training_free" in result.output
 
 
+@pytest.mark.slow
 def test_per_dataset_tuned_values_are_refused(board: Board, centre: Path) -> None:
     ok(board.evaluate("linear-probe", "bs-varied", manifest=VARIED, centre=centre))
     ok(

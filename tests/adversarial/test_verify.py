@@ -40,6 +40,7 @@ def honest_bundle(board: Board, honest: dict[str, str]) -> Path:
     return board.pack("lp--verify", "linear-probe", [honest["varied"], honest["fixed"]])
 
 
+@pytest.mark.slow
 def test_honest_submission_verifies_exactly(board: Board, honest_bundle: Path) -> None:
     code, report = verify(board, honest_bundle)
     assert code == 0 and report["passed"], report
@@ -55,6 +56,7 @@ def test_honest_submission_verifies_exactly(board: Board, honest_bundle: Path) -
     assert {e["episode"] for e in report["episodes"]} == set(range(8))
 
 
+@pytest.mark.slow
 def test_a_verification_is_reproduced_from_its_report(board: Board, honest_bundle: Path) -> None:
     _, first = verify(board, honest_bundle, "--sample", "3")
     code, again = verify(board, honest_bundle, *first["reproduce"].split())
@@ -66,6 +68,7 @@ def test_a_verification_is_reproduced_from_its_report(board: Board, honest_bundl
     ]
 
 
+@pytest.mark.slow
 def test_a_ci_secret_seeds_the_sample_through_the_bundle_digest(
     board: Board, honest_bundle: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -79,6 +82,7 @@ def test_a_ci_secret_seeds_the_sample_through_the_bundle_digest(
     assert report["seed"] == expected.hexdigest()
 
 
+@pytest.mark.slow
 def test_forged_outside_a_known_sample_is_caught(board: Board, honest_bundle: Path) -> None:
     # Today's rule would re-run RandomState(57)'s two of eight; the forger spares those.
     spared = set(np.random.RandomState(57).choice(8, size=2, replace=False).tolist())
@@ -96,6 +100,7 @@ def test_forged_outside_a_known_sample_is_caught(board: Board, honest_bundle: Pa
         assert dataset["catch_probability"] >= 0.99 and not dataset["passed"]
 
 
+@pytest.mark.slow
 def test_predictions_shaved_under_any_tolerance_are_caught(
     board: Board, honest_bundle: Path
 ) -> None:
@@ -115,6 +120,7 @@ def other_environment(bundle: Path, out: Path) -> Path:
     return edit_provenance(bundle, out, edit)
 
 
+@pytest.mark.slow
 def test_across_environments_the_rerun_accuracy_bounds_the_claim(
     board: Board, honest_bundle: Path
 ) -> None:
@@ -138,6 +144,7 @@ def test_across_environments_the_rerun_accuracy_bounds_the_claim(
     assert all(d["claimed_on_rerun_episodes"] > d["rerun_accuracy"] for d in datasets)
 
 
+@pytest.mark.slow
 def test_labels_read_where_unchecked_do_not_survive_verification(board: Board) -> None:
     bundle = cheater_bundle(board, "redteam-sample-aware", isolation="inline")
     code, valid = board.json(["submission", "validate", bundle, "--leaderboard", board.store])
@@ -146,6 +153,7 @@ def test_labels_read_where_unchecked_do_not_survive_verification(board: Board) -
     assert code == 1 and report["code"] == "verification-failed", report
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("adapter", "isolation", "reason"),
     [
@@ -166,6 +174,7 @@ def test_undeclared_transductive_adapters_are_caught(
     assert reason in report["error"]
 
 
+@pytest.mark.slow
 def test_fit_many_that_beats_fit_is_caught(board: Board) -> None:
     bundle = cheater_bundle(board, "redteam-fitmany")
     code, report = verify(board, bundle)
@@ -173,6 +182,7 @@ def test_fit_many_that_beats_fit_is_caught(board: Board) -> None:
     assert "fit_many() must compute what fit() computes" in report["error"]
 
 
+@pytest.mark.slow
 def test_a_shipped_answer_key_is_flagged(board: Board, redteam_dist: Path) -> None:
     from tests.adversarial.cheaters import answer_key
 
@@ -192,6 +202,7 @@ def test_a_shipped_answer_key_is_flagged(board: Board, redteam_dist: Path) -> No
         assert probe["drop_bound"] > probe["threshold"]
 
 
+@pytest.mark.slow
 def test_a_training_free_adapter_that_trains_is_caught_in_the_worker(board: Board) -> None:
     bundle = cheater_bundle(board, "redteam-liar", isolation="inline")
     code, report = verify(board, bundle)
@@ -199,6 +210,7 @@ def test_a_training_free_adapter_that_trains_is_caught_in_the_worker(board: Boar
     assert "training_free" in report["error"] and "backward" in report["error"]
 
 
+@pytest.mark.slow
 def test_a_recorded_schema_that_differs_from_the_installed_one_is_refused(
     board: Board, honest_bundle: Path
 ) -> None:
@@ -213,6 +225,7 @@ def test_a_recorded_schema_that_differs_from_the_installed_one_is_refused(
     assert code == 1 and report["code"] == "schema-mismatch", report
 
 
+@pytest.mark.slow
 def test_add_verifies_by_default_and_an_unsafe_opt_out_is_never_ranked(
     board: Board, honest_bundle: Path, tmp_path: Path
 ) -> None:

@@ -28,6 +28,7 @@ def test_model_contract_with_local_weights(tmp_path: Path) -> None:
     assert report.details["feature_dim"] == 512
 
 
+@pytest.mark.slow
 def test_import_is_light() -> None:
     check_import_is_light("fewtrans_example")
 
@@ -48,6 +49,7 @@ def test_simpleshot_uses_nearest_centroid() -> None:
     assert logits.argmax(1).tolist() == [3, 2, 1, 0]
 
 
+@pytest.mark.slow
 def test_toy_command_runs_simpleshot_and_refuses_bad_counts() -> None:
     """Drive the command as a user does: ``fewtrans-board simpleshot-toy``, this plugin only."""
     import json
