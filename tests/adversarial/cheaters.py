@@ -176,8 +176,15 @@ class TrainingFreeLiar(NoAxisTrainer):
 
 
 def _in_worker() -> bool:
-    """What a cheater may look at to tell a plugin worker from an in-process run."""
-    return "fewtrans_board.runner.worker" in sys.modules
+    """What a cheater may look at to tell a plugin worker from an in-process run.
+
+    The worker runs as ``python -m fewtrans_board.runner.worker``: its ``__main__`` (and that
+    of the episode processes forked from it) is that module, whether or not anything
+    imported it by name.
+    """
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    worker = "fewtrans_board.runner.worker"
+    return worker in sys.modules or getattr(spec, "name", None) == worker
 
 
 def _balanced(logits: torch.Tensor, strength: float = 0.15) -> torch.Tensor:
