@@ -190,10 +190,12 @@ def centroid_accuracy(weights: Path) -> float:
 
 # Retraining on another CPU follows another float trajectory. Measured: an Intel Xeon
 # retrain of the shipped file differs by at most 0.15 (relative Frobenius norm, per
-# tensor) and by 0.0 points of the accuracy below; other seeds on the same machine differ
-# by 1.4 and by up to 3 points. The bounds pass the first and fail the second.
+# tensor) and by 0.0 points of the accuracy below, an AMD EPYC retrain by 1.23 points;
+# other seeds on the same machine differ by 1.4 in weights and by up to 3 points. The
+# weight bound is what tells a retrain from another seed; the accuracy bound only says the
+# retrained weights are as useful (a CPU's trajectory moves it by more than a point).
 MAX_RELATIVE_WEIGHT_CHANGE = 0.5
-MAX_ACCURACY_CHANGE = 1.0
+MAX_ACCURACY_CHANGE = 2.5
 
 
 @pytest.mark.slow
