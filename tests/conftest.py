@@ -220,3 +220,33 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         yield
     finally:
         subprocess.Popen.__init__, multiprocessing.process.BaseProcess.start = saved  # type: ignore[method-assign]
+
+
+def assert_rows_score_the_manifest_labels(rows: list[dict[str, Any]], manifest: Path) -> None:
+    """Recompute every row's accuracy, and each ensemble, from the manifest's query labels.
+
+    Accuracy is 100 * (correct / n_query), so it can only take multiples of 100 / n_query; the
+    vote ensemble is the per-query majority of the member predictions (ties: lowest class).
+    """
+    import numpy as np
+
+    from fewtrans_board.episodes.manifest import Manifest
+
+    episodes = {e.index: e for e in Manifest.load(manifest).episodes()}
+    assert {r["episode"] for r in rows} <= set(episodes) and rows
+    for row in rows:
+        episode = episodes[row["episode"]]
+        labels = np.array([label for _, label in episode.query])
+        predictions = np.array(row["predictions"])
+        assert row["n_query"] == len(labels) == len(predictions)
+        assert row["n_way"] == episode.ways and set(predictions.tolist()) <= set(
+            range(episode.ways)
+        )
+        correct = int((predictions == labels).sum())
+        assert row["accuracy"] == pytest.approx(100.0 * correct / len(labels))
+    for index in {r["episode"] for r in rows}:
+        configs = [r for r in rows if r["episode"] == index and r["kind"] == "config"]
+        members = np.array([r["predictions"] for r in configs])
+        votes = np.stack([(members == c).sum(axis=0) for c in range(episodes[index].ways)], 1)
+        (vote,) = [r for r in rows if r["episode"] == index and r["aggregation"] == "vote"]
+        assert vote["kind"] == "ensemble" and vote["predictions"] == votes.argmax(1).tolist()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -26,6 +25,7 @@ from fewtrans_board.results.load import load_run
 from fewtrans_board.runner.run import run_evaluation
 from fewtrans_board.runner.spec import RunSpec
 from fewtrans_board.testing import check_adapter, tiny_clip_backbone, toy_episode
+from tests.conftest import assert_rows_score_the_manifest_labels
 
 DIGITS_MANIFEST = (
     Path(__file__).resolve().parents[1]
@@ -33,36 +33,6 @@ DIGITS_MANIFEST = (
     / "manifests"
     / "fewtrans-varied--digits.parquet"
 )
-
-
-def assert_rows_score_the_manifest_labels(rows: list[dict[str, Any]], manifest: Path) -> None:
-    """Recompute every row's accuracy, and each ensemble, from the manifest's query labels.
-
-    Accuracy is 100 * (correct / n_query), so it can only take multiples of 100 / n_query; the
-    vote ensemble is the per-query majority of the member predictions (ties: lowest class).
-    """
-    import numpy as np
-
-    from fewtrans_board.episodes.manifest import Manifest
-
-    episodes = {e.index: e for e in Manifest.load(manifest).episodes()}
-    assert {r["episode"] for r in rows} <= set(episodes) and rows
-    for row in rows:
-        episode = episodes[row["episode"]]
-        labels = np.array([label for _, label in episode.query])
-        predictions = np.array(row["predictions"])
-        assert row["n_query"] == len(labels) == len(predictions)
-        assert row["n_way"] == episode.ways and set(predictions.tolist()) <= set(
-            range(episode.ways)
-        )
-        correct = int((predictions == labels).sum())
-        assert row["accuracy"] == pytest.approx(100.0 * correct / len(labels))
-    for index in {r["episode"] for r in rows}:
-        configs = [r for r in rows if r["episode"] == index and r["kind"] == "config"]
-        members = np.array([r["predictions"] for r in configs])
-        votes = np.stack([(members == c).sum(axis=0) for c in range(episodes[index].ways)], 1)
-        (vote,) = [r for r in rows if r["episode"] == index and r["aggregation"] == "vote"]
-        assert vote["kind"] == "ensemble" and vote["predictions"] == votes.argmax(1).tolist()
 
 
 def identity_backbone(dim: int = 2) -> Backbone:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -33,6 +32,7 @@ from fewtrans_board.testing import (
     tiny_vit_backbone,
     toy_episode,
 )
+from tests.conftest import assert_rows_score_the_manifest_labels
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "leaderboard" / "manifests" / "fewtrans-varied--digits.parquet"
@@ -335,36 +335,6 @@ def test_lora_runs_under_hpe_through_the_runner(tmp_path: Path) -> None:
     assert len(members) == 2 * 9
     assert {r["aggregation"] for r in rows if r["kind"] == "ensemble"} >= {"vote"}
     assert_rows_score_the_manifest_labels(rows, DIGITS)
-
-
-def assert_rows_score_the_manifest_labels(rows: list[dict[str, Any]], manifest: Path) -> None:
-    """Recompute every row's accuracy, and each ensemble, from the manifest's query labels.
-
-    Accuracy is 100 * (correct / n_query), so it can only take multiples of 100 / n_query; the
-    vote ensemble is the per-query majority of the member predictions (ties: lowest class).
-    """
-    import numpy as np
-
-    from fewtrans_board.episodes.manifest import Manifest
-
-    episodes = {e.index: e for e in Manifest.load(manifest).episodes()}
-    assert {r["episode"] for r in rows} <= set(episodes) and rows
-    for row in rows:
-        episode = episodes[row["episode"]]
-        labels = np.array([label for _, label in episode.query])
-        predictions = np.array(row["predictions"])
-        assert row["n_query"] == len(labels) == len(predictions)
-        assert row["n_way"] == episode.ways and set(predictions.tolist()) <= set(
-            range(episode.ways)
-        )
-        correct = int((predictions == labels).sum())
-        assert row["accuracy"] == pytest.approx(100.0 * correct / len(labels))
-    for index in {r["episode"] for r in rows}:
-        configs = [r for r in rows if r["episode"] == index and r["kind"] == "config"]
-        members = np.array([r["predictions"] for r in configs])
-        votes = np.stack([(members == c).sum(axis=0) for c in range(episodes[index].ways)], 1)
-        (vote,) = [r for r in rows if r["episode"] == index and r["aggregation"] == "vote"]
-        assert vote["kind"] == "ensemble" and vote["predictions"] == votes.argmax(1).tolist()
 
 
 # --- hand-written references -------------------------------------------------------------------
