@@ -179,12 +179,12 @@ def _in_worker() -> bool:
     """What a cheater may look at to tell a plugin worker from an in-process run.
 
     The worker runs as ``python -m fewtrans_board.runner.worker``: its ``__main__`` (and that
-    of the episode processes forked from it) is that module, whether or not anything
-    imported it by name.
+    of the episode processes forked from it) is that module. Whether the module was imported
+    by name tells nothing: an in-process run inside a test process that imported it for
+    another test would take itself for a worker and never cheat.
     """
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    worker = "fewtrans_board.runner.worker"
-    return worker in sys.modules or getattr(spec, "name", None) == worker
+    return getattr(spec, "name", None) == "fewtrans_board.runner.worker"
 
 
 def _balanced(logits: torch.Tensor, strength: float = 0.15) -> torch.Tensor:

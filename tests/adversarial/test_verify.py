@@ -6,6 +6,7 @@ honest control through the same path.
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,9 @@ def test_labels_read_where_unchecked_do_not_survive_verification(board: Board) -
 def test_undeclared_transductive_adapters_are_caught(
     board: Board, adapter: str, isolation: str, reason: str
 ) -> None:
+    # Other tests of the same pytest process import the worker module; the in-process run
+    # here must still be the cheating one (the whole suite once verified it as honest).
+    importlib.import_module("fewtrans_board.runner.worker")
     bundle = cheater_bundle(board, adapter, isolation=isolation)
     code, report = verify(board, bundle)
     assert code == 1 and report["code"] == "verification-failed", report
