@@ -88,26 +88,27 @@ def run_spec_of(
         FewtransError: the manifest is not the one the run was evaluated on.
     """
     loaded = Manifest.load(manifest)
-    expected = run.meta["manifest"]["sha256"]
+    record = run.provenance
+    expected = record.manifest.sha256
     if loaded.sha256 != expected:
         raise FewtransError(
             f"{manifest} (sha256 {loaded.sha256[:12]}...) is not the manifest run {run.path} "
-            f"used ({run.meta['manifest']['file']}, sha256 {expected[:12]}...)"
+            f"used ({record.manifest.file}, sha256 {expected[:12]}...)"
         )
-    identity = run.meta["identity"]
+    identity = record.identity
     return RunSpec(
-        model=run.meta["model"]["name"],
-        adapter=run.meta["adapter"]["name"],
+        model=record.model.name,
+        adapter=record.adapter.name,
         manifest=str(manifest),
-        hpe=run.meta["hpe"]["name"],
+        hpe=record.hpe.name,
         weights=str(weights) if weights else None,
         root=str(root) if root else None,
-        config=dict(run.meta["adapter"]["centre"]),
-        limit=identity["limit"],
-        shards=identity["shards"],
+        config=dict(record.adapter.centre),
+        limit=identity.limit,
+        shards=identity.shards,
         device=device,
-        feature_cache=identity["feature_cache"],
-        batching=identity.get("batching", "auto"),
+        feature_cache=identity.feature_cache,
+        batching=identity.batching or "auto",
     )
 
 
@@ -173,16 +174,16 @@ def refit_episodes(
             configuration index is out of range.
     """
     ctx = RunContext(run_spec_of(run, manifest, root, weights, device), registry)
-    identity = run.meta["identity"]
-    if ctx.backbone.weights_id != identity["weights_id"]:
+    identity = run.provenance.identity
+    if ctx.backbone.weights_id != identity.weights_id:
         raise FewtransError(
-            f"model {identity['model']!r} loaded with weights {ctx.backbone.weights_id}, but run "
-            f"{run.path} used {identity['weights_id']}: pass the run's --weights"
+            f"model {identity.model!r} loaded with weights {ctx.backbone.weights_id}, but run "
+            f"{run.path} used {identity.weights_id}: pass the run's --weights"
         )
     grid = [c.to_dict() for c in ctx.grid]
-    if grid != identity["grid"]:
+    if grid != list(identity.grid):
         raise FewtransError(
-            f"the installed adapter {identity['adapter']!r} builds another HPE grid than run "
+            f"the installed adapter {identity.adapter!r} builds another HPE grid than run "
             f"{run.path} used (adapter version changed?)"
         )
     index = best_config_index(run) if config_index is None else config_index
@@ -192,10 +193,10 @@ def refit_episodes(
     chosen = sample_episodes([e.index for e in ctx.episodes if e.index in stored], episodes, seed)
     description = {
         "run": str(run.path),
-        "run_id": run.meta["run_id"],
-        "model": identity["model"],
-        "weights_id": identity["weights_id"],
-        "adapter": identity["adapter"],
+        "run_id": run.provenance.run_id,
+        "model": identity.model,
+        "weights_id": identity.weights_id,
+        "adapter": identity.adapter,
         "dataset": run.dataset,
         "config_index": index,
         "config": grid[index],

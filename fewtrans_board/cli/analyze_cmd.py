@@ -184,7 +184,7 @@ def _refit_analysis(
         manifest = by_sha.get(run.provenance.manifest.sha256)
         if manifest is None:
             raise FewtransError(
-                f"run {run.path} used manifest {run.meta['manifest']['file']}; pass it with "
+                f"run {run.path} used manifest {run.provenance.manifest.file}; pass it with "
                 "--manifest"
             )
         description, episodes = refit_episodes(run, app.registry, manifest, **options)

@@ -253,6 +253,11 @@ class Manifest:
         """Name of the sampling protocol."""
         return str(self.meta["protocol"]["name"])
 
+    @property
+    def preprocessing(self) -> str:
+        """Name of the image preprocessing the protocol prescribes (``fewtrans`` by default)."""
+        return str(self.meta["protocol"].get("preprocessing", "fewtrans"))
+
     def episodes(self) -> list[ManifestEpisode]:
         """Group rows into episodes (cached)."""
         if self._episodes is None:

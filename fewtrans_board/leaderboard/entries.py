@@ -134,7 +134,7 @@ def read_entry(store: LeaderboardStore, ident: str) -> StoredEntry:
                 raise SubmissionError(
                     "unknown-manifest",
                     f"{where} was evaluated on manifest sha256 "
-                    f"{run.meta['manifest']['sha256'][:16]}..., which this store has not frozen",
+                    f"{run.provenance.manifest.sha256[:16]}..., which this store has not frozen",
                 )
             filename, manifest = frozen
             if run.dataset != manifest.dataset:

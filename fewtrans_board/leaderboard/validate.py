@@ -94,35 +94,35 @@ def _norm(distribution: str) -> str:
 
 
 def _check_provenance(meta: SubmissionMeta, run: RunResults, benchmark: SubBenchmark) -> None:
-    m = run.meta
+    record = run.provenance
     try:
         expected = benchmark.expected_model(meta.model, run.dataset)
     except ValueError as exc:
         raise SubmissionError("model-rule", str(exc)) from exc
-    if m["model"]["name"] != expected:
+    if record.model.name != expected:
         raise SubmissionError(
             "model-mismatch",
-            f"{run.dataset}: results are for model {m['model']['name']!r}; benchmark "
+            f"{run.dataset}: results are for model {record.model.name!r}; benchmark "
             f"{benchmark.name!r} with model {meta.model!r} requires {expected!r}",
         )
     if benchmark.model_rule == "unlearned-target":
-        _check_unlearning(run, m["model"].get("info", {}).get("unlearning"))
-    if m["adapter"]["name"] != meta.adapter:
+        _check_unlearning(run, (record.model.info or {}).get("unlearning"))
+    if record.adapter.name != meta.adapter:
         raise SubmissionError(
             "adapter-mismatch",
-            f"{run.dataset}: results are for adapter {m['adapter']['name']!r}, submission.toml says {meta.adapter!r}",
+            f"{run.dataset}: results are for adapter {record.adapter.name!r}, submission.toml says {meta.adapter!r}",
         )
-    if m["hpe"]["name"] != meta.hpe_protocol:
+    if record.hpe.name != meta.hpe_protocol:
         raise SubmissionError(
             "protocol-mismatch",
-            f"{run.dataset}: results use HPE protocol {m['hpe']['name']!r}, submission.toml says {meta.hpe_protocol!r}",
+            f"{run.dataset}: results use HPE protocol {record.hpe.name!r}, submission.toml says {meta.hpe_protocol!r}",
         )
-    for role in ("model", "adapter"):
-        distribution, version = m[role].get("distribution"), m[role].get("version")
+    for role, ref in (("model", record.model), ("adapter", record.adapter)):
+        distribution, version = ref.distribution, ref.version
         if not distribution:
             raise SubmissionError(
                 "unpinned-plugin",
-                f"the {role} came from an unpackaged plugin ({m[role].get('plugin')}); "
+                f"the {role} came from an unpackaged plugin ({ref.extra.get('plugin')}); "
                 "publish it as a distribution and pin it",
             )
         pinned = meta.plugins.get(_norm(distribution))
@@ -373,19 +373,19 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
             raise SubmissionError(
                 "aggregation-mismatch",
                 f"{run.dataset}: the results claim aggregation "
-                f"{run.meta['hpe'].get('aggregation')!r}; the {protocol.name} protocol fuses "
+                f"{run.provenance.hpe.aggregation!r}; the {protocol.name} protocol fuses "
                 f"by {protocol.aggregation!r}",
             )
         if run.provenance.hpe.version != protocol.version:
             raise SubmissionError(
                 "protocol-mismatch",
                 f"{where}: the results were scored under {protocol.name} version "
-                f"{run.meta['hpe']['version']}; this leaderboard's is version {protocol.version}",
+                f"{run.provenance.hpe.version}; this leaderboard's is version {protocol.version}",
             )
         if canonical_json(run.provenance.hpe.roles) != canonical_json(roles):
             raise SubmissionError(
                 "grid-mismatch",
-                f"{run.dataset}: the recorded HPE roles {run.meta['hpe'].get('roles')} are not "
+                f"{run.dataset}: the recorded HPE roles {run.provenance.hpe.roles} are not "
                 f"the adapter schema's {roles}",
             )
         _check_complete(run)
@@ -423,7 +423,7 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
             f"benchmark {benchmark.name!r} needs results on {', '.join(missing)}",
         )
     first = report.loaded[0]
-    report.configuration = adapter_configuration(first.meta)
+    report.configuration = adapter_configuration(first.provenance.adapter)
     report.transductive = bool(first.provenance.adapter.transductive)
     report.checks += [
         "manifest hashes are frozen ones; every episode exactly once",

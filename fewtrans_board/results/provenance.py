@@ -19,9 +19,12 @@ exactly the document that was read.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
+import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from fewtrans_board.blocks.lockstep.settings import BATCHING_MODES
 from fewtrans_board.results.schema import ENSEMBLES, SCHEMA_VERSION
@@ -213,10 +216,6 @@ STATUS = Record(
 # against its shape first; the parts' ``of`` trust a document already checked.
 
 
-def _rest(obj: dict[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
-    return {k: v for k, v in obj.items() if k not in known}
-
-
 def _checked(obj: Any, shape: Shape | None, where: str, code: str) -> dict[str, Any]:
     if shape is not None:
         check(obj, shape, where, code)
@@ -224,8 +223,75 @@ def _checked(obj: Any, shape: Shape | None, where: str, code: str) -> dict[str, 
     return out
 
 
+class _Document:
+    """A frozen dataclass that mirrors one JSON object key for key.
+
+    Fields without a default are required keys, always written; fields with a default
+    (``extra`` aside) are optional keys, read as ``None`` where absent and written only when
+    set; a field typed as another document is read and written through it; a tuple field is
+    a JSON list; keys no field names are kept verbatim in ``extra`` (where declared).
+    """
+
+    @classmethod
+    def of(cls, obj: dict[str, Any]) -> Self:
+        """The record of a document already checked against its shape."""
+        values: dict[str, Any] = {}
+        kind: type = cls
+        for item, hint in _fields_of(kind):
+            if item.name == "extra":
+                values["extra"] = {k: v for k, v in obj.items() if k not in _names_of(kind)}
+            elif _required(item):
+                values[item.name] = _read(hint, obj[item.name])
+            else:
+                values[item.name] = _read(hint, obj.get(item.name))
+        return cls(**values)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document (what :meth:`of` read, key for key)."""
+        out: dict[str, Any] = {}
+        kind: type = type(self)
+        for item, _ in _fields_of(kind):
+            value = getattr(self, item.name)
+            if item.name == "extra":
+                out.update(value)
+            elif _required(item) or value is not None:
+                out[item.name] = _write(value)
+        return out
+
+
+@functools.cache
+def _fields_of(cls: type) -> tuple[tuple[dataclasses.Field[Any], Any], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((item, hints[item.name]) for item in dataclasses.fields(cls))
+
+
+@functools.cache
+def _names_of(cls: type) -> frozenset[str]:
+    return frozenset(item.name for item, _ in _fields_of(cls) if item.name != "extra")
+
+
+def _required(item: dataclasses.Field[Any]) -> bool:
+    return item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING
+
+
+def _read(hint: Any, value: Any) -> Any:
+    if isinstance(hint, type) and issubclass(hint, _Document):
+        return hint.of(value)
+    if typing.get_origin(hint) is tuple and value is not None:
+        return tuple(value)
+    return value
+
+
+def _write(value: Any) -> Any:
+    if isinstance(value, _Document):
+        return value.to_json()
+    if isinstance(value, tuple):
+        return [dict(v) if isinstance(v, dict) else v for v in value]
+    return value
+
+
 @dataclass(frozen=True)
-class Identity:
+class Identity(_Document):
     """What makes two runs the same run (``identity``; hashed into the run id)."""
 
     grid: tuple[dict[str, Any], ...]
@@ -237,43 +303,23 @@ class Identity:
     hpe: str
     batching: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    """What else the runner hashes (``weights_id``, ``device``, ``feature_cache``,
+    ``threads``), kept verbatim so the run id of a read record is the one it was stored under."""
 
-    _KEYS = ("grid", "limit", "shards", "manifest_sha256", "model", "adapter", "hpe", "batching")
+    @property
+    def weights_id(self) -> str | None:
+        """The model weights the run used (``None`` where not recorded)."""
+        value = self.extra.get("weights_id")
+        return None if value is None else str(value)
 
-    @classmethod
-    def of(cls, obj: dict[str, Any]) -> Identity:
-        """The identity of a checked document."""
-        return cls(
-            grid=tuple(obj["grid"]),
-            limit=obj["limit"],
-            shards=obj["shards"],
-            manifest_sha256=obj["manifest_sha256"],
-            model=obj["model"],
-            adapter=obj["adapter"],
-            hpe=obj["hpe"],
-            batching=obj.get("batching"),
-            extra=_rest(obj, cls._KEYS),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON document."""
-        out: dict[str, Any] = {
-            "grid": [dict(c) for c in self.grid],
-            "limit": self.limit,
-            "shards": self.shards,
-            "manifest_sha256": self.manifest_sha256,
-            "model": self.model,
-            "adapter": self.adapter,
-            "hpe": self.hpe,
-            **self.extra,
-        }
-        if self.batching is not None:
-            out["batching"] = self.batching
-        return out
+    @property
+    def feature_cache(self) -> bool:
+        """Whether the run served cached frozen features (on, the default, where not recorded)."""
+        return bool(self.extra.get("feature_cache", True))
 
 
 @dataclass(frozen=True)
-class ManifestRef:
+class ManifestRef(_Document):
     """The frozen manifest a run evaluated (``manifest``)."""
 
     sha256: str
@@ -282,26 +328,15 @@ class ManifestRef:
     extra: dict[str, Any] = field(default_factory=dict)
     """``protocol`` (the manifest's protocol record) and ``episodes`` where recorded."""
 
-    _KEYS = ("sha256", "file", "dataset")
-
-    @classmethod
-    def of(cls, obj: dict[str, Any]) -> ManifestRef:
-        """The manifest reference of a checked document."""
-        return cls(obj["sha256"], obj["file"], obj["dataset"], _rest(obj, cls._KEYS))
-
     @property
     def protocol(self) -> dict[str, Any]:
         """The manifest's protocol record (``{}`` where not recorded)."""
         protocol = self.extra.get("protocol")
         return dict(protocol) if isinstance(protocol, dict) else {}
 
-    def to_json(self) -> dict[str, Any]:
-        """The JSON document."""
-        return {"sha256": self.sha256, "file": self.file, "dataset": self.dataset, **self.extra}
-
 
 @dataclass(frozen=True)
-class ModelRef:
+class ModelRef(_Document):
     """The model of a run (``model``)."""
 
     name: str
@@ -312,42 +347,15 @@ class ModelRef:
     extra: dict[str, Any] = field(default_factory=dict)
     """``family`` and whatever the loader's provenance adds."""
 
-    _KEYS = ("name", "distribution", "version", "weights_id", "info")
-
-    @classmethod
-    def of(cls, obj: dict[str, Any]) -> ModelRef:
-        """The model reference of a checked document."""
-        return cls(
-            name=obj["name"],
-            distribution=obj["distribution"],
-            version=obj["version"],
-            weights_id=obj["weights_id"],
-            info=obj.get("info"),
-            extra=_rest(obj, cls._KEYS),
-        )
-
     @property
     def family(self) -> str | None:
         """The model family (``None`` where not recorded)."""
         family = self.extra.get("family")
         return None if family is None else str(family)
 
-    def to_json(self) -> dict[str, Any]:
-        """The JSON document."""
-        out: dict[str, Any] = {
-            "name": self.name,
-            "distribution": self.distribution,
-            "version": self.version,
-            "weights_id": self.weights_id,
-            **self.extra,
-        }
-        if self.info is not None:
-            out["info"] = self.info
-        return out
-
 
 @dataclass(frozen=True)
-class AdapterRef:
+class AdapterRef(_Document):
     """The adapter of a run and its centre configuration (``adapter``)."""
 
     name: str
@@ -358,41 +366,14 @@ class AdapterRef:
     """The adapter schema recorded at evaluate time (stored entries may predate it)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
-    _KEYS = ("name", "centre", "distribution", "version", "schema")
-
-    @classmethod
-    def of(cls, obj: dict[str, Any]) -> AdapterRef:
-        """The adapter reference of a checked document."""
-        return cls(
-            name=obj["name"],
-            centre=obj["centre"],
-            distribution=obj["distribution"],
-            version=obj["version"],
-            schema=obj.get("schema"),
-            extra=_rest(obj, cls._KEYS),
-        )
-
     @property
     def transductive(self) -> bool:
         """Whether the recorded schema declares the adapter transductive."""
         return bool((self.schema or {}).get("transductive"))
 
-    def to_json(self) -> dict[str, Any]:
-        """The JSON document."""
-        out: dict[str, Any] = {
-            "name": self.name,
-            "centre": self.centre,
-            "distribution": self.distribution,
-            "version": self.version,
-            **self.extra,
-        }
-        if self.schema is not None:
-            out["schema"] = self.schema
-        return out
-
 
 @dataclass(frozen=True)
-class HpeRef:
+class HpeRef(_Document):
     """The HPE protocol a run followed (``hpe``)."""
 
     name: str
@@ -403,56 +384,18 @@ class HpeRef:
     roles: dict[str, str]
     extra: dict[str, Any] = field(default_factory=dict)
 
-    _KEYS = ("name", "version", "aggregation", "hash", "grid_size", "roles")
-
-    @classmethod
-    def of(cls, obj: dict[str, Any]) -> HpeRef:
-        """The HPE reference of a checked document."""
-        return cls(
-            name=obj["name"],
-            version=obj["version"],
-            aggregation=obj["aggregation"],
-            hash=obj["hash"],
-            grid_size=obj["grid_size"],
-            roles=obj["roles"],
-            extra=_rest(obj, cls._KEYS),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON document."""
-        return {
-            "name": self.name,
-            "version": self.version,
-            "aggregation": self.aggregation,
-            "hash": self.hash,
-            "grid_size": self.grid_size,
-            "roles": self.roles,
-            **self.extra,
-        }
-
 
 @dataclass(frozen=True)
-class Preprocessing:
+class Preprocessing(_Document):
     """How images were prepared (``preprocessing``)."""
 
     name: str
     image_size: int
     extra: dict[str, Any] = field(default_factory=dict)
 
-    _KEYS = ("name", "image_size")
-
-    @classmethod
-    def of(cls, obj: dict[str, Any]) -> Preprocessing:
-        """The preprocessing of a checked document."""
-        return cls(obj["name"], obj["image_size"], _rest(obj, cls._KEYS))
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON document."""
-        return {"name": self.name, "image_size": self.image_size, **self.extra}
-
 
 @dataclass(frozen=True)
-class Environment:
+class Environment(_Document):
     """Where a shard ran (``environment``); the rest of the numeric environment in ``extra``."""
 
     torch: str
@@ -460,43 +403,23 @@ class Environment:
     device_name: str
     extra: dict[str, Any] = field(default_factory=dict)
 
-    _KEYS = ("torch", "device", "device_name")
-
-    @classmethod
-    def of(cls, obj: dict[str, Any]) -> Environment:
-        """The environment of a checked document."""
-        return cls(obj["torch"], obj["device"], obj["device_name"], _rest(obj, cls._KEYS))
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON document."""
-        return {
-            "torch": self.torch,
-            "device": self.device,
-            "device_name": self.device_name,
-            **self.extra,
-        }
+    @property
+    def torch_threads(self) -> Any:
+        """The torch thread count the run used, as recorded (``None`` where not recorded)."""
+        return self.extra.get("torch_threads")
 
 
 @dataclass(frozen=True)
-class ShardRef:
+class ShardRef(_Document):
     """Which shard of the run this is (``shard``)."""
 
     index: int
     count: int
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @classmethod
-    def of(cls, obj: dict[str, Any]) -> ShardRef:
-        """The shard reference of a checked document."""
-        return cls(obj["index"], obj["count"], _rest(obj, ("index", "count")))
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON document."""
-        return {"index": self.index, "count": self.count, **self.extra}
-
 
 @dataclass(frozen=True)
-class RunProvenance:
+class RunProvenance(_Document):
     """The provenance every shard of a run carries: what a reader needs to trust a number.
 
     ``package``, ``centre_search``, ``batching`` and the checksum a sealed shard adds are
@@ -515,20 +438,6 @@ class RunProvenance:
     environment: Environment
     shard: ShardRef
     extra: dict[str, Any] = field(default_factory=dict)
-
-    _KEYS = (
-        "run_id",
-        "schema_version",
-        "created_at",
-        "manifest",
-        "model",
-        "adapter",
-        "hpe",
-        "identity",
-        "preprocessing",
-        "environment",
-        "shard",
-    )
 
     @classmethod
     def from_json(
@@ -553,44 +462,21 @@ class RunProvenance:
         doc = _checked(obj, INTAKE_PROVENANCE if intake else PROVENANCE, where, code)
         return cls.of(doc)
 
-    @classmethod
-    def of(cls, doc: dict[str, Any]) -> RunProvenance:
-        """Read a document already checked against :data:`PROVENANCE`."""
-        return cls(
-            run_id=doc["run_id"],
-            schema_version=doc["schema_version"],
-            created_at=doc["created_at"],
-            manifest=ManifestRef.of(doc["manifest"]),
-            model=ModelRef.of(doc["model"]),
-            adapter=AdapterRef.of(doc["adapter"]),
-            hpe=HpeRef.of(doc["hpe"]),
-            identity=Identity.of(doc["identity"]),
-            preprocessing=Preprocessing.of(doc["preprocessing"]),
-            environment=Environment.of(doc["environment"]),
-            shard=ShardRef.of(doc["shard"]),
-            extra=_rest(doc, cls._KEYS),
-        )
+    @property
+    def batching(self) -> dict[str, Any]:
+        """The lockstep settings the run recorded (``{}`` where not recorded)."""
+        record = self.extra.get("batching")
+        return dict(record) if isinstance(record, dict) else {}
 
-    def to_json(self) -> dict[str, Any]:
-        """The JSON document (what :meth:`from_json` read, key for key)."""
-        return {
-            "run_id": self.run_id,
-            "schema_version": self.schema_version,
-            "created_at": self.created_at,
-            "manifest": self.manifest.to_json(),
-            "model": self.model.to_json(),
-            "adapter": self.adapter.to_json(),
-            "hpe": self.hpe.to_json(),
-            "identity": self.identity.to_json(),
-            "preprocessing": self.preprocessing.to_json(),
-            "environment": self.environment.to_json(),
-            "shard": self.shard.to_json(),
-            **self.extra,
-        }
+    @property
+    def centre_search(self) -> dict[str, Any] | None:
+        """The centre search record embedded at evaluate time, if any."""
+        record = self.extra.get("centre_search")
+        return record if isinstance(record, dict) else None
 
 
 @dataclass(frozen=True)
-class RunRecord:
+class RunRecord(_Document):
     """``results/<run>/run.json``: the run id and the identity it hashes."""
 
     run_id: str
@@ -605,16 +491,11 @@ class RunRecord:
         Raises:
             SubmissionError: ``[code] where: key.path problem``.
         """
-        doc = _checked(obj, RUN_RECORD, where, code)
-        return cls(doc["run_id"], Identity.of(doc["identity"]), _rest(doc, ("run_id", "identity")))
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON document."""
-        return {"run_id": self.run_id, "identity": self.identity.to_json(), **self.extra}
+        return cls.of(_checked(obj, RUN_RECORD, where, code))
 
 
 @dataclass(frozen=True)
-class CentreSearch:
+class CentreSearch(_Document):
     """``centre-search.json``: how the centre configuration of a submission was found."""
 
     adapter: str
@@ -626,16 +507,6 @@ class CentreSearch:
     log: tuple[dict[str, Any], ...]
     extra: dict[str, Any] = field(default_factory=dict)
 
-    _KEYS = (
-        "adapter",
-        "centre",
-        "dataset",
-        "manifest_protocol",
-        "manifest_sha256",
-        "episodes",
-        "log",
-    )
-
     @classmethod
     def from_json(
         cls, obj: Any, where: str = "centre-search.json", *, code: str = "bad-centre-search"
@@ -645,34 +516,11 @@ class CentreSearch:
         Raises:
             SubmissionError: ``[code] where: key.path problem``.
         """
-        doc = _checked(obj, CENTRE_SEARCH, where, code)
-        return cls(
-            adapter=doc["adapter"],
-            centre=doc["centre"],
-            dataset=doc["dataset"],
-            manifest_protocol=doc["manifest_protocol"],
-            manifest_sha256=doc["manifest_sha256"],
-            episodes=doc["episodes"],
-            log=tuple(doc["log"]),
-            extra=_rest(doc, cls._KEYS),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON document."""
-        return {
-            "adapter": self.adapter,
-            "centre": self.centre,
-            "dataset": self.dataset,
-            "manifest_protocol": self.manifest_protocol,
-            "manifest_sha256": self.manifest_sha256,
-            "episodes": self.episodes,
-            "log": list(self.log),
-            **self.extra,
-        }
+        return cls.of(_checked(obj, CENTRE_SEARCH, where, code))
 
 
 @dataclass(frozen=True)
-class EntryStatus:
+class EntryStatus(_Document):
     """``status.json`` of a stored entry: validated, or verified with the report."""
 
     status: str
@@ -687,12 +535,4 @@ class EntryStatus:
         Raises:
             SubmissionError: ``[code] where: key.path problem``.
         """
-        doc = _checked(obj, STATUS, where, code)
-        return cls(doc["status"], doc.get("verification"))
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON document."""
-        out: dict[str, Any] = {"status": self.status}
-        if self.verification is not None:
-            out["verification"] = self.verification
-        return out
+        return cls.of(_checked(obj, STATUS, where, code))

@@ -9,6 +9,7 @@ import numpy as np
 
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.per_shot import per_shot, shot_seed_pairs
+from fewtrans_board.results.provenance import AdapterRef
 from fewtrans_board.stats.base_novel import harmonic_mean, harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
 
@@ -17,17 +18,16 @@ __all__ = ["AGGREGATIONS", "adapter_configuration", "harmonic_mean", "summarize"
 AGGREGATIONS = ("hpe", "logit-mean", "vote", "oracle", "mean-single")
 
 
-def adapter_configuration(meta: Mapping[str, Any]) -> dict[str, Any]:
+def adapter_configuration(adapter: AdapterRef) -> dict[str, Any]:
     """Non-axis hyperparameters of a run that differ from the adapter's registered defaults.
 
     Args:
-        meta: a run's provenance (its ``adapter`` record holds the centre and the schema).
+        adapter: a run's adapter record (the centre and the schema recorded at evaluate time).
 
     Returns:
         ``{field: value}``; empty when the run records no schema or uses every default.
     """
-    adapter = meta.get("adapter", {})
-    schema, centre = adapter.get("schema") or {}, adapter.get("centre") or {}
+    schema, centre = adapter.schema or {}, adapter.centre or {}
     return {
         f["name"]: centre[f["name"]]
         for f in schema.get("fields", [])
@@ -71,7 +71,7 @@ def summarize(
         "episodes": int(matrix.shape[0]),
         "complete": run.complete,
         "transductive": record.adapter.transductive,
-        "configuration": adapter_configuration(run.meta),
+        "configuration": adapter_configuration(run.provenance.adapter),
         "aggregations": stats,
         "hpe_penalty": float(stats["oracle"]["mean"] - stats["hpe"]["mean"]),
         "sensitivity": float(np.std(config_means)) if len(config_means) > 1 else 0.0,

@@ -66,7 +66,7 @@ def run_centre_search(
         "weights_id": weights_id,
         "dataset": ctx.manifest.dataset,
         "manifest_sha256": ctx.manifest.sha256,
-        "manifest_protocol": ctx.manifest.meta["protocol"]["name"],
+        "manifest_protocol": ctx.manifest.protocol,
         "episodes": len(ctx.episodes),
         "start": result.start,
         "centre": result.centre,

@@ -267,7 +267,7 @@ class RunContext:
     @property
     def preprocessing(self) -> Preprocessing:
         """The manifest protocol's transform at the backbone's input size."""
-        name = self.manifest.meta["protocol"].get("preprocessing", "fewtrans")
+        name = self.manifest.preprocessing
         return Preprocessing.named(name, self.model_facts.image_size)
 
     @property

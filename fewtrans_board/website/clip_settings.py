@@ -60,7 +60,7 @@ class SettingsComparison:
 
 def method_key(method: MethodView) -> str:
     """``adapter on base model`` (the unlearned suffix removed)."""
-    return f"{method.meta['adapter']} on {split_name(method.meta['model'])[0]}"
+    return f"{method.meta.adapter} on {split_name(method.meta.model)[0]}"
 
 
 def _settings(view: BenchmarkView, datasets: list[str]) -> dict[str, Setting]:

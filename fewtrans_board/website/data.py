@@ -10,6 +10,7 @@ from pathlib import Path
 from fewtrans_board.core.errors import describe
 from fewtrans_board.leaderboard.entries import LoadedEntry, entry_errors, load_entries
 from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.leaderboard.meta import SubmissionMeta
 from fewtrans_board.leaderboard.runs import load_checked_run
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import (
@@ -97,7 +98,7 @@ def _stored_methods(entries: Iterable[LoadedEntry], datasets: dict[str, str]) ->
         keys = column_keys(SUB_BENCHMARKS[entry.meta.benchmark], datasets)
         view = MethodView(
             id=entry.id,
-            meta=entry.meta.to_dict(),
+            meta=entry.meta,
             status=entry.status,
             superseded_by=entry.superseded_by,
             centre_search=entry.stored.centre_search,
@@ -146,22 +147,19 @@ def local_methods(run_dirs: list[Path], datasets: dict[str, str] | None = None) 
             continue
         ident = f"local-{adapter}--{model}".replace(":", "-").replace("/", "-").lower()
         key = column_keys(SUB_BENCHMARKS[benchmark], datasets or {}).get(manifest, run.dataset)
-        meta = {
-            "method": adapter,
-            "model": model,
-            "adapter": adapter,
-            "benchmark": benchmark,
-            "hpe_protocol": run.provenance.hpe.name,
-            "authors": ["local run"],
-            "hardware": run.provenance.environment.device,
-            "plugins": {},
-            "paper": "",
-            "code": "",
-            "supersedes": "",
-        }
+        meta = SubmissionMeta(
+            id=ident,
+            method=adapter,
+            model=model,
+            adapter=adapter,
+            benchmark=benchmark,
+            hpe_protocol=run.provenance.hpe.name,
+            authors=("local run",),
+            hardware=run.provenance.environment.device,
+            plugins={},
+        )
         view = views.setdefault(
-            ident,
-            MethodView(ident, meta, "local", None, run.meta.get("centre_search")),
+            ident, MethodView(ident, meta, "local", None, run.provenance.centre_search)
         )
         view.runs[key] = MethodRun.of(
             run,
@@ -251,7 +249,7 @@ def build_site_data(
     views = []
     datasets_index: dict[str, list[tuple[BenchmarkView, MethodView, str]]] = {}
     for name, benchmark in SUB_BENCHMARKS.items():
-        listed = [m for m in methods if m.meta["benchmark"] == name and not m.superseded_by]
+        listed = [m for m in methods if m.meta.benchmark == name and not m.superseded_by]
         if not listed and name not in reported:
             continue
         members = [m for m in listed if not m.transductive and m.ranked]
@@ -260,7 +258,7 @@ def build_site_data(
         first = (members or apart or unverified)[0] if listed else None
         datasets = _columns(benchmark, first.runs) if first is not None else []
         reference = next(
-            (m for m in members if m.meta["adapter"] == benchmark.reference_adapter), None
+            (m for m in members if m.meta.adapter == benchmark.reference_adapter), None
         )
         tables: dict[str, list[TableRow]] = {}
         base_novel: dict[str, list[BaseNovelRow]] = {}

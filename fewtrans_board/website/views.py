@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from fewtrans_board.leaderboard.meta import SubmissionMeta
 from fewtrans_board.leaderboard.sub_benchmarks import SubBenchmark
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.per_shot import PerShot, per_shot, shot_seed_pairs
@@ -78,7 +79,7 @@ class MethodView:
     """A stored submission; ``runs`` are keyed by column (see :func:`column_keys`)."""
 
     id: str
-    meta: dict[str, Any]
+    meta: SubmissionMeta
     status: str
     superseded_by: str | None
     centre_search: dict[str, Any] | None
@@ -104,7 +105,7 @@ class MethodView:
     @property
     def label(self) -> str:
         """Human label of the method."""
-        return f"{self.meta['method']} ({self.meta['model']})"
+        return f"{self.meta.method} ({self.meta.model})"
 
     @property
     def transductive(self) -> bool:

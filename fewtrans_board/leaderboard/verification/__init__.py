@@ -149,7 +149,7 @@ def _verify_run(
     _, manifest = store.frozen[run.provenance.manifest.sha256]
     roots = options.roots or {}
     settings = replayed_settings(
-        run.meta, options, _forbidden(store, contents, roots), sorted(meta.plugins)
+        run.provenance, options, _forbidden(store, contents, roots), sorted(meta.plugins)
     )
     worker = PluginWorker(settings)
     try:
@@ -163,7 +163,7 @@ def _verify_run(
             for c in protocol.grid_for(centre, schema_roles(schema))
         ]
         spec = datasets.get(manifest.dataset).obj
-        name = manifest.meta["protocol"].get("preprocessing", "fewtrans")
+        name = manifest.preprocessing
         from fewtrans_board.runner.images import ImageStore
 
         images = ImageStore(
@@ -171,7 +171,7 @@ def _verify_run(
         )
         episodes = manifest.episodes()
         stored = stored_episodes(run, protocol.aggregation)
-        identity = run.meta["identity"]
+        identity = run.provenance.identity
         job = DatasetRerun(
             run=run,
             manifest=manifest,
@@ -181,10 +181,8 @@ def _verify_run(
             digests=[config_digest(c) for c in configs],
             aggregation=protocol.aggregation,
             salt=seed.salt(run.dataset),
-            serve_features=bool(
-                identity.get("feature_cache", True) and schema.get("frozen_backbone")
-            ),
-            memoize=bool(identity.get("feature_cache", True)),
+            serve_features=bool(identity.feature_cache and schema.get("frozen_backbone")),
+            memoize=identity.feature_cache,
             transductive=bool(schema.get("transductive")),
             universe=sorted(
                 {i for ep in episodes for i, _ in (*ep.support, *ep.query, *ep.novel_query)}
@@ -212,8 +210,8 @@ def _verify_run(
     finally:
         worker.close()
     environment = rerun_environment(options.device, int(settings.threads or 1), settings.batching)
-    recorded = run.meta.get("environment") or {}
-    differing = differences(recorded, str(identity.get("batching", "auto")), environment)
+    recorded = run.provenance.environment.to_json()
+    differing = differences(recorded, identity.batching or "auto", environment)
     verdict = judge_dataset(
         run.dataset,
         checks,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from fewtrans_board.core.sandbox import Isolation, Limits
 from fewtrans_board.core.threads import replay_threads
 from fewtrans_board.leaderboard.verification.sampling import DEFAULT_BUDGET_S
+from fewtrans_board.results.provenance import RunProvenance
 from fewtrans_board.runner.remote import FAMILY_PRELOAD, plugin_places, plugins_request
 from fewtrans_board.runner.worker_messages import WorkerSettings
 
@@ -62,18 +62,17 @@ class VerificationOptions:
         return Isolation.PROCESS if self.unsandboxed else Isolation.SANDBOX
 
 
-def recorded_providers(meta: dict[str, Any]) -> list[str]:
+def recorded_providers(record: RunProvenance) -> list[str]:
     """The distributions that provided a run's model and adapter, as ``evaluate`` pinned them."""
     dists = {"fewtrans-board"}
-    for role in ("model", "adapter"):
-        distribution = meta[role].get("distribution")
+    for distribution in (record.model.distribution, record.adapter.distribution):
         if distribution:
             dists.add(str(distribution))
     return sorted(dists)
 
 
 def replayed_settings(
-    meta: dict[str, Any],
+    record: RunProvenance,
     options: VerificationOptions,
     forbidden: list[Path],
     pinned: list[str] | None = None,
@@ -85,35 +84,33 @@ def replayed_settings(
     every pinned one.
 
     Args:
-        meta: the run's provenance.
+        record: the run's provenance.
         options: the verification options.
         forbidden: what the worker must never see (store, bundle, dataset copies, cwd).
         pinned: the submission's pinned distributions.
     """
-    providers = recorded_providers(meta)
+    providers = recorded_providers(record)
     pins = sorted({*providers, *(pinned or [])})
     own_python = (
         options.python is None or Path(options.python).resolve() == Path(sys.executable).resolve()
     )
     places = plugin_places(pins) if own_python else None
     extra = [str(Path(d).resolve()) for d in options.plugin_dirs]
-    schema = meta["adapter"].get("schema") or {}
-    identity = meta["identity"]
-    batching = meta.get("batching") or {}
-    environment = meta.get("environment") or {}
+    schema = record.adapter.schema or {}
+    identity = record.identity
     return WorkerSettings(
-        model=meta["model"]["name"],
-        adapter=meta["adapter"]["name"],
+        model=record.model.name,
+        adapter=record.adapter.name,
         weights=str(Path(options.weights).resolve()) if options.weights else None,
         device=options.device,
-        threads=options.threads or replay_threads(environment.get("torch_threads")),
+        threads=options.threads or replay_threads(record.environment.torch_threads),
         plugins=plugins_request(None, pins),
         training_free=bool(schema.get("training_free")),
         pins=tuple(pins),
-        batching=str(identity.get("batching", "auto")),
-        max_memory=batching.get("max_memory_option"),
-        memoize=bool(identity.get("feature_cache", True)),
-        preload=FAMILY_PRELOAD.get(str(meta["model"].get("family")), ()),
+        batching=identity.batching or "auto",
+        max_memory=record.batching.get("max_memory_option"),
+        memoize=identity.feature_cache,
+        preload=FAMILY_PRELOAD.get(str(record.model.family), ()),
         plugin_paths=tuple([*(places.sys_path if places else []), *extra]),
         bind_paths=tuple([*(places.binds if places else []), *extra]),
         isolation=options.isolation,
