@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import importlib
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -20,6 +22,8 @@ from fewtrans_board.plugins.loading import PluginManager, get_plugin_manager
 from fewtrans_board.plugins.registry import Registry
 
 REPO = Path(__file__).resolve().parents[1]
+VARIED_DIGITS = REPO / "leaderboard" / "manifests" / "fewtrans-varied--digits.parquet"
+DEMO_MODELS = ("demo-cnn.digits", "demo-cnn.random")
 
 
 class CentroidAdapter(Adapter):
@@ -155,6 +159,56 @@ def installed_distribution(
         else:
             os.environ["PYTHONPATH"] = old_env
         importlib.invalidate_caches()
+
+
+def shared_folder(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]
+) -> Path:
+    """A folder that ``build`` fills once per test run, whichever xdist worker asks first.
+
+    Expensive artefacts that several modules (or several workers running tests of one module)
+    need are computed once: the first caller builds the folder under a file lock, the others
+    wait for the lock and get the same folder. What is in it is read-only by convention: a
+    test that changes it must work on a copy. Without xdist the folder lives in this
+    session's own temporary folder. A build that raised leaves no ``.done`` mark, so the next
+    caller starts again from an empty folder (and fails the same way).
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder, above every worker's own (gw0, gw1, ...)
+    base = base / "shared"
+    base.mkdir(exist_ok=True)
+    folder = base / name
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".done").is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / ".done").touch()
+    return folder
+
+
+@pytest.fixture(scope="session")
+def mean_centroid_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Mean-centroid runs of the pretrained demo CNN and its random-init twin on every
+    episode of the committed fewtrans-varied digits manifest (the demo benchmark), by model.
+
+    Evaluated once per test run and shared (site, leaderboard CI): read them, never write.
+    """
+
+    def build(folder: Path) -> None:
+        cli = make_cli(get_plugin_manager(entry_points=False))
+        for model in DEMO_MODELS:
+            args = ["evaluate", "--model", model, "--adapter", "mean-centroid"]
+            args += ["--manifest", str(VARIED_DIGITS), "--out", str(folder / model)]
+            result = CliRunner().invoke(
+                cli, [*args, "--quiet", "--device", "cpu"], catch_exceptions=False
+            )
+            assert result.exit_code == 0, result.output
+
+    folder = shared_folder(tmp_path_factory, "mean-centroid-runs", build)
+    return {model: folder / model for model in DEMO_MODELS}
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -2,7 +2,8 @@
 
 One adapter per family and learning-rate count (a one-LR and a two-LR baseline, vision PEFT,
 CLIP prompts, CLIP tuning) on a tiny random-init CLIP: hpe search on the held-out digits
-tasks, evaluate, pack, validate, verify in a plugin worker, leaderboard add. A grid that
+tasks, evaluate, pack, validate, leaderboard add (which verifies in a plugin worker: its
+report is checked, so a separate ``submission verify`` would only repeat it). A grid that
 the validator rebuilds differently from evaluate (the grid-order bug of issue 11) or a
 family a protocol cannot score fails here.
 """
@@ -10,7 +11,7 @@ family a protocol cannot score fails here.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from click.testing import CliRunner
 
 from fewtrans_board.cli import make_cli, needs_plugins
 from fewtrans_board.plugins.loading import get_plugin_manager
-from tests.conftest import REPO, extra_benchmark, installed_distribution
+from tests.conftest import REPO, extra_benchmark, installed_distribution, shared_folder
 
 pytestmark = pytest.mark.slow
 
@@ -70,28 +71,33 @@ def shell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
 
 
 @pytest.fixture(scope="module")
-def centres(shell: Shell) -> dict[str, Path]:
-    out = {}
-    for adapter, config in ADAPTERS.items():
-        out[adapter] = shell.root / f"{adapter}-centre.json"
-        shell.ok(
-            f"hpe search --model tiny-clip.test --adapter {adapter} --manifest {{search}} "
-            f"--limit 1 --device cpu --threads 1 --out {out[adapter]} --json",
-            *(item for c in config for item in ("--config", c)),
-        )
-    return out
+def centre(shell: Shell, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """An adapter's centre, searched on demand and once per test run (both protocols, and
+    every xdist worker that runs a case of the adapter, use the same search)."""
+
+    def centre_of(adapter: str) -> Path:
+        def search(folder: Path) -> None:
+            shell.ok(
+                f"hpe search --model tiny-clip.test --adapter {adapter} --manifest {{search}} "
+                f"--limit 1 --device cpu --threads 1 --out {folder}/centre.json --json",
+                *(item for c in ADAPTERS[adapter] for item in ("--config", c)),
+            )
+
+        return shared_folder(tmp_path_factory, f"families-centre-{adapter}", search) / "centre.json"
+
+    return centre_of
 
 
 @pytest.mark.parametrize("protocol", ["fewtrans-paper", "fewtrans-reference"])
 @pytest.mark.parametrize("adapter", list(ADAPTERS))
 def test_family_goes_from_evaluate_to_the_store(
-    shell: Shell, centres: dict[str, Path], adapter: str, protocol: str
+    shell: Shell, centre: Callable[[str], Path], adapter: str, protocol: str
 ) -> None:
     ident = f"{adapter}--{protocol}"
     work, store = shell.root / ident, "--leaderboard {root}/leaderboard"
     shell.ok(
         f"evaluate --model tiny-clip.test --adapter {adapter} --protocol {protocol} "
-        f"--manifest {{root}}/leaderboard/manifests/families.parquet --centre {centres[adapter]} "
+        f"--manifest {{root}}/leaderboard/manifests/families.parquet --centre {centre(adapter)} "
         f"--out {work}/run --device cpu --threads 1 --quiet {store}"
     )
     (work / "submission.toml").write_text(
@@ -106,6 +112,12 @@ def test_family_goes_from_evaluate_to_the_store(
     assert valid["runs"][0]["configurations"] == (
         paper if protocol == "fewtrans-paper" else reference
     )
-    verified = shell.ok(f"submission verify {work}/b.zip {store} --sample 1 --threads 1 --json")
-    assert verified["passed"]
-    shell.ok(f"leaderboard add {work}/b.zip {store} --sample 1 --threads 1")
+    # add re-runs the sampled episode in a plugin worker (what `submission verify` does) and
+    # stores the entry only if it passes; its report says so.
+    added = shell.ok(f"leaderboard add {work}/b.zip {store} --sample 1 --threads 1 --json")
+    assert added["id"] == ident and added["status"] == "verified"
+    verification = added["verification"]
+    assert verification["passed"] and verification["submission"] == ident
+    assert [e["dataset"] for e in verification["episodes"]] == ["digits"]  # --sample 1
+    index = json.loads((shell.root / "leaderboard" / "index.json").read_text())
+    assert ident in index["benchmarks"]["families"]

@@ -3,10 +3,11 @@
 Follows README and CONTRIBUTING as a new method author would: copy the example plugin,
 rename it, add an adapter that trains (a learning-rate and an epoch axis), install it,
 look at it, preflight it, search its HPE centre on held-out tasks, evaluate, pack, validate,
-verify in a plugin worker, add it to a leaderboard and build the site, under both
-leaderboard protocols. The plugin is "installed" by a ``*.dist-info`` folder on
-``sys.path`` / ``PYTHONPATH`` (what pip writes, without pip's minute); everything else is
-the real command line on small manifests of a test sub-benchmark.
+add it to a leaderboard (which verifies it in a plugin worker, as ``submission verify``
+does) and build the site, under both leaderboard protocols. The plugin is "installed" by a
+``*.dist-info`` folder on ``sys.path`` / ``PYTHONPATH`` (what pip writes, without pip's
+minute); everything else is the real command line on small manifests of a test
+sub-benchmark.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from click.testing import CliRunner, Result
 
 from fewtrans_board.cli import make_cli, needs_plugins
 from fewtrans_board.plugins.loading import get_plugin_manager
-from tests.conftest import REPO, extra_benchmark, installed_distribution
+from tests.conftest import REPO, extra_benchmark, installed_distribution, shared_folder
 
 pytestmark = pytest.mark.slow
 
@@ -147,7 +148,7 @@ def journey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Journey]:
     ):
         journey = Journey(root)
         journey.ok(
-            "manifest build --protocol fewtrans-varied --dataset digits --episodes 6 "
+            "manifest build --protocol fewtrans-varied --dataset digits --episodes 3 "
             f"--out {{root}}/leaderboard/manifests/{MANIFEST}"
         )
         yield journey
@@ -157,19 +158,26 @@ RUN = "--model demo-cnn.digits --adapter ridge-head --device cpu --threads 1"
 
 
 @pytest.fixture(scope="module")
-def centre(journey: Journey) -> Path:
-    """Look at the installed plugin, preflight it, search its centre on held-out tasks."""
-    ridge = next(p for p in journey.json("plugins") if p["name"] == "ridge")
-    assert (ridge["distribution"], ridge["version"]) == ("fewtrans-ridge", "0.1.0")
-    options = journey.ok("adapters list ridge-head --options").output
-    assert "--lr (float, default 0.5, > 0) [HPE lr]" in options
-    assert "--weight_decay (float, default 0.001, >= 0)" in options
-    report = journey.json(f"preflight {RUN} --manifest {{search}} --episodes 1")
-    assert "importing fewtrans_ridge does not import torch" in report["checks"]
-    journey.ok(
-        f"hpe search {RUN} --manifest {{search}} --limit 2 --out {{root}}/centre.json --json"
-    )
-    return journey.root / "centre.json"
+def centre(journey: Journey, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Look at the installed plugin, preflight it, search its centre on held-out tasks.
+
+    Once per test run: an xdist worker that runs the other protocol reuses the centre.
+    """
+
+    def search(folder: Path) -> None:
+        ridge = next(p for p in journey.json("plugins") if p["name"] == "ridge")
+        assert (ridge["distribution"], ridge["version"]) == ("fewtrans-ridge", "0.1.0")
+        options = journey.ok("adapters list ridge-head --options").output
+        assert "--lr (float, default 0.5, > 0) [HPE lr]" in options
+        assert "--weight_decay (float, default 0.001, >= 0)" in options
+        report = journey.json(f"preflight {RUN} --manifest {{search}} --episodes 1")
+        assert "importing fewtrans_ridge does not import torch" in report["checks"]
+        journey.ok(
+            f"hpe search {RUN} --manifest {{search}} --limit 2 --out {{folder}}/centre.json --json",
+            folder=folder,
+        )
+
+    return shared_folder(tmp_path_factory, "journey-centre", search) / "centre.json"
 
 
 @pytest.mark.parametrize("protocol", ["fewtrans-paper", "fewtrans-reference"])
@@ -180,8 +188,9 @@ def test_from_an_empty_folder_to_a_leaderboard_entry(
     store = "--leaderboard {root}/leaderboard"
     evaluated = journey.ok(
         f"evaluate {RUN} --manifest {{root}}/leaderboard/manifests/{MANIFEST} --quiet "
-        f"--hpe {protocol} --centre {{root}}/centre.json --out {{work}}/run {store}",
+        f"--hpe {protocol} --centre {{centre}} --out {{work}}/run {store}",
         work=work,
+        centre=centre,
     )
     assert "not submittable" not in evaluated.output, evaluated.output
     template = journey.ok("submission template").output
@@ -200,11 +209,12 @@ def test_from_an_empty_folder_to_a_leaderboard_entry(
     assert valid["ok"] and valid["runs"][0]["configurations"] == (
         15 if protocol == "fewtrans-paper" else 3
     )
-    verified = journey.json(
-        f"submission verify {{work}}/b.zip {store} --sample 2 --threads 1", work=work
+    added = journey.json(
+        f"leaderboard add {{work}}/b.zip {store} --sample 2 --threads 1", work=work
     )
+    assert added["id"] == ident and added["status"] == "verified"
+    verified = added["verification"]  # the re-run in a plugin worker, as `submission verify`
     assert verified["passed"] and len(verified["episodes"]) == 2
-    journey.ok(f"leaderboard add {{work}}/b.zip {store} --sample 2 --threads 1", work=work)
     journey.ok(f"site build {store} --out {{work}}/site", work=work)
     pages = "".join(p.read_text() for p in (work / "site").rglob("*.html"))
     assert ident in pages

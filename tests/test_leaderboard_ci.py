@@ -38,49 +38,24 @@ def test_workflow_commands_exist(invoke) -> None:  # type: ignore[no-untyped-def
 
 
 @pytest.mark.slow
-def test_compare_two_demo_runs(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
+def test_compare_two_demo_runs(mean_centroid_runs: dict[str, Path], invoke) -> None:  # type: ignore[no-untyped-def]
+    """On the shared mean-centroid runs (every episode of the demo benchmark's manifest)."""
     pm = get_plugin_manager(entry_points=False)
-    manifest = ROOT / "leaderboard/manifests/fewtrans-varied--digits.parquet"
-    for model in ("demo-cnn.digits", "demo-cnn.random"):
-        result = invoke(
-            [
-                "evaluate",
-                "--model",
-                model,
-                "--adapter",
-                "mean-centroid",
-                "--manifest",
-                str(manifest),
-                "--out",
-                str(tmp_path / model),
-                "--limit",
-                "40",
-                "--quiet",
-                "--device",
-                "cpu",
-            ],
-            pm=pm,
-        )
-        assert result.exit_code == 0, result.output
-    text = invoke(
-        ["compare", str(tmp_path / "demo-cnn.digits"), str(tmp_path / "demo-cnn.random")], pm=pm
-    ).output
+    pretrained, random = (
+        str(mean_centroid_runs[m]) for m in ("demo-cnn.digits", "demo-cnn.random")
+    )
+    text = invoke(["compare", pretrained, random], pm=pm).output
     assert (
         "A = demo-cnn.digits / mean-centroid" in text and "overall" in text and "Cohen's d" in text
     )
     report = json.loads(
         invoke(
-            [
-                "compare",
-                str(tmp_path / "demo-cnn.digits"),
-                str(tmp_path / "demo-cnn.random"),
-                "--json",
-            ],
+            ["compare", pretrained, random, "--json"],
             pm=pm,
         ).output
     )
     row = report["datasets"][0]
-    assert row["dataset"] == "digits" and row["episodes"] == 40
+    assert row["dataset"] == "digits" and row["episodes"] == 600
     assert (
         row["difference"] == row["a"] - row["b"]
         or abs(row["difference"] - (row["a"] - row["b"])) < 1e-9

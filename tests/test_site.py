@@ -26,6 +26,7 @@ from fewtrans_board.leaderboard import sub_benchmarks as benchmarks_module
 from fewtrans_board.plugins.loading import get_plugin_manager
 from fewtrans_board.results.load import find_runs, load_run
 from fewtrans_board.stats import average_ci, mean_ci
+from tests.conftest import shared_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -70,72 +71,66 @@ plugins = ["fewtrans-board==0.1.0"]
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def site(
+    tmp_path_factory: pytest.TempPathFactory, mean_centroid_runs: dict[str, Path]
+) -> tuple[Path, Path]:
+    """A store with the two shared mean-centroid runs, packed, added (verified) and built.
+
+    Built once per test run (``shared_folder``): the tests only read it.
+    """
     from click.testing import CliRunner
 
     from fewtrans_board.cli import make_cli
 
-    work = tmp_path_factory.mktemp("site")
-    store = work / "leaderboard"
-    shutil.copytree(ROOT / "leaderboard" / "manifests", store / "manifests")
-    shutil.copytree(ROOT / "leaderboard" / "reported", store / "reported")
-    cli = make_cli(get_plugin_manager(entry_points=False))
+    def build(work: Path) -> None:
+        store = work / "leaderboard"
+        shutil.copytree(ROOT / "leaderboard" / "manifests", store / "manifests")
+        shutil.copytree(ROOT / "leaderboard" / "reported", store / "reported")
+        cli = make_cli(get_plugin_manager(entry_points=False))
 
-    def run(*args: str) -> None:
-        result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-        assert result.exit_code == 0, result.output
+        def run(*args: str) -> None:
+            result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+            assert result.exit_code == 0, result.output
 
-    for ident, model, method in (
-        ("mc-pretrained", "demo-cnn.digits", json.dumps(EVIL)),
-        ("mc-random", "demo-cnn.random", '"Mean centroid, random"'),
-    ):
-        run(
-            "evaluate",
-            "--model",
-            model,
-            "--adapter",
-            "mean-centroid",
-            "--manifest",
-            str(store / "manifests" / "fewtrans-varied--digits.parquet"),
-            "--out",
-            str(work / ident),
-            "--quiet",
-            "--device",
-            "cpu",
-        )
-        (work / f"{ident}.toml").write_text(META.format(id=ident, method=method, model=model))
-        run(
-            "submission",
-            "pack",
-            str(work / ident),
-            "--meta",
-            str(work / f"{ident}.toml"),
-            "--out",
-            str(work / f"{ident}.zip"),
-        )
-        run(
-            "leaderboard",
-            "add",
-            str(work / f"{ident}.zip"),
-            "--leaderboard",
-            str(store),
-            "--sample",
-            "3",
-            "--threads",
-            "1",
-        )
-    # The demo benchmark's reference is fine-tuning; use the random-init entry so flags show.
-    patched = dict(benchmarks_module.SUB_BENCHMARKS)
-    patched["demo"] = dataclasses.replace(patched["demo"], reference_adapter="mean-centroid")
-    original = benchmarks_module.SUB_BENCHMARKS.copy()
-    benchmarks_module.SUB_BENCHMARKS.clear()
-    benchmarks_module.SUB_BENCHMARKS.update(patched)
-    try:
-        run("site", "build", "--leaderboard", str(store), "--out", str(work / "_site"))
-    finally:
+        for ident, model, method in (
+            ("mc-pretrained", "demo-cnn.digits", json.dumps(EVIL)),
+            ("mc-random", "demo-cnn.random", '"Mean centroid, random"'),
+        ):
+            (work / f"{ident}.toml").write_text(META.format(id=ident, method=method, model=model))
+            run(
+                "submission",
+                "pack",
+                str(mean_centroid_runs[model]),
+                "--meta",
+                str(work / f"{ident}.toml"),
+                "--out",
+                str(work / f"{ident}.zip"),
+            )
+            run(
+                "leaderboard",
+                "add",
+                str(work / f"{ident}.zip"),
+                "--leaderboard",
+                str(store),
+                "--sample",
+                "3",
+                "--threads",
+                "1",
+            )
+        # The demo benchmark's reference is fine-tuning; use the random-init entry so flags show.
+        patched = dict(benchmarks_module.SUB_BENCHMARKS)
+        patched["demo"] = dataclasses.replace(patched["demo"], reference_adapter="mean-centroid")
+        original = benchmarks_module.SUB_BENCHMARKS.copy()
         benchmarks_module.SUB_BENCHMARKS.clear()
-        benchmarks_module.SUB_BENCHMARKS.update(original)
-    return store, work / "_site"
+        benchmarks_module.SUB_BENCHMARKS.update(patched)
+        try:
+            run("site", "build", "--leaderboard", str(store), "--out", str(work / "_site"))
+        finally:
+            benchmarks_module.SUB_BENCHMARKS.clear()
+            benchmarks_module.SUB_BENCHMARKS.update(original)
+
+    work = shared_folder(tmp_path_factory, "site", build)
+    return work / "leaderboard", work / "_site"
 
 
 @pytest.mark.slow

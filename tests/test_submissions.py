@@ -18,6 +18,7 @@ from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.plugins.loading import get_plugin_manager
 from fewtrans_board.results.schema import METADATA_KEY
 from fewtrans_board.results.shards import rows_to_table
+from tests.conftest import shared_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "leaderboard" / "manifests"
@@ -39,11 +40,16 @@ plugins = ["fewtrans-board==0.1.0"]
 
 @pytest.fixture(scope="module")
 def valid_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A packed linear-probe bundle of the demo benchmark, built once per test run (every
+    xdist worker that runs a test of this module reads the same one; never change it)."""
+    return shared_folder(tmp_path_factory, "submission", build_valid_bundle) / "bundle.zip"
+
+
+def build_valid_bundle(work: Path) -> None:
     from click.testing import CliRunner
 
     from fewtrans_board.cli import make_cli
 
-    work = tmp_path_factory.mktemp("submission")
     cli = make_cli(get_plugin_manager(entry_points=False))
 
     def run(args: list[str]) -> None:
@@ -105,7 +111,6 @@ def valid_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
             str(work / "bundle.zip"),
         ]
     )
-    return work / "bundle.zip"
 
 
 @pytest.fixture
