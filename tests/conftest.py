@@ -69,6 +69,23 @@ def renamed(adapter: type[Adapter], name: str) -> type[Adapter]:
     return type(f"{adapter.__name__}_{name}", (adapter,), {"name": name})
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """What a test computes in-process (contract checks, sessions, re-fits) uses one thread.
+
+    ``make test`` runs one pytest-xdist worker per core, and torch starts one intra-op
+    thread per core in each: the tiny test models then spend their time handing work
+    between oversubscribed threads (measured on 2 cores under load: PromptSRC's
+    80-template text ensemble 0.5 s on one thread, 7-8 s on two). Runs started through
+    the runner use one thread already (its default). Results differ only in the last bits
+    of floats, and no test compares floats across thread counts bit for bit.
+    """
+    from fewtrans_board.core.threads import torch_threads
+
+    with torch_threads(1):
+        yield
+
+
 @pytest.fixture
 def pm() -> PluginManager:
     """A manager with built-ins only (no installed entry points)."""

@@ -211,7 +211,9 @@ plugins = ["fewtrans-board==0.1.0", "fewtrans-tinymodels==0.1"]
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "leaderboard" / "manifests"
-B2N_EPISODES = 40
+B2N_EPISODES = 12
+"""Episodes of the fixture's base-to-novel manifest (each one a fresh worker process):
+enough for per-episode spread (CIs above zero) and a two-episode verification sample."""
 
 
 @pytest.mark.slow
@@ -295,8 +297,8 @@ def b2n_leaderboard(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
         result = CliRunner().invoke(app, list(args), catch_exceptions=False)
         assert result.exit_code == 0, result.output
 
-    # This store freezes a 40-episode base-to-novel manifest under the benchmark's file
-    # name: every episode of a plugin model's run loads the model in a fresh process.
+    # This store freezes a short base-to-novel manifest (B2N_EPISODES) under the benchmark's
+    # file name: every episode of a plugin model's run loads the model in a fresh process.
     b2n = store / "manifests" / "fewtrans-base2novel--digits.parquet"
     b2n.unlink()
     b2n.with_name(b2n.name + ".sha256").unlink(missing_ok=True)
