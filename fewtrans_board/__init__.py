@@ -19,6 +19,7 @@ from fewtrans_board.api.dataset_spec import ClassSplit, DatasetSpec
 from fewtrans_board.api.episode_data import ImageSet, SupportSet
 from fewtrans_board.api.hookspecs import hookimpl
 from fewtrans_board.api.model_spec import ModelSpec
+from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.blocks.lockstep import PlannedAdapter, TrainingPlan
 from fewtrans_board.core import moved as _moved
 
@@ -33,6 +34,7 @@ __all__ = [
     "PlannedAdapter",
     "Predictor",
     "Preprocessing",
+    "Recipe",
     "SupportSet",
     "TextEncoder",
     "TrainingPlan",

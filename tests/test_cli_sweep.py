@@ -92,6 +92,9 @@ def _workspace(root: Path) -> Iterator[Workspace]:
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "base"], check=True)
     _zipf_runs(ws)
+    _ok(ws, "sweep --model demo-cnn.digits --manifest {root}/store/manifests/sweep.parquet "
+        "--adapter mean-centroid --grid normalize=false,true --device cpu --threads 1 --quiet "
+        "--out {root}/sweeprun")  # fmt: skip
     _unlearned_stand_in(root / "unlearned.safetensors")
     yield ws
 
@@ -138,6 +141,21 @@ REFIT = (
 CLIP = "--model demo-clip.digits --forget digits-5-9 --device cpu"
 BASELINES: dict[str, tuple[str, str]] = {
     "plugins": ("", ""),
+    "sweep": (
+        "",
+        f"{RUN} --manifest {{root}}/store/manifests/sweep.parquet --grid epochs=1,2 --limit 1 "
+        "--shards 1 --out {root}/new --quiet",
+    ),
+    "analyze cross-validation": (
+        "{root}/sweeprun",
+        "--manifest {root}/store/manifests/sweep.parquet --folds 2 --limit 1 --device cpu "
+        "--out {root}/new",
+    ),
+    "analyze grid-spacing": (
+        "",
+        f"{RUN} --manifest {{root}}/store/manifests/sweep.parquet --hpe fewtrans-reference "
+        "--spacing 3 --config epochs=1 --limit 1 --runs-out {root}/new-runs --out {root}/new",
+    ),
     "datasets list": ("digits", ""),
     "datasets scan": ("digits", "--no-verify-images"),
     "models list": ("demo-*", ""),
@@ -251,6 +269,10 @@ def free_text_values(ws: Workspace) -> dict[str, list[str]]:
             "batch_size=x",
         ],
         "shard": ["x", "1/0", "3/2", "-1/2", "1/1"],
+        "grid": ["epochs", "=1", "no_such=1,2", "epochs=0,1", "epochs=1,1", "lr_head=nan,1"]
+        + ["epochs=1,,2", "epochs="],
+        # the evaluate baseline runs fewtrans-reference: any recipe is refused there
+        "recipe": ["no-such-recipe", ""],
         "roots": ["digits", f"no-such-dataset={ws.path('folder')}", f"digits={ws.path('nothing')}"],
         "adapters": ["no-such-adapter", ",", ""],
         "base": ["no-such-ref"],

@@ -254,7 +254,7 @@ def test_coprompt_descriptions_and_consistency(
         CopromptAdapter().session(
             backbone, episode.support, episode.class_names, CopromptAdapter.Config()
         )
-    session = session_of(CopromptAdapter, backbone, episode)
+    session = session_of(CopromptAdapter, backbone, episode, augmentation="none")
     batch = np.arange(len(episode.support))
     with torch.no_grad():
         torch.manual_seed(5)
@@ -262,9 +262,10 @@ def test_coprompt_descriptions_and_consistency(
         images = session.adapted_images(session.pixels)
         texts = session.text_features(session.class_names)
         targets = torch.stack([d[0] for d in session.descriptions])  # one template each
-        expected = (
-            F.cross_entropy(session.logit_scale * images @ texts.t(), session.labels)
-            + (1 - F.cosine_similarity(texts, targets).mean())
+        expected = F.cross_entropy(
+            session.logit_scale * images @ texts.t(), session.labels
+        ) + session.weight * (
+            (1 - F.cosine_similarity(texts, targets).mean())
             + (1 - F.cosine_similarity(images, session.frozen_images).mean())
         )
         assert torch.allclose(got, expected, atol=1e-5)

@@ -48,7 +48,7 @@ SUBLAYERS: dict[str, list[set[str]]] = {
         {"sandbox"},
     ],
     "api": [
-        {"ranges", "backbone", "fit_options", "__init__"},
+        {"ranges", "recipe", "backbone", "fit_options", "__init__"},
         {"episode_data", "model_spec", "dataset_spec"},
         {"adapter"},
         {"hookspecs"},

@@ -25,6 +25,7 @@ from fewtrans_board.api.ranges import (
     bound_problem,
     out_of_range,
 )
+from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.core.errors import ConfigError, RegistrationError
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ def hparam(
     max: float | None = None,
     above: float | None = None,
     below: float | None = None,
+    choices: Sequence[str] | None = None,
 ) -> Any:
     """Declare a ``Config`` field with help text and, for numbers, its valid range.
 
@@ -67,6 +69,7 @@ def hparam(
         max: largest valid value (inclusive).
         above: values must be greater than this (exclusive lower bound).
         below: values must be smaller than this (exclusive upper bound).
+        choices: for a string, the values it may take (e.g. an optimiser's name).
 
     Returns:
         A dataclass field carrying the metadata. Building the ``Config`` (directly, by
@@ -74,7 +77,10 @@ def hparam(
         range and non-finite floats with a :class:`ConfigError`.
     """
     bounds = {"min": min, "above": above, "max": max, "below": below}
-    return dataclasses.field(default=default, metadata={"help": help, "hpe": hpe, "bounds": bounds})
+    metadata: dict[str, Any] = {"help": help, "hpe": hpe, "bounds": bounds}
+    if choices is not None:
+        metadata["choices"] = tuple(choices)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,8 @@ class ConfigField:
     hpe: HpeRole | None
     range: dict[str, float] = dataclasses.field(default_factory=dict)
     """Effective valid range (declared and implied by the HPE role), e.g. ``{"above": 0}``."""
+    choices: tuple[str, ...] | None = None
+    """The values a string field may take (``None``: any string)."""
 
     @property
     def valid(self) -> Range:
@@ -161,6 +169,7 @@ class AdapterConfig:
                     help=str(f.metadata.get("help", "")),
                     hpe=hpe,
                     range=valid.to_dict(),
+                    choices=f.metadata.get("choices"),
                 )
             )
         return info
@@ -235,6 +244,10 @@ def checked_value(owner: str, info: ConfigField, value: Any) -> Any:
         problem = out_of_range(value, info.valid)
         if problem is not None:
             raise ConfigError(f"{owner}.{info.name}: {problem}")
+    if info.choices is not None and value not in info.choices:
+        raise ConfigError(
+            f"{owner}.{info.name}: {value!r} is not one of {', '.join(map(repr, info.choices))}"
+        )
     return float(value) if info.type == "float" and type(value) is not float else value
 
 
@@ -296,6 +309,10 @@ class Adapter(ABC):
         transductive: ``True`` if a query's logits may depend on the other queries
             (e.g. query-batch statistics). Leaderboards rank transductive methods apart;
             an undeclared dependence fails ``validate`` and verification.
+        recipes: the method's published configurations, each cited to its paper or code
+            (:class:`~fewtrans_board.api.recipe.Recipe`); the ``published`` HPE protocol
+            runs one of them instead of a grid around a searched centre. Not inherited:
+            a subclass declares its own (see :meth:`own_recipes`).
     """
 
     name: ClassVar[str]
@@ -308,6 +325,7 @@ class Adapter(ABC):
     frozen_backbone: ClassVar[bool] = False
     training_free: ClassVar[bool] = False
     transductive: ClassVar[bool] = False
+    recipes: ClassVar[tuple[Recipe, ...]] = ()
 
     @abstractmethod
     def fit(
@@ -436,6 +454,14 @@ class Adapter(ABC):
                 raise RegistrationError(
                     f"{where}: Config field {info.name!r}: default {bad_default}"
                 )
+            if info.choices is not None and (
+                info.type != "str" or info.default not in info.choices
+            ):
+                raise RegistrationError(
+                    f"{where}: Config field {info.name!r}: choices are for str fields and "
+                    f"must include the default {info.default!r}"
+                )
+        _check_recipes(cls, where)
         axes = [info.name for info in config.fields_info() if info.hpe is not None]
         if cls.training_free and axes:
             raise RegistrationError(
@@ -466,7 +492,7 @@ class Adapter(ABC):
         derives the grid from it (never from free metadata) and verification checks that
         the installed plugin still declares the same.
         """
-        return {
+        schema: dict[str, Any] = {
             "name": cls.name,
             "fields": [{k: f[k] for k in SCHEMA_FIELD_KEYS} for f in cls.options()],
             "training_free": cls.training_free,
@@ -474,8 +500,62 @@ class Adapter(ABC):
             "frozen_backbone": cls.frozen_backbone,
             "needs_text": cls.needs_text,
         }
+        recipes = cls.own_recipes()
+        if recipes:  # only where declared, so schemas recorded before recipes still match
+            schema["recipes"] = [recipe.describe() for recipe in recipes]
+        return schema
+
+    @classmethod
+    def own_recipes(cls) -> tuple[Recipe, ...]:
+        """The recipes this class declares itself.
+
+        A subclass does not inherit its parent's recipes: a recipe cites how a paper ran
+        that method, and a subclass (another plugin's variant) is another method.
+        """
+        recipes: tuple[Recipe, ...] = cls.__dict__.get("recipes", ())
+        return recipes
+
+    @classmethod
+    def recipe(cls, name: str | None = None) -> Recipe:
+        """The published recipe called ``name`` (the only one, when ``name`` is ``None``).
+
+        Raises:
+            ConfigError: the adapter declares no such recipe, naming the ones it has.
+        """
+        known = {r.name: r for r in cls.own_recipes()}
+        if name is None and len(known) == 1:
+            return next(iter(known.values()))
+        if name in known:
+            return known[name]
+        have = ", ".join(known) or "none"
+        wanted = "a recipe name (--recipe)" if name is None else f"recipe {name!r}"
+        raise ConfigError(f"adapter {cls.name!r}: need {wanted}; its published recipes: {have}")
 
     @classmethod
     def options(cls) -> list[dict[str, Any]]:
         """Return the ``Config`` fields (with their valid ranges) as JSON-friendly dicts."""
         return [dataclasses.asdict(f) for f in cls.Config.fields_info()]
+
+
+def _check_recipes(cls: type[Adapter], where: str) -> None:
+    """Every declared recipe builds a valid ``Config`` on every dataset it names.
+
+    Raises:
+        RegistrationError: a recipe that is not a :class:`Recipe`, a repeated name, or
+            values the ``Config`` refuses (named with the recipe and dataset).
+    """
+    names: set[str] = set()
+    for recipe in cls.own_recipes():
+        if not isinstance(recipe, Recipe):
+            raise RegistrationError(f"{where}: recipes must be fewtrans_board Recipe objects")
+        if recipe.name in names:
+            raise RegistrationError(f"{where}: two recipes are named {recipe.name!r}")
+        names.add(recipe.name)
+        for dataset in (None, *recipe.per_dataset):
+            try:
+                cls.Config.from_dict(recipe.values_for(dataset))
+            except ConfigError as exc:
+                on = f" on {dataset}" if dataset else ""
+                raise RegistrationError(
+                    f"{where}: recipe {recipe.name!r}{on} is not a valid configuration: {exc}"
+                ) from exc

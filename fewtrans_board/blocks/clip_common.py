@@ -24,6 +24,86 @@ if TYPE_CHECKING:
 TEMPLATE = "a photo of a {}."
 """FewTrans's template for CLIP methods."""
 
+INDUCTIVE_CLIP_CODE = (
+    "akres001/Rethinking-Few-Shot-CLIP-Benchmarks-A-Critical-Analysis-in-the-Inductive-Setting"
+)
+"""The GitHub repository of the inductive-CLIP paper's code ("Rethinking Few-Shot CLIP
+Benchmarks: A Critical Analysis in the Inductive Setting")."""
+
+INDUCTIVE_CLIP_TEMPLATES: dict[str, str] = {
+    "clip-caltech101": "a photo of a {}.",
+    "clip-stanford-cars": "a photo of a {}.",
+    "clip-stanford-dogs": "a photo of a {}.",
+    "clip-oxford-flowers": "a photo of a {}, a type of flower.",
+    "clip-food101": "a photo of {}, a type of food.",
+    "clip-fgvc-aircraft": "a photo of a {}, a type of aircraft.",
+    "clip-sun397": "a photo of a {}.",
+    "clip-dtd": "{} texture.",
+    "clip-eurosat": "a centered satellite photo of {}.",
+    "clip-ucf101": "a photo of a person doing {}.",
+    "clip-cub": "a photo of a {}.",
+    "clip-plantdoc": "a photo of a {}.",
+    "digits-5-9": TEMPLATE,
+}
+"""Each CLIP dataset's template in the inductive-CLIP code: ``CUSTOM_TEMPLATES`` of
+``FSL/trainers/clip_adapter.py`` and ``FSL/trainers/taskres.py`` (CoOp's table plus PLANTDOC,
+CUB and StanfordDogs). The embedded miniature ``digits-5-9`` is not in the paper and keeps
+:data:`TEMPLATE`. Other trainers of that code change a few entries
+(:data:`INDUCTIVE_CLIP_TEMPLATE_CHANGES`)."""
+
+INDUCTIVE_CLIP_TEMPLATE_CHANGES: dict[str, dict[str, str]] = {
+    "clip_adapter": {},
+    "kgcoop": {"clip-dtd": "a photo of a {}, a type of texture."},
+    "prograd": {
+        "clip-oxford-flowers": "a type of flower, a photo of a {}.",
+        "clip-fgvc-aircraft": "a type of aircraft, a photo of a {}.",
+        "clip-dtd": "a texture of {}.",
+        "clip-food101": "a type of food, a photo of {}.",
+    },
+    "tcp": {
+        "clip-fgvc-aircraft": "a photo of an aircraft {}.",
+        "clip-dtd": "a photo of a {}, a type of texture.",
+        "clip-food101": "a photo of a {}, a type of food.",
+    },
+    "sep": {
+        "clip-stanford-cars": "a photo of a {}, a type of car.",
+        "clip-fgvc-aircraft": "a photo of an aircraft {}.",
+        "clip-dtd": "a photo of a {}, a type of texture.",
+        "clip-food101": "a photo of a {}, a type of food.",
+    },
+}
+"""How each trainer's hand-crafted template table differs from
+:data:`INDUCTIVE_CLIP_TEMPLATES`, by the ``FSL/trainers`` file that holds it: ``clip_adapter``
+(also ``taskres.py``), ``kgcoop`` (also ``coprompt.py``), ``prograd``, ``tcp``
+(``CUSTOM_TEMPLATES_ori``; also ``FSL/CLIP-LoRA/main.py``) and ``sep`` (``CUSTOM_TEMPLATES_ori``
+of ``sep.py`` and ``sepres.py``)."""
+
+
+def inductive_clip_templates(table: str) -> dict[str, dict[str, str]]:
+    """Per-dataset recipe values ``{dataset: {"template": ...}}`` of one trainer's table.
+
+    Args:
+        table: a key of :data:`INDUCTIVE_CLIP_TEMPLATE_CHANGES` (the trainer file).
+
+    Returns:
+        Every dataset of :data:`INDUCTIVE_CLIP_TEMPLATES` with that trainer's template.
+    """
+    changes = INDUCTIVE_CLIP_TEMPLATE_CHANGES[table]
+    return {
+        dataset: {"template": changes.get(dataset, template)}
+        for dataset, template in INDUCTIVE_CLIP_TEMPLATES.items()
+    }
+
+
+DASSL_RECIPE_NOTE = (
+    "Not reproduced from the paper's Dassl runs: the config's train-time augmentation "
+    "(INPUT.TRANSFORMS; adapters train on the preprocessed support images, cached "
+    "features where the image tower is frozen), CLIP's fp16 weights where "
+    "the trainer keeps them (PREC fp16; here float32 with bf16 autocast on CUDA) and "
+    "Dassl's RandomSampler batch order (here RandomState(11) permutations)."
+)
+"""What no CLIP adapter's recipe can take from the paper's Dassl trainers."""
+
 TEXT_TOWER_PARTS = (
     "token_embedding",
     "positional_embedding",

@@ -1,10 +1,15 @@
-"""The FewTrans training recipe shared by the baseline adapters.
+"""The FewTrans training recipe shared by the baseline adapters, and its published variants.
 
 Features are L2-normalised and fed to a linear head whose weight starts at all ones and
 bias at zero; Adam optimises each parameter group with its own learning rate, no weight
 decay, and a per-step cosine decay to zero without warm-up; the support order of every
 epoch comes from a fresh ``RandomState(11)``, so every configuration and episode sees the
 same shuffle sequence; the backbone stays in eval mode (frozen BN statistics, no dropout).
+
+A method run as published may change the optimiser (SGD with momentum, AdamW, weight
+decay) and the schedule (Dassl's per-epoch cosine after a constant warm-up):
+:class:`OptimiserConfig` declares those choices as ``Config`` fields (FewTrans's values by
+default) and :func:`run_training` runs them; :func:`run_adam` is the FewTrans recipe.
 """
 
 from __future__ import annotations
@@ -12,9 +17,21 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from fewtrans_board.api.adapter import AdapterConfig, hparam
+from fewtrans_board.api.recipe import (
+    FEWTRANS_OPTIMISER,
+    FEWTRANS_SCHEDULE,
+    OPTIMISERS,
+    SCHEDULES,
+    Optimiser,
+    Schedule,
+)
+from fewtrans_board.core.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
@@ -82,6 +99,138 @@ def autocast(device: str) -> AbstractContextManager[object]:
     return nullcontext()
 
 
+@dataclass(frozen=True)
+class OptimiserConfig(AdapterConfig):
+    """``Config`` fields choosing the optimiser and the schedule (FewTrans's by default).
+
+    Mix it in after a config's own fields (``class Config(OptimiserConfig, MyFields)``) so
+    listings show the method's hyperparameters first.
+    """
+
+    optimizer: str = hparam(
+        "adam",
+        "Optimiser: adam (FewTrans), adamw (decoupled weight decay) or sgd.",
+        choices=OPTIMISERS,
+    )
+    momentum: float = hparam(0.0, "SGD momentum (0: plain SGD; sgd only).", min=0, below=1)
+    weight_decay: float = hparam(
+        0.0, "Weight decay (an L2 term for adam and sgd, decoupled for adamw).", min=0
+    )
+    adam_eps: float = hparam(1e-8, "Adam's denominator epsilon (adam and adamw).", above=0)
+    schedule: str = hparam(
+        "cosine",
+        "Learning-rate schedule: cosine (per step to 0, FewTrans), cosine-epoch (Dassl: per "
+        "epoch, after the warm-up) or constant.",
+        choices=SCHEDULES,
+    )
+    warmup_epochs: int = hparam(0, "Epochs at warmup_lr before the schedule starts.", min=0)
+    warmup_lr: float = hparam(0.0, "Learning rate during the warm-up epochs.", min=0)
+
+    def __post_init__(self) -> None:
+        """Refuse settings the optimiser does not have (e.g. momentum with adam).
+
+        Raises:
+            ConfigError: naming the config class and the setting.
+        """
+        try:
+            optimiser_of(self)
+        except ConfigError as exc:
+            raise ConfigError(f"{type(self).__qualname__}: {exc}") from None
+
+
+def optimiser_of(config: Any) -> Optimiser:
+    """The optimiser a configuration asks for (FewTrans's Adam if it declares none).
+
+    Raises:
+        ConfigError: settings torch would refuse (e.g. momentum with adam).
+    """
+    if not hasattr(config, "optimizer"):
+        return FEWTRANS_OPTIMISER
+    return Optimiser(
+        name=config.optimizer,
+        momentum=config.momentum,
+        weight_decay=config.weight_decay,
+        eps=config.adam_eps,
+    )
+
+
+def schedule_of(config: Any) -> Schedule:
+    """The schedule a configuration asks for (FewTrans's per-step cosine if it declares none)."""
+    if not hasattr(config, "schedule"):
+        return FEWTRANS_SCHEDULE
+    return Schedule(
+        name=config.schedule, warmup_epochs=config.warmup_epochs, warmup_lr=config.warmup_lr
+    )
+
+
+def make_optimiser(
+    params: Sequence[torch.Tensor], lr: float, optimiser: Optimiser
+) -> torch.optim.Optimizer:
+    """The ``torch.optim`` optimiser of ``optimiser`` over ``params``."""
+    import torch
+
+    if optimiser.name == "sgd":
+        return torch.optim.SGD(
+            list(params),
+            lr=lr,
+            momentum=optimiser.momentum,
+            dampening=optimiser.dampening,
+            nesterov=optimiser.nesterov,
+            weight_decay=optimiser.weight_decay,
+        )
+    kind = torch.optim.AdamW if optimiser.name == "adamw" else torch.optim.Adam
+    return kind(
+        list(params),
+        lr=lr,
+        betas=optimiser.betas,
+        eps=optimiser.eps,
+        weight_decay=optimiser.weight_decay,
+    )
+
+
+def run_training(
+    groups: Sequence[tuple[Sequence[torch.Tensor], float]],
+    loss_of_batch: Callable[[np.ndarray], torch.Tensor],
+    n_items: int,
+    batch_size: int,
+    epochs: int,
+    optimiser: Optimiser = FEWTRANS_OPTIMISER,
+    schedule: Schedule = FEWTRANS_SCHEDULE,
+) -> None:
+    """Optimise parameter groups, one optimiser each, under one schedule.
+
+    Args:
+        groups: ``(parameters, base learning rate)`` pairs; groups with lr 0 or no
+            parameters are skipped.
+        loss_of_batch: computes the loss of a batch of support indices.
+        n_items: support size.
+        batch_size: optimiser batch size.
+        epochs: number of passes over the support set.
+        optimiser: the optimiser of every group (FewTrans: Adam).
+        schedule: the learning-rate schedule (FewTrans: per-step cosine to zero).
+    """
+    optimisers = [
+        (make_optimiser(params, lr, optimiser), lr) for params, lr in groups if params and lr > 0
+    ]
+    steps = total_steps(n_items, batch_size, epochs)
+    per_epoch = math.ceil(n_items / batch_size)
+    fewtrans = schedule == FEWTRANS_SCHEDULE
+    for step, batch in enumerate(epoch_batches(n_items, batch_size, epochs)):
+        for torch_optimiser, base_lr in optimisers:
+            rate = (
+                cosine_lr(base_lr, step, steps)
+                if fewtrans
+                else schedule.lr(base_lr, step, per_epoch, steps)
+            )
+            for group in torch_optimiser.param_groups:
+                group["lr"] = rate
+            torch_optimiser.zero_grad(set_to_none=True)
+        loss = loss_of_batch(batch)
+        loss.backward()  # type: ignore[no-untyped-call]
+        for torch_optimiser, _ in optimisers:
+            torch_optimiser.step()
+
+
 def run_adam(
     groups: Sequence[tuple[Sequence[torch.Tensor], float]],
     loss_of_batch: Callable[[np.ndarray], torch.Tensor],
@@ -91,6 +240,8 @@ def run_adam(
 ) -> None:
     """Optimise parameter groups with one Adam each under the shared cosine schedule.
 
+    The FewTrans recipe: :func:`run_training` with its default optimiser and schedule.
+
     Args:
         groups: ``(parameters, base learning rate)`` pairs; groups with lr 0 or no
             parameters are skipped.
@@ -99,21 +250,7 @@ def run_adam(
         batch_size: optimiser batch size.
         epochs: number of passes over the support set.
     """
-    import torch
-
-    optimisers = [
-        (torch.optim.Adam(list(params), lr=lr), lr) for params, lr in groups if params and lr > 0
-    ]
-    steps = total_steps(n_items, batch_size, epochs)
-    for step, batch in enumerate(epoch_batches(n_items, batch_size, epochs)):
-        for optimiser, base_lr in optimisers:
-            for group in optimiser.param_groups:
-                group["lr"] = cosine_lr(base_lr, step, steps)
-            optimiser.zero_grad(set_to_none=True)
-        loss = loss_of_batch(batch)
-        loss.backward()  # type: ignore[no-untyped-call]
-        for optimiser, _ in optimisers:
-            optimiser.step()
+    run_training(groups, loss_of_batch, n_items, batch_size, epochs)
 
 
 def upcast(x: torch.Tensor) -> torch.Tensor:

@@ -70,7 +70,7 @@ def check_max_memory(ctx: click.Context, param: click.Parameter, value: str | No
 @weights_option("Local checkpoint for the model (safetensors preferred).")
 @adapter_option("Adapter name, e.g. linear-probe.")
 @manifest_option("Frozen episode manifest (Parquet).", required=True)
-@hpe_option("HPE protocol: fewtrans-paper, fewtrans-reference or single.")
+@hpe_option("HPE protocol: fewtrans-paper, fewtrans-reference, published or single.")
 @root_option("Local dataset copy (omit for embedded datasets).")
 @click.option(
     "--out",
@@ -81,6 +81,13 @@ def check_max_memory(ctx: click.Context, param: click.Parameter, value: str | No
 @config_option("Override a centre hyperparameter (repeatable).")
 @centre_option(
     "Use the centre found by 'fewtrans-board hpe search' (its log travels with the results)."
+)
+@click.option(
+    "--recipe",
+    default=None,
+    metavar="NAME",
+    help="Under --hpe published: the adapter's published recipe to run (default: its only "
+    "one; 'fewtrans-board adapters show ADAPTER' lists them).",
 )
 @click.option("--shard", "shard", default=None, metavar="I/N", help="Run only shard I of N.")
 @click.option(
@@ -219,6 +226,7 @@ def run_spec_of_options(options: dict[str, Any], shard: str | None) -> tuple[Run
         max_memory=options["max_memory"],
         image_cache=optional_str(options["image_cache"]),
         isolation=options.get("isolation") or "auto",
+        recipe=options.get("recipe"),
     )
     return spec, shard_choice[0] if shard_choice else None
 
@@ -253,20 +261,26 @@ def print_run_outcome(report: RunReport, warnings: list[str], as_json: bool) -> 
 def submission_warnings(app: App, spec: RunSpec, leaderboard: Path | None) -> list[str]:
     """Why the run's results could not be submitted to any sub-benchmark (see eligibility)."""
     from fewtrans_board.episodes.manifest import Manifest
-    from fewtrans_board.hpe.protocols import hpe_roles
+    from fewtrans_board.hpe.protocols import get_hpe_protocol, hpe_roles
     from fewtrans_board.leaderboard.eligibility import submission_problems
     from fewtrans_board.leaderboard.store import LeaderboardStore
-    from fewtrans_board.runner.context import resolve_centre
+    from fewtrans_board.runner.context import recipe_centre, resolve_centre
     from fewtrans_board.runner.spec import load_centre_file
 
     adapter_cls = app.registry.adapters.get(spec.adapter).obj
+    manifest = Manifest.load(spec.manifest)
     record = load_centre_file(spec.centre_file) if spec.centre_file else None
-    centre = resolve_centre(spec.adapter, adapter_cls, spec.config, record, spec.centre_file)
+    if get_hpe_protocol(spec.hpe).centre_rule == "recipe":
+        centre, _ = recipe_centre(
+            adapter_cls, spec.recipe, manifest.dataset, spec.config, spec.centre_file
+        )
+    else:
+        centre = resolve_centre(spec.adapter, adapter_cls, spec.config, record, spec.centre_file)
     folder = leaderboard or Path(os.environ.get(LEADERBOARD_ENV, "leaderboard"))
     store = LeaderboardStore(folder) if (folder / "manifests").is_dir() else None
     return submission_problems(
         Path(spec.manifest),
-        Manifest.load(spec.manifest),
+        manifest,
         spec.hpe,
         roles=hpe_roles(adapter_cls),
         centre=centre.to_dict(),

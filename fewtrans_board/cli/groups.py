@@ -83,6 +83,22 @@ def print_summaries(summaries: list[dict[str, Any]]) -> None:
             values = ", ".join(f"{k}={v}" for k, v in sorted(s["configuration"].items()))
             click.echo(f"{s['model']} / {s['adapter']}: non-default configuration {values}")
     _print_split_lines(summaries)
+    _print_peak_memory(summaries)
+
+
+def _print_peak_memory(summaries: list[dict[str, Any]]) -> None:
+    """One line per run that recorded its peak memory (FewTrans Table IX)."""
+    for s in summaries:
+        peak = s.get("peak_memory")
+        if not peak:
+            continue
+        growth = peak.get("growth_bytes")
+        added = "" if growth is None else f", {growth / 2**20:.1f} MiB above the shard's start"
+        click.echo(
+            f"{s['model']} / {s['adapter']} on {s['dataset']}: peak memory "
+            f"{peak['mib']:.1f} MiB ({peak['measure']} on {peak.get('device') or '?'}{added}; "
+            f"largest of {peak['shards_measured']}/{peak['shards']} shard(s))"
+        )
 
 
 def cell(stats: dict[str, Any]) -> str:

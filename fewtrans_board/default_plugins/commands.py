@@ -15,6 +15,7 @@ def register_commands(cli: click.Group) -> None:
     from fewtrans_board.cli.demo_cmd import demo_command
     from fewtrans_board.cli.evaluate_cmd import evaluate_command, results_group
     from fewtrans_board.cli.groups import renamed_command
+    from fewtrans_board.cli.hpe_analyses_cmd import analyze_cross_validation, analyze_grid_spacing
     from fewtrans_board.cli.hpe_cmd import hpe_group
     from fewtrans_board.cli.leaderboard_cmd import leaderboard_group, submission_group
     from fewtrans_board.cli.listing import (
@@ -28,9 +29,12 @@ def register_commands(cli: click.Group) -> None:
     from fewtrans_board.cli.preflight_cmd import preflight_command
     from fewtrans_board.cli.site_cmd import site_group
     from fewtrans_board.cli.sub_benchmarks_cmd import sub_benchmarks_command
+    from fewtrans_board.cli.sweep_cmd import sweep_command
     from fewtrans_board.cli.unlearn_cmd import tkl_command, unlearn_command
 
     datasets_group.add_command(datasets_scan)
+    analyze_group.add_command(analyze_cross_validation)
+    analyze_group.add_command(analyze_grid_spacing)
     # Former names, hidden and warning, for one release (one meaning per word: 'validate'
     # checks bundles, 'check' the leaderboard, 'benchmarks/' holds the timing scripts).
     datasets_group.add_command(renamed_command(datasets_scan, "check"))
@@ -41,6 +45,7 @@ def register_commands(cli: click.Group) -> None:
         adapters_group,
         manifest_group,
         evaluate_command,
+        sweep_command,
         results_group,
         hpe_group,
         preflight_command,

@@ -187,17 +187,29 @@ class Manifest:
         path = Path(path)
         if not path.is_file():
             raise ManifestError(f"manifest {path} does not exist")
+        try:
+            digest = file_sha256(path)
+        except OSError as exc:
+            raise corrupt_manifest(path, f"it is unreadable: {describe(exc)}") from exc
         side = sidecar_path(path)
         if check_sidecar and side.is_file():
-            _check_sidecar(path, side)
-        try:
-            manifest, built_with = cls._decode(path)
-        except ManifestError:
-            raise
-        except Exception as exc:  # whatever the decoders raise, the file is damaged
-            raise corrupt_manifest(path, describe(exc)) from exc
-        manifest.meta["built_with"] = built_with
-        return manifest
+            _check_sidecar(path, side, digest)
+        decoded = _DECODED.get(digest)
+        if decoded is None:
+            try:
+                decoded = cls._decode(path)
+            except ManifestError:
+                raise
+            except Exception as exc:  # whatever the decoders raise, the file is damaged
+                raise corrupt_manifest(path, describe(exc)) from exc
+            _remember(digest, decoded)
+        manifest, built_with = decoded
+        copy = cls(
+            rows=manifest.rows, meta=json.loads(json.dumps(manifest.meta)), sha256=manifest.sha256
+        )
+        copy._episodes = list(manifest.episodes())
+        copy.meta["built_with"] = built_with
+        return copy
 
     @classmethod
     def _decode(cls, path: Path) -> tuple[Manifest, Any]:
@@ -355,12 +367,25 @@ def corrupt_manifest(path: Path, reason: str) -> ManifestError:
     )
 
 
-def _check_sidecar(path: Path, side: Path) -> None:
+_DECODED: dict[str, tuple[Manifest, Any]] = {}
+"""Decoded manifests by the sha256 of their file's bytes (decoding is a function of the
+bytes), so a build or a validation that reads one frozen manifest many times decodes it
+once. Callers get their own :class:`Manifest` (own metadata; rows and episodes shared)."""
+_DECODED_LIMIT = 16
+
+
+def _remember(digest: str, decoded: tuple[Manifest, Any]) -> None:
+    if len(_DECODED) >= _DECODED_LIMIT:
+        _DECODED.pop(next(iter(_DECODED)))
+    _DECODED[digest] = decoded
+
+
+def _check_sidecar(path: Path, side: Path, digest: str) -> None:
     try:
         expected = side.read_bytes().decode("ascii").split()[0]
     except (OSError, UnicodeDecodeError, IndexError) as exc:
         raise corrupt_manifest(path, f"its checksum file {side.name} is unreadable") from exc
-    if file_sha256(path) != expected:
+    if digest != expected:
         raise corrupt_manifest(path, f"its bytes do not match {side.name}: the file was modified")
 
 

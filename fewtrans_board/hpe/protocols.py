@@ -12,11 +12,29 @@ learning rate, epochs fixed at the centre, and a per-query majority vote of memb
 predictions; ties go to the lowest class index (what ``torch.mode`` returns on CPU).
 
 ``single`` evaluates the centre configuration alone (a baseline, not a leaderboard protocol).
+
+``published`` evaluates one configuration too, but on leaderboards: the method's published
+recipe (:class:`~fewtrans_board.api.recipe.Recipe`, cited to its paper or code) on each
+dataset, the way the inductive-CLIP paper runs every method; no centre search, no grid.
+
+Grid spacing is a parameter: :meth:`HpeProtocol.spaced` gives the same protocol with every
+learning-rate axis spread by another factor s, {c/s, c, c*s} (5-point axes
+{c/s^2 .. c*s^2}), named ``NAME@xS`` (``fewtrans-paper@x3``; the released code's
+commented "x3" and "x10" grids). The named protocols above are the spacing-5 members, and
+stay exactly as they were; a spaced variant is an analysis protocol (FewTrans Fig. 4,
+right), never a leaderboard one. :func:`get_hpe_protocol` resolves ``NAME@xS`` names.
+
+``sweep`` is no HPE protocol at all: the Cartesian product of explicit axes
+(``fewtrans-board sweep --grid FIELD=V1,V2,...``), each configuration scored on its own
+(FewTrans Table I and Fig. 2). Its axes travel with the run (:meth:`HpeProtocol.with_axes`);
+no leaderboard accepts it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
@@ -39,11 +57,17 @@ class HpeProtocol:
         lr_multipliers: multipliers of each learning-rate axis when an adapter has two
             or more learning rates.
         single_lr_multipliers: multipliers when it has exactly one.
-        epoch_rule: ``"paper"`` ({E/3, 2E/3, E}, E = centre + 10), ``"fixed"`` (centre)
-            or ``"centre-only"`` (no grid at all).
+        epoch_rule: ``"paper"`` ({E/3, 2E/3, E}, E = centre + 10), ``"fixed"`` (centre),
+            ``"centre-only"`` (no grid at all) or ``"explicit"`` (a sweep: the grid is
+            ``axes``, not built around the centre).
         aggregation: ``"logit-mean"`` or ``"vote"`` (the headline aggregation).
         leaderboard: whether leaderboards accept it; such a protocol requires every
             adapter that trains to declare its learning-rate and epoch axes.
+        centre_rule: where the centre comes from: ``"searched"`` (defaults, a held-out
+            centre search, ``--config``) or ``"recipe"`` (an adapter's published recipe on
+            the run's dataset, nothing else).
+        base: the protocol a spaced variant spreads differently (``None``: a named one).
+        sweep_axes: a sweep's explicit axes, ``((field, values), ...)`` in grid order.
     """
 
     name: str
@@ -51,9 +75,76 @@ class HpeProtocol:
     description: str
     lr_multipliers: tuple[Fraction, ...]
     single_lr_multipliers: tuple[Fraction, ...]
-    epoch_rule: Literal["paper", "fixed", "centre-only"]
+    epoch_rule: Literal["paper", "fixed", "centre-only", "explicit"]
     aggregation: Aggregation
     leaderboard: bool = True
+    centre_rule: Literal["searched", "recipe"] = "searched"
+    base: str | None = None
+    sweep_axes: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+
+    @property
+    def spacing(self) -> int | None:
+        """The factor between neighbouring learning rates (``None``: no learning-rate axis)."""
+        if self.epoch_rule in ("centre-only", "explicit") or len(self.lr_multipliers) < 2:
+            return None
+        top = self.lr_multipliers[-1]
+        return int(top) if top.denominator == 1 else None
+
+    def spaced(self, spacing: int) -> HpeProtocol:
+        """This protocol with learning-rate axes spread by ``spacing`` instead.
+
+        Every other rule (points per axis, epochs, fusion, version) is kept. The spacing of
+        a named protocol gives that protocol itself; any other gives ``NAME@xSPACING``, an
+        analysis protocol no leaderboard accepts.
+
+        Args:
+            spacing: the factor between neighbouring learning rates, at least 2.
+
+        Raises:
+            FewtransError: the protocol has no learning-rate grid, or ``spacing`` < 2.
+        """
+        root = HPE_PROTOCOLS.get(self.base or self.name, self)
+        if root.spacing is None:
+            raise FewtransError(
+                f"the {root.name} protocol has no learning-rate grid whose spacing could change"
+            )
+        if isinstance(spacing, bool) or not isinstance(spacing, int) or spacing < 2:
+            raise FewtransError(f"a grid spacing is a whole factor of at least 2, got {spacing!r}")
+        if spacing == root.spacing:
+            return root
+        return dataclasses.replace(
+            root,
+            name=f"{root.name}@x{spacing}",
+            description=f"{root.name} with learning-rate axes spaced x{spacing} "
+            f"(instead of x{root.spacing}); an analysis protocol (FewTrans Fig. 4, right).",
+            lr_multipliers=spaced_multipliers(spacing, len(root.lr_multipliers)),
+            single_lr_multipliers=spaced_multipliers(spacing, len(root.single_lr_multipliers)),
+            leaderboard=False,
+            base=root.name,
+        )
+
+    def with_axes(self, axes: Mapping[str, Sequence[Any]]) -> HpeProtocol:
+        """The sweep over ``axes`` (``{field: values}``, in grid order).
+
+        Raises:
+            FewtransError: not the sweep protocol, no axis, an empty axis, a repeated value
+                or a value that is not a JSON scalar.
+        """
+        if self.epoch_rule != "explicit":
+            raise FewtransError(f"explicit axes make a sweep, not a {self.name} run")
+        if not axes:
+            raise FewtransError("a sweep needs at least one axis (--grid FIELD=V1,V2,...)")
+        clean: list[tuple[str, tuple[Any, ...]]] = []
+        for name, values in axes.items():
+            values = tuple(values)
+            if not values:
+                raise FewtransError(f"sweep axis {name!r} has no values")
+            if any(not isinstance(v, str | int | float | bool) for v in values):
+                raise FewtransError(f"sweep axis {name!r}: values must be numbers, text or bools")
+            if len(set(map(canonical_json, values))) != len(values):
+                raise FewtransError(f"sweep axis {name!r} repeats a value: {list(values)}")
+            clean.append((str(name), values))
+        return dataclasses.replace(self, sweep_axes=tuple(clean))
 
     def axes_for(self, centre: dict[str, Any], roles: dict[str, str]) -> dict[str, list[Any]]:
         """Values of every varied axis, from plain data (no plugin code needed).
@@ -63,6 +154,8 @@ class HpeProtocol:
             roles: ``{field: "lr" | "epochs"}`` in Config field order.
         """
         axes: dict[str, list[Any]] = {}
+        if self.epoch_rule == "explicit":
+            return {name: list(values) for name, values in self.sweep_axes}
         if self.epoch_rule == "centre-only":
             return axes
         ordered = canonical_roles(roles)
@@ -106,15 +199,25 @@ class HpeProtocol:
             try:
                 configs.append(adapter.Config.from_dict(values))
             except ConfigError as exc:
+                if self.epoch_rule == "explicit":
+                    raise ConfigError(
+                        f"a point of the sweep grid of adapter {adapter.name!r} is not a valid "
+                        f"configuration: {exc}"
+                    ) from exc
                 raise ConfigError(
                     f"the {self.name} grid around the centre {centre.to_dict()} of adapter "
                     f"{adapter.name!r} leaves a declared range: {exc}; move the centre"
                 ) from exc
+        if self.epoch_rule == "explicit" and len({c.digest() for c in configs}) != len(configs):
+            raise ConfigError(
+                f"the {self.name} grid of adapter {adapter.name!r} holds one configuration "
+                "twice (a value repeated in another spelling?)"
+            )
         return configs
 
     def describe(self) -> dict[str, Any]:
-        """JSON-friendly definition."""
-        return {
+        """JSON-friendly definition (a sweep adds its ``axes`` as ``[field, values]`` pairs)."""
+        described: dict[str, Any] = {
             "name": self.name,
             "version": self.version,
             "lr_multipliers": [str(m) for m in self.lr_multipliers],
@@ -122,6 +225,9 @@ class HpeProtocol:
             "epoch_rule": self.epoch_rule,
             "aggregation": self.aggregation,
         }
+        if self.epoch_rule == "explicit":
+            described["axes"] = [[name, list(values)] for name, values in self.sweep_axes]
+        return described
 
     def digest(self, adapter: type[Adapter], centre: AdapterConfig) -> str:
         """Hash of the protocol definition and the concrete grid (recorded on results)."""
@@ -200,8 +306,18 @@ def _scale(value: float, multiplier: Fraction) -> float:
     return float(f"{float(value) * multiplier.numerator / multiplier.denominator:.12g}")
 
 
-THREE = (Fraction(1, 5), Fraction(1), Fraction(5))
-FIVE = (Fraction(1, 25), Fraction(1, 5), Fraction(1), Fraction(5), Fraction(25))
+def spaced_multipliers(spacing: int, points: int) -> tuple[Fraction, ...]:
+    """``points`` multipliers of a learning-rate axis spaced by ``spacing``, centre in the middle.
+
+    ``spaced_multipliers(5, 3)`` is {1/5, 1, 5}; ``spaced_multipliers(3, 5)`` is
+    {1/9, 1/3, 1, 3, 9}.
+    """
+    half = points // 2
+    return tuple(Fraction(spacing) ** k for k in range(-half, points - half))
+
+
+THREE = spaced_multipliers(5, 3)
+FIVE = spaced_multipliers(5, 5)
 
 HPE_PROTOCOLS: dict[str, HpeProtocol] = {
     p.name: p
@@ -240,12 +356,58 @@ HPE_PROTOCOLS: dict[str, HpeProtocol] = {
             aggregation="logit-mean",
             leaderboard=False,
         ),
+        HpeProtocol(
+            name="published",
+            version=1,
+            description=(
+                "Each method as published: the adapter's cited recipe on each dataset "
+                "(optimiser, learning rate, epochs, batch size, templates), one configuration, "
+                "no centre search and no ensemble."
+            ),
+            lr_multipliers=(Fraction(1),),
+            single_lr_multipliers=(Fraction(1),),
+            epoch_rule="centre-only",
+            aggregation="logit-mean",
+            centre_rule="recipe",
+        ),
     )
 }
 
 
+SWEEP = HpeProtocol(
+    name="sweep",
+    version=1,
+    description=(
+        "A hyperparameter sweep (FewTrans Table I, Fig. 2): the Cartesian product of explicit "
+        "axes, every configuration scored on its own; no ensemble is reported and no "
+        "leaderboard accepts it."
+    ),
+    lr_multipliers=(Fraction(1),),
+    single_lr_multipliers=(Fraction(1),),
+    epoch_rule="explicit",
+    aggregation="logit-mean",
+    leaderboard=False,
+)
+"""The sweep protocol without axes (a run gets its own with :meth:`HpeProtocol.with_axes`)."""
+
+
 def get_hpe_protocol(name: str) -> HpeProtocol:
-    """Look up an HPE protocol by name."""
-    if name not in HPE_PROTOCOLS:
-        raise FewtransError(f"unknown HPE protocol {name!r}; known: {', '.join(HPE_PROTOCOLS)}")
-    return HPE_PROTOCOLS[name]
+    """Look up an HPE protocol by name: a named one, ``NAME@xS`` (spaced) or ``sweep``.
+
+    Raises:
+        FewtransError: an unknown name, or ``NAME@xS`` with the named protocol's own spacing.
+    """
+    if name in HPE_PROTOCOLS:
+        return HPE_PROTOCOLS[name]
+    if name == SWEEP.name:
+        return SWEEP
+    base, sep, factor = name.partition("@x")
+    if sep and base in HPE_PROTOCOLS and factor.isdigit() and not factor.startswith("0"):
+        protocol = HPE_PROTOCOLS[base].spaced(int(factor))
+        if protocol.name != name:
+            raise FewtransError(f"{name!r} is the {base} protocol itself: name it {base!r}")
+        return protocol
+    raise FewtransError(
+        f"unknown HPE protocol {name!r}; known: {', '.join(HPE_PROTOCOLS)}, a spaced variant "
+        "NAME@xS (e.g. fewtrans-paper@x3) or sweep"
+    )

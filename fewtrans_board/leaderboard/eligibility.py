@@ -59,7 +59,8 @@ def submission_problems(
             f"protocols {', '.join(accepted)}, not {hpe!r} (--protocol)"
         )
         return problems
-    if not get_hpe_protocol(hpe).leaderboard or not roles:
+    protocol = get_hpe_protocol(hpe)
+    if not protocol.leaderboard or not roles or protocol.centre_rule == "recipe":
         return problems
     problems.extend(_centre_problems(accepting, roles, centre, centre_record))
     return problems

@@ -35,6 +35,8 @@ class SubBenchmark:
         model_rule: which model each dataset's results must come from (:data:`MODEL_RULES`).
         paired_with: the benchmark under the other CLIP setting (the site compares the
             two on the datasets they share).
+        recipe: the published recipe (``Adapter.recipes`` name) a submission under the
+            ``published`` HPE protocol runs here; ``""`` where that protocol is not accepted.
     """
 
     name: str
@@ -48,6 +50,18 @@ class SubBenchmark:
     reporting: Literal["episodes", "base-to-novel", "per-shot"] = "episodes"
     model_rule: str = "any"
     paired_with: str = ""
+    recipe: str = ""
+
+    @property
+    def recipe_rule(self) -> str:
+        """How configurations are chosen here: ``hpe``, ``published`` or ``both``.
+
+        ``hpe``: an ensemble around a searched centre; ``published``: each method's cited
+        recipe; ``both``: entries under each rule are listed and ranked apart.
+        """
+        published = "published" in self.hpe_protocols
+        searched = any(p != "published" for p in self.hpe_protocols)
+        return "both" if published and searched else ("published" if published else "hpe")
 
     def expected_model(self, model: str, dataset: str) -> str:
         """The model name results on ``dataset`` must carry for a submission of ``model``.
@@ -90,6 +104,9 @@ def _frozen(protocol: str) -> tuple[str, ...]:
 CLIP_KSHOT_MANIFESTS = tuple(f"clip-kshot--{d}.parquet" for d in CLIP)
 FORGET_MANIFESTS = tuple(f"clip-kshot--{d}.parquet" for d in FORGET_DATASETS)
 MINIATURE_MANIFESTS = (f"clip-kshot--{MINIATURE_FORGET}.parquet",)
+INDUCTIVE_CLIP_RECIPE = "inductive-clip"
+"""The recipe name of each CLIP method's configuration in the inductive-CLIP paper's runs."""
+CLIP_PROTOCOLS = ("fewtrans-paper", "fewtrans-reference", "single", "published")
 CLIP_HELD_OUT = ("fungi",)
 """Where CLIP methods search their HPE centre: not CUB (FewTrans's held-out set), whose
 images are clip-cub's, a test dataset here; a fine-grained FewTrans dataset disjoint from
@@ -180,7 +197,8 @@ SUB_BENCHMARKS: dict[str, SubBenchmark] = {
                 "the average over shots and datasets."
             ),
             manifests=CLIP_KSHOT_MANIFESTS,
-            hpe_protocols=("fewtrans-paper", "fewtrans-reference", "single"),
+            hpe_protocols=CLIP_PROTOCOLS,
+            recipe=INDUCTIVE_CLIP_RECIPE,
             held_out=CLIP_HELD_OUT,
             reference_adapter="finetune-clip-both",
             reporting="per-shot",
@@ -193,7 +211,8 @@ SUB_BENCHMARKS: dict[str, SubBenchmark] = {
             description="K in 1/2/4/8/16, seeds 1-3, on the seven forget datasets. "
             + CLIP_SETTINGS["unlearned-target"],
             manifests=FORGET_MANIFESTS,
-            hpe_protocols=("fewtrans-paper", "fewtrans-reference", "single"),
+            hpe_protocols=CLIP_PROTOCOLS,
+            recipe=INDUCTIVE_CLIP_RECIPE,
             held_out=CLIP_HELD_OUT,
             reference_adapter="coop",
             reporting="per-shot",
@@ -205,7 +224,8 @@ SUB_BENCHMARKS: dict[str, SubBenchmark] = {
             title="Demo: digits 5-9 with the original demo CLIP",
             description="The inductive miniature, K in 1/2/4/8/16: demo-clip.digits has seen the digits 5-9.",
             manifests=MINIATURE_MANIFESTS,
-            hpe_protocols=("fewtrans-paper", "fewtrans-reference", "single"),
+            hpe_protocols=CLIP_PROTOCOLS,
+            recipe=INDUCTIVE_CLIP_RECIPE,
             held_out=("digits",),
             reference_adapter="coop",
             reporting="per-shot",
@@ -217,7 +237,8 @@ SUB_BENCHMARKS: dict[str, SubBenchmark] = {
             title="Demo: digits 5-9 with the digits 5-9 unlearned",
             description="The inductive miniature: demo-clip.digits+unlearn:digits-5-9 (SSD, retain digits 0-4).",
             manifests=MINIATURE_MANIFESTS,
-            hpe_protocols=("fewtrans-paper", "fewtrans-reference", "single"),
+            hpe_protocols=CLIP_PROTOCOLS,
+            recipe=INDUCTIVE_CLIP_RECIPE,
             held_out=("digits",),
             reference_adapter="coop",
             reporting="per-shot",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -114,6 +115,13 @@ RUN_RECORD = Record(
 )
 
 
+PEAK_MEMORY = Record(
+    {"bytes": Number(integer=True, low=0), "measure": Text(100)},
+    {"baseline_bytes": Number(integer=True, low=0), "device": LABEL},
+)
+"""A shard's peak memory (``fewtrans_board.runner.memory`` says what each measure is)."""
+
+
 def _provenance(require_schema: bool) -> Record:
     adapter: dict[str, Any] = {
         "name": NAME,
@@ -161,7 +169,8 @@ def _provenance(require_schema: bool) -> Record:
                 {
                     "index": Number(integer=True, low=0),
                     "count": Number(integer=True, low=1, high=99_999),
-                }
+                },
+                {"peak_memory": PEAK_MEMORY},
             ),
         }
     )
@@ -275,6 +284,11 @@ def _required(item: dataclasses.Field[Any]) -> bool:
 
 
 def _read(hint: Any, value: Any) -> Any:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and value is not None:
+        # An optional document (``PeakMemory | None``): read the document where present.
+        documents = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(documents) == 1:
+            hint = documents[0]
     if isinstance(hint, type) and issubclass(hint, _Document):
         return hint.of(value)
     if typing.get_origin(hint) is tuple and value is not None:
@@ -384,6 +398,14 @@ class HpeRef(_Document):
     roles: dict[str, str]
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def sweep_axes(self) -> dict[str, list[Any]] | None:
+        """A sweep's axes, ``{field: values}`` in grid order (``None``: not a sweep)."""
+        axes = self.extra.get("axes")
+        if not isinstance(axes, list):
+            return None
+        return {str(pair[0]): list(pair[1]) for pair in axes}
+
 
 @dataclass(frozen=True)
 class Preprocessing(_Document):
@@ -410,11 +432,35 @@ class Environment(_Document):
 
 
 @dataclass(frozen=True)
+class PeakMemory(_Document):
+    """The peak memory of computing one shard (``shard.peak_memory``; FewTrans Table IX).
+
+    ``measure`` says what ``bytes`` counts (see :mod:`fewtrans_board.runner.memory`):
+    ``cuda-max-memory-allocated``, ``rss-high-water``, ``rss-high-water-since-start``,
+    ``episode-process-cuda-max-memory-allocated`` or ``episode-process-rss-high-water``.
+    """
+
+    bytes: int
+    measure: str
+    baseline_bytes: int | None = None
+    """What the measure counted at the shard's start (in-process measures only)."""
+    device: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def growth_bytes(self) -> int | None:
+        """``bytes - baseline_bytes``: what the shard added at its peak (``None``: no baseline)."""
+        return None if self.baseline_bytes is None else max(0, self.bytes - self.baseline_bytes)
+
+
+@dataclass(frozen=True)
 class ShardRef(_Document):
-    """Which shard of the run this is (``shard``)."""
+    """Which shard of the run this is (``shard``), and what computing it cost."""
 
     index: int
     count: int
+    peak_memory: PeakMemory | None = None
+    """Where recorded (runs from before it was measured have none)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -9,11 +9,11 @@ import numpy as np
 
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.per_shot import per_shot, shot_seed_pairs
-from fewtrans_board.results.provenance import AdapterRef
+from fewtrans_board.results.provenance import AdapterRef, ShardRef
 from fewtrans_board.stats.base_novel import harmonic_mean, harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
 
-__all__ = ["AGGREGATIONS", "adapter_configuration", "harmonic_mean", "summarize"]
+__all__ = ["AGGREGATIONS", "adapter_configuration", "harmonic_mean", "peak_memory", "summarize"]
 
 AGGREGATIONS = ("hpe", "logit-mean", "vote", "oracle", "mean-single")
 
@@ -35,6 +35,40 @@ def adapter_configuration(adapter: AdapterRef) -> dict[str, Any]:
     }
 
 
+def peak_memory(run: RunResults) -> dict[str, Any] | None:
+    """The largest peak memory any shard of the run recorded (FewTrans Table IX).
+
+    Args:
+        run: the loaded run.
+
+    Returns:
+        ``{bytes, mib, measure, device, baseline_bytes, growth_bytes, shards, shards_measured}``
+        of the shard with the largest peak (``baseline_bytes``/``growth_bytes`` ``None``
+        where its measure has no baseline); ``None`` when no shard recorded one (runs
+        evaluated before peaks were measured).
+    """
+    recorded = [
+        ShardRef.of(meta["shard"]).peak_memory
+        for meta in run.shard_meta
+        if isinstance(meta.get("shard"), dict)
+    ]
+    peaks = [p for p in recorded if p is not None]
+    if not peaks:
+        return None
+    top = max(peaks, key=lambda p: p.bytes)
+    return {
+        "bytes": top.bytes,
+        "mib": top.bytes / 2**20,
+        "measure": top.measure,
+        "measures": sorted({p.measure for p in peaks}),
+        "device": top.device,
+        "baseline_bytes": top.baseline_bytes,
+        "growth_bytes": top.growth_bytes,
+        "shards": len(run.shard_meta),
+        "shards_measured": len(peaks),
+    }
+
+
 def summarize(
     run: RunResults, ddof: int = 1, manifest: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -52,14 +86,15 @@ def summarize(
         configurations' mean accuracies, points); base-to-novel runs add ``novel`` and
         ``harmonic_mean`` per aggregation, each ``{mean, ci95, n, ddof}``; k-shot (CLIP)
         runs add ``per_shot`` per aggregation: per K the seeds' accuracies, their mean and
-        spread, and the average over shots (their headline).
+        spread, and the average over shots (their headline). Runs that recorded
+        their peak memory add ``peak_memory`` (:func:`peak_memory`).
     """
     aggregations = run.aggregations()
     _, matrix, _ = run.config_matrix()
     config_means = np.nanmean(matrix, axis=0)
     stats = {name: mean_ci(aggregations[name], ddof=ddof).to_dict() for name in AGGREGATIONS}
     record = run.provenance
-    summary = {
+    summary: dict[str, Any] = {
         "run_id": record.run_id,
         "path": str(run.path),
         "model": record.model.name,
@@ -76,6 +111,9 @@ def summarize(
         "hpe_penalty": float(stats["oracle"]["mean"] - stats["hpe"]["mean"]),
         "sensitivity": float(np.std(config_means)) if len(config_means) > 1 else 0.0,
     }
+    peak = peak_memory(run)
+    if peak is not None:  # runs from before peaks were measured keep the summary they had
+        summary["peak_memory"] = peak
     if run.has_novel:
         novel = run.aggregations("novel")
         summary["novel"] = {

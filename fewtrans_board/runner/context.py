@@ -11,6 +11,7 @@ from fewtrans_board import __version__
 from fewtrans_board.api.adapter import Adapter, AdapterConfig
 from fewtrans_board.api.backbone import Backbone, Preprocessing
 from fewtrans_board.api.fit_options import FitOptions
+from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.blocks.lockstep import LockstepSettings, parse_memory, settings_for
 from fewtrans_board.core.errors import ConfigError, FewtransError
 from fewtrans_board.core.sandbox import Isolation, Limits
@@ -25,6 +26,7 @@ from fewtrans_board.runner.evaluate import ConfigOutcome, config_seed, evaluate_
 from fewtrans_board.runner.features import FeatureCache
 from fewtrans_board.runner.images import ImageStore
 from fewtrans_board.runner.isolated import PluginWorker
+from fewtrans_board.runner.memory import PeakMemory
 from fewtrans_board.runner.remote import (
     FAMILY_PRELOAD,
     ModelFacts,
@@ -84,6 +86,38 @@ def resolve_centre(
         raise FewtransError(f"adapter {adapter!r}: {exc}") from exc
 
 
+def recipe_centre(
+    adapter_cls: type[Adapter],
+    recipe: str | None,
+    dataset: str,
+    overrides: Mapping[str, Any],
+    centre_file: str | Path | None,
+) -> tuple[AdapterConfig, Recipe]:
+    """The configuration a ``published`` run evaluates: a recipe's values on ``dataset``.
+
+    Args:
+        adapter_cls: the adapter class.
+        recipe: the recipe's name (``None``: the adapter's only recipe).
+        dataset: the manifest's dataset (recipes may set per-dataset values).
+        overrides: ``--config`` values, refused: a published recipe is run as published.
+        centre_file: a centre-search file, refused likewise.
+
+    Raises:
+        FewtransError: the adapter has no such recipe, or a centre was given.
+    """
+    if overrides or centre_file:
+        raise FewtransError(
+            f"the published protocol runs adapter {adapter_cls.name!r}'s recipe as published; "
+            "drop --config and --centre (or run another HPE protocol)"
+        )
+    try:
+        chosen = adapter_cls.recipe(recipe)
+        values = {**adapter_cls.Config().to_dict(), **chosen.values_for(dataset)}
+        return adapter_cls.Config.from_dict(values), chosen
+    except ConfigError as exc:
+        raise FewtransError(str(exc)) from exc
+
+
 class RunContext:
     """Resolves names, loads the manifest and (lazily) the backbone, plans shards.
 
@@ -107,11 +141,29 @@ class RunContext:
                 f"{spec.model!r} is image-only"
             )
         self.hpe = get_hpe_protocol(spec.hpe)
+        if spec.sweep is not None:
+            self.hpe = self.hpe.with_axes(spec.sweep)
+        elif self.hpe.epoch_rule == "explicit":
+            raise FewtransError(
+                f"the {self.hpe.name} protocol evaluates explicit axes: run "
+                "'fewtrans-board sweep --grid FIELD=V1,V2,...'"
+            )
         check_schema_fits(self.hpe, self.adapter_cls.schema())
-        self.centre_record = load_centre_file(spec.centre_file) if spec.centre_file else None
-        self.centre = resolve_centre(
-            spec.adapter, self.adapter_cls, spec.config, self.centre_record, spec.centre_file
-        )
+        self.recipe: Recipe | None = None
+        if self.hpe.centre_rule == "recipe":
+            self.centre_record = None
+            self.centre, self.recipe = recipe_centre(
+                self.adapter_cls, spec.recipe, self.manifest.dataset, spec.config, spec.centre_file
+            )
+        else:
+            if spec.recipe is not None:
+                raise FewtransError(
+                    f"--recipe runs under the published protocol, not {self.hpe.name!r}"
+                )
+            self.centre_record = load_centre_file(spec.centre_file) if spec.centre_file else None
+            self.centre = resolve_centre(
+                spec.adapter, self.adapter_cls, spec.config, self.centre_record, spec.centre_file
+            )
         self.grid = self.hpe.grid(self.adapter_cls, self.centre)
         self.root = Path(spec.root) if spec.root else None
         episodes = self.manifest.episodes()
@@ -136,6 +188,9 @@ class RunContext:
         self.device = spec.device  # a worker may be placed on one of several GPUs
         self.isolation = self._isolation()
         self._worker: PluginWorker | None = None
+        # The peak-memory measurement of the shard being computed (episode processes'
+        # reported peaks are folded into it), if one is.
+        self.memory: PeakMemory | None = None
 
     def _isolation(self) -> Isolation:
         """The run's isolation.
@@ -352,6 +407,9 @@ class RunContext:
             self.model_facts.weights_id,
             [c.to_dict() for c in self.grid],
             self.shard_count,
+            None
+            if self.recipe is None
+            else {"name": self.recipe.name, "version": self.recipe.version},
         )
 
     def numeric_environment(self) -> dict[str, Any]:
@@ -445,6 +503,8 @@ class RunContext:
             )
         seeds = self.seeds(inputs.episode, configs)
         reply = self.ask(inputs, configs, seeds, loop=loop)
+        if self.memory is not None:
+            self.memory.observe(reply.peak_bytes)
         return outcomes_from_reply(inputs, configs, seeds, reply)
 
     def ask(

@@ -46,6 +46,7 @@ def run_provenance(ctx: RunContext) -> dict[str, Any]:
             "centre": ctx.centre.to_dict(),
             "paper": ctx.adapter_cls.paper,
             "schema": ctx.adapter_cls.schema(),
+            **({} if ctx.recipe is None else {"recipe": ctx.recipe.describe()}),
         },
         "hpe": {
             **ctx.hpe.describe(),

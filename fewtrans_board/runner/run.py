@@ -31,6 +31,7 @@ from fewtrans_board.results.provenance import RunProvenance
 from fewtrans_board.results.schema import SCHEMA_VERSION
 from fewtrans_board.results.shards import write_shard
 from fewtrans_board.runner.context import RunContext
+from fewtrans_board.runner.memory import PeakMemory
 from fewtrans_board.runner.run_folder import claim_shards, shard_path, unwritable
 from fewtrans_board.runner.spec import RunSpec, environment_differences, resolved_threads
 
@@ -56,22 +57,30 @@ def run_shard(
 ) -> Path:
     """Evaluate one shard in this process and write it atomically."""
     started = time.time()
-    adapter = ctx.adapter_cls() if ctx.isolation is Isolation.INLINE else None
+    inline = ctx.isolation is Isolation.INLINE
+    adapter = ctx.adapter_cls() if inline else None
     rows: list[dict[str, Any]] = []
     episodes = ctx.shard_episodes(index)
-    for episode in episodes:
-        rows.extend(ctx.episode_rows(episode, adapter))
-        if progress is not None:
-            progress(1)
-    metadata = {
-        **ctx.provenance(),
-        "shard": {
-            "index": index,
-            "count": ctx.shard_count,
-            "episodes": [episodes[0].index, episodes[-1].index] if episodes else [],
-            "seconds": round(time.time() - started, 3),
-        },
+    # Peak memory of the fitting (FewTrans Table IX): see runner/memory.py for what it is.
+    with PeakMemory(ctx.device, in_process=inline) as memory:
+        ctx.memory = memory
+        try:
+            for episode in episodes:
+                rows.extend(ctx.episode_rows(episode, adapter))
+                if progress is not None:
+                    progress(1)
+        finally:
+            ctx.memory = None
+    shard: dict[str, Any] = {
+        "index": index,
+        "count": ctx.shard_count,
+        "episodes": [episodes[0].index, episodes[-1].index] if episodes else [],
+        "seconds": round(time.time() - started, 3),
     }
+    peak = memory.record()
+    if peak is not None:
+        shard["peak_memory"] = peak
+    metadata = {**ctx.provenance(), "shard": shard}
     records = {
         key: ctx.adapter_records.pop(key)
         for key in [str(e.index) for e in episodes]

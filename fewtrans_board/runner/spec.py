@@ -41,6 +41,10 @@ class RunSpec:
             made, else a plain worker process), ``sandbox``, ``process`` or ``inline`` (this
             process; for analyses and debugging). Not part of the identity: every mode
             computes the same numbers.
+        recipe: the adapter's published recipe a ``published`` run follows (``None``: its
+            only one).
+        sweep: the axes of a ``sweep`` run, ``{field: values}`` in grid order (``None``
+            for every other protocol). The grid they make is part of the identity.
     """
 
     model: str
@@ -60,6 +64,8 @@ class RunSpec:
     max_memory: str | None = None
     image_cache: str | None = None
     isolation: str = "auto"
+    recipe: str | None = None
+    sweep: dict[str, list[Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (for worker processes)."""
@@ -95,10 +101,19 @@ def resolved_threads(spec: RunSpec) -> int:
 
 
 def run_identity(
-    spec: RunSpec, manifest_sha256: str, weights_id: str, grid: list[dict[str, Any]], shards: int
+    spec: RunSpec,
+    manifest_sha256: str,
+    weights_id: str,
+    grid: list[dict[str, Any]],
+    shards: int,
+    recipe: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The fields that define a run's results (paths and executor choices excluded)."""
-    return {
+    """The fields that define a run's results (paths and executor choices excluded).
+
+    ``recipe`` (name and version of a published recipe) is recorded only where one is run,
+    so the identities, and run ids, of HPE runs are those they always were.
+    """
+    identity: dict[str, Any] = {
         "model": spec.model,
         "weights_id": weights_id,
         "adapter": spec.adapter,
@@ -113,6 +128,9 @@ def run_identity(
         # Lockstep training equals the loop only up to rounding: shards never mix modes.
         "batching": spec.batching,
     }
+    if recipe is not None:
+        identity["recipe"] = recipe
+    return identity
 
 
 def numeric_environment(device: str, code: dict[str, str]) -> dict[str, Any]:

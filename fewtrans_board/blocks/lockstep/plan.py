@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fewtrans_board.api.recipe import FEWTRANS_OPTIMISER, FEWTRANS_SCHEDULE, Optimiser, Schedule
 from fewtrans_board.core.errors import FewtransError
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ class TrainingPlan:
         batched_loss: the loss as lockstep training runs it, when ``loss`` cannot run under
             ``vmap`` (e.g. it takes its own gradients to save memory); it must have the
             same value and gradient (checked on the first batch). ``None``: ``loss``.
+        optimiser: the optimiser of every group (FewTrans: Adam without weight decay).
+        schedule: the learning-rate schedule (FewTrans: per-step cosine to zero).
     """
 
     groups: list[tuple[list[torch.Tensor], float]]
@@ -74,6 +77,8 @@ class TrainingPlan:
     reason: str = ""
     batched_loss: Callable[[np.ndarray], torch.Tensor] | None = None
     rng_state: Any = field(default=None, repr=False)
+    optimiser: Optimiser = FEWTRANS_OPTIMISER
+    schedule: Schedule = FEWTRANS_SCHEDULE
 
     @property
     def lockstep_loss(self) -> Callable[[np.ndarray], torch.Tensor]:
@@ -141,17 +146,25 @@ def freeze_trained(plan: TrainingPlan) -> None:
 
 
 def train_plan(plan: TrainingPlan) -> None:
-    """Train one plan with the FewTrans recipe (the per-configuration loop), then freeze it.
+    """Train one plan with its optimiser and schedule (the per-configuration loop), then freeze it.
 
     Args:
         plan: the configuration's plan.
     """
-    from fewtrans_board.blocks.training import run_adam
+    from fewtrans_board.blocks.training import run_training
 
     for module in plan.train_modules:
         module.train()
     try:
-        run_adam(plan.groups, plan.loss, plan.n_items, plan.batch_size, plan.epochs)
+        run_training(
+            plan.groups,
+            plan.loss,
+            plan.n_items,
+            plan.batch_size,
+            plan.epochs,
+            plan.optimiser,
+            plan.schedule,
+        )
     finally:
         for module in plan.train_modules:
             module.eval()

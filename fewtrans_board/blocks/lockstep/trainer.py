@@ -10,7 +10,7 @@ For each group of configurations that differ only in learning rates and epochs:
    catches tensors captured by closures and seed-dependent frozen state); the probe also
    measures the activations one configuration keeps for backward, which sizes the chunks;
 4. train each chunk of rows in lockstep: ``vmap`` of the template's loss over the rows,
-   one backward over their sum, :class:`~fewtrans_board.blocks.lockstep.adam.StackedAdam`;
+   one backward over their sum, :class:`~fewtrans_board.blocks.lockstep.adam.StackedOptimiser`;
 5. build every predictor from its own (now trained) plan.
 
 Whenever batching is impossible (the plan says so, a check fails, vmap cannot run the
@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.fit_options import FitOptions, GroupReport, LockstepSettings
 from fewtrans_board.blocks.lockstep.memory import (
-    ADAM_COPIES,
     budget_bytes,
     chunk_size,
     saved_activation_bytes,
@@ -182,6 +181,9 @@ def _train(template: Template, settings: LockstepSettings, report: GroupReport) 
     plans = template.plans
     if not template.trainable:
         raise NotBatchable("nothing to train")
+    recipe = (template.plan.optimiser, template.plan.schedule)
+    if any((plan.optimiser, plan.schedule) != recipe for plan in plans):
+        raise NotBatchable("the configurations train with different optimisers or schedules")
     steps = [plan.steps() for plan in plans]
     order = sorted(range(len(plans)), key=lambda i: -steps[i])
     stacked = template.stack(order)
@@ -270,10 +272,11 @@ def _probe(template: Template, stacked: list[torch.Tensor], row: int, batch: np.
                 "(captured by a closure?)"
             )
     row_bytes = tensor_bytes(s[row] for s in stacked)
-    per_config = activations + ADAM_COPIES * row_bytes
+    copies = template.plan.optimiser.copies
+    per_config = activations + copies * row_bytes
     if cuda:
         peak = torch.cuda.max_memory_allocated(stacked[0].device) - base
-        per_config = max(per_config, peak + (ADAM_COPIES - 1) * row_bytes)
+        per_config = max(per_config, peak + (copies - 1) * row_bytes)
     return int(per_config)
 
 
@@ -339,10 +342,12 @@ def _train_chunk(
     lrs: list[list[float]],
     steps: list[int],
 ) -> None:
-    """Run the FewTrans schedule of ``len(steps)`` configurations in lockstep."""
+    """Run the optimiser and schedule of ``len(steps)`` configurations in lockstep."""
+    import math
+
     import torch
 
-    from fewtrans_board.blocks.lockstep.adam import StackedAdam
+    from fewtrans_board.blocks.lockstep.adam import StackedOptimiser
     from fewtrans_board.blocks.training import epoch_batches
 
     plan = template.plan
@@ -351,7 +356,14 @@ def _train_chunk(
     for module in plan.train_modules:
         module.train()
     try:
-        adam = StackedAdam(rows, lrs, steps)
+        adam = StackedOptimiser(
+            rows,
+            lrs,
+            steps,
+            plan.optimiser,
+            plan.schedule,
+            math.ceil(plan.n_items / plan.batch_size),
+        )
         for step, batch in enumerate(epoch_batches(plan.n_items, plan.batch_size, epochs)):
             active = adam.active(step)
             if active == 0:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
+from fewtrans_board.api.recipe import Recipe
+from fewtrans_board.blocks.clip_common import DASSL_RECIPE_NOTE, INDUCTIVE_CLIP_CODE
 from fewtrans_board.blocks.training import upcast
 from fewtrans_board.methods.adapters.clip_prompts.common import PHOTO_PREFIX
 from fewtrans_board.methods.adapters.clip_prompts.coop import CoopAdapter, CoopSession
@@ -159,6 +161,36 @@ class CocoopAdapter(CoopAdapter):
     paper = "Zhou et al., Conditional Prompt Learning for Vision-Language Models, CVPR 2022"
     code = "https://github.com/KaiyangZhou/CoOp"
     trains = "shared text context vectors + Meta-Net"
+    recipes = (
+        Recipe(
+            name="inductive-clip",
+            source=(
+                f"{INDUCTIVE_CLIP_CODE}: FSL/run_cocoop.sh (config vit_b16); "
+                "FSL/configs/trainers/CoCoOp/vit_b16.yaml (TRAINER.COCOOP.N_CTX 16, "
+                "CTX_INIT ''); FSL/trainers/cocoop.py; "
+                "models_prograddassl/Dassl.pytorch/dassl/config/defaults.py (OPTIM.MOMENTUM "
+                "0.9, OPTIM.WEIGHT_DECAY 5e-4) and dassl/optim/lr_scheduler.py"
+            ),
+            values={
+                "optimizer": "sgd",
+                "momentum": 0.9,
+                "weight_decay": 5e-4,
+                "lr": 0.002,
+                "epochs": 10,
+                "batch_size": 1,
+                "schedule": "cosine-epoch",
+                "warmup_epochs": 1,
+                "warmup_lr": 1e-5,
+                "n_ctx": 16,
+                "ctx_init": "",
+            },
+            notes=(
+                "16 random context vectors as the paper's config sets them (CoCoOp's own "
+                "configs: 4 from 'a photo of a'). FSL/trainers/cocoop.py builds no "
+                "hand-crafted prompt, so no template. " + DASSL_RECIPE_NOTE
+            ),
+        ),
+    )
 
     @dataclass(frozen=True)
     class Config(CoopAdapter.Config):

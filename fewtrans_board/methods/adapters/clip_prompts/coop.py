@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
+from fewtrans_board.api.recipe import Recipe
+from fewtrans_board.blocks.clip_common import DASSL_RECIPE_NOTE, INDUCTIVE_CLIP_CODE
 from fewtrans_board.blocks.training import upcast
 from fewtrans_board.methods.adapters.clip_prompts.common import (
     PromptAdapter,
@@ -125,6 +127,37 @@ class CoopAdapter(PromptAdapter):
     code = "https://github.com/KaiyangZhou/CoOp"
     trains = "n_ctx shared text context vectors"
     frozen_backbone = True
+    recipes = (
+        Recipe(
+            name="inductive-clip",
+            source=(
+                f"{INDUCTIVE_CLIP_CODE}: FSL/run_coop.sh (config vit_b16 as "
+                "FSL/run_process_parallel.py passes it); FSL/configs/trainers/CoOp/vit_b16.yaml; "
+                "FSL/train.py extend_cfg (TRAINER.COOP.N_CTX 16, CTX_INIT '', CSC False, "
+                "CLASS_TOKEN_POSITION end); "
+                "models_prograddassl/Dassl.pytorch/dassl/config/defaults.py (OPTIM.MOMENTUM "
+                "0.9, OPTIM.WEIGHT_DECAY 5e-4) and dassl/optim/lr_scheduler.py"
+            ),
+            values={
+                "optimizer": "sgd",
+                "momentum": 0.9,
+                "weight_decay": 5e-4,
+                "lr": 0.002,
+                "epochs": 100,
+                "batch_size": 32,
+                "schedule": "cosine-epoch",
+                "warmup_epochs": 1,
+                "warmup_lr": 1e-5,
+                "n_ctx": 16,
+                "ctx_init": "",
+            },
+            notes=(
+                "FSL/trainers/coop.py builds no hand-crafted prompt (16 learned vectors, the "
+                "class name, '.'), so the recipe sets no template (this adapter uses none). "
+                + DASSL_RECIPE_NOTE
+            ),
+        ),
+    )
 
     @dataclass(frozen=True)
     class Config(PromptConfig):

@@ -1,4 +1,4 @@
-"""SEP's Token Fusion Module and the hooks that regenerate prompts inside CLIP's towers.
+"""SEP's Token Fusion Module (TFM) and the hooks that regenerate prompts inside CLIP's towers.
 
 Before each selected block the prompt tokens are replaced by ``TFM(pre-trained tokens,
 prompts)``: cross-attention with the prompts as queries and ``k`` *self-enhanced*
@@ -12,11 +12,46 @@ gated bottleneck MLP.
   tokens by their activation averaged over the *batch*, which makes a query's logits
   depend on the other queries; ranking per image keeps the method inductive.
 
+Two attention operators (SEP's ``fusion`` option):
+
+- ``"projected"`` (the default) is what both official codes run: ``PromptAttention`` in
+  htyao89/SEP ``SEP_main/trainers/sep.py`` and, unchanged, in the inductive-CLIP paper's
+  ``FSL/trainers/sep.py`` (and ``sepres.py``), called from ``ResidualAttentionBlock_SEP_Text``
+  / ``_Visual`` in ``trainers/clip_text/model.py`` (``FSL/trainers/clip_text_sep/model.py``).
+  It is ``nn.MultiheadAttention(W, W // 64)``: learned query/key/value projections with
+  biases, ``W // 64`` heads of width 64 (scale ``1 / sqrt(64)``) and a learned output
+  projection.
+- ``"plain"`` is the attention of the paper's Eq. 11 as issue 26 quotes it,
+  ``softmax(Z_v Z_p^T / sqrt(D)) Z_v``: no projections, one head, scale ``1 / sqrt(D)``
+  over the full width.
+  Read with the softmax over the pre-trained tokens, each prompt takes a convex mixture
+  of the pre-trained tokens, i.e. ``softmax(Z_p Z_v^T / sqrt(D)) Z_v`` row by row (this is
+  how the code orients its attention, prompts as queries). This variant is a
+  simplification of the released method, not what the paper's numbers were produced with;
+  it keeps everything else of the code (the shared LayerNorm in front of the attention,
+  the gates ``s1``, ``s2`` and the MLP), so the two differ only by the projections.
+
+Either way the module follows the code's ``PromptAttention.forward(visual_context,
+token_context)`` (called with ``visual_context`` = the pre-trained tokens ``t`` and
+``token_context`` = the prompts ``p``)::
+
+    z   = s1 * t + (1 - s1) * Attn(query=LN1(p), key=LN1(t), value=LN1(t))
+    out = s2 * z + (1 - s2) * MLP(LN2(z))
+
+with ``MLP = Linear(W, 256, no bias), QuickGELU, Linear(256, W, no bias)`` and ``s1 = s2 =
+0.75`` at the start. The code's ``ln_pa_1_token`` LayerNorm is created but never used, so
+it is not created here. The code builds one ``PromptAttention`` and deep-copies it to every
+layer (``_get_clones``), so all layers start from the same weights; :func:`fusion_layers`
+does the same. Not reproduced: the code's fp16 weights (it multiplies by
+``scale.half()``); here float32 with autocast.
+
 Importing this module imports torch, so adapters import it inside their sessions.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +60,11 @@ from torch import nn
 
 TFM_HIDDEN = 256
 SCALE_INIT = 0.75
+HEAD_WIDTH = 64
+"""Width of one attention head of the projected fusion (the code's ``W // 64`` heads)."""
+
+FUSIONS = ("projected", "plain")
+"""The attention operators of :class:`TokenFusion` (see the module docstring)."""
 
 
 class QuickGELU(nn.Module):
@@ -35,17 +75,43 @@ class QuickGELU(nn.Module):
         return x * torch.sigmoid(1.702 * x)
 
 
+def plain_attention(queries: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """``softmax(Q Z^T / sqrt(D)) Z`` over the last two axes: no projections, one head.
+
+    Args:
+        queries: ``[..., n, D]`` (the prompts).
+        tokens: ``[..., k, D]`` (the pre-trained tokens, keys and values at once).
+
+    Returns:
+        ``[..., n, D]``: each query's softmax-weighted mixture of ``tokens``.
+    """
+    scores = queries @ tokens.transpose(-2, -1) / math.sqrt(tokens.shape[-1])
+    return torch.softmax(scores, dim=-1) @ tokens
+
+
 class TokenFusion(nn.Module):
-    """``s2 * z + (1 - s2) * MLP(LN(z))`` with ``z = s1 * t + (1 - s1) * Attn(LN(p), LN(t), LN(t))``.
+    """``s2 * z + (1 - s2) * MLP(LN2(z))`` with ``z = s1 * t + (1 - s1) * Attn(LN1(p), LN1(t), LN1(t))``.
 
     Args:
         width: token width.
         hidden: bottleneck width of the MLP (256 in SEP).
+        fusion: ``"projected"`` (the official code's multi-head attention with learned
+            projections) or ``"plain"`` (Eq. 11's projection-free attention).
+
+    Raises:
+        ValueError: an unknown ``fusion``.
     """
 
-    def __init__(self, width: int, hidden: int = TFM_HIDDEN) -> None:
+    def __init__(self, width: int, hidden: int = TFM_HIDDEN, fusion: str = "projected") -> None:
         super().__init__()
-        self.attn = nn.MultiheadAttention(width, max(1, width // 64), batch_first=True)
+        if fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
+        self.fusion = fusion
+        self.attn: nn.MultiheadAttention | None = (
+            nn.MultiheadAttention(width, max(1, width // HEAD_WIDTH), batch_first=True)
+            if fusion == "projected"
+            else None
+        )
         self.ln_1 = nn.LayerNorm(width)
         self.ln_2 = nn.LayerNorm(width)
         self.mlp = nn.Sequential(
@@ -54,11 +120,17 @@ class TokenFusion(nn.Module):
         self.scale1 = nn.Parameter(torch.full((1,), SCALE_INIT))
         self.scale2 = nn.Parameter(torch.full((1,), SCALE_INIT))
 
+    def attend(self, tokens: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
+        """The attention term: prompts (queries) over the pre-trained tokens, both layer-normed."""
+        keys, queries = self.ln_1(tokens), self.ln_1(prompts)
+        if self.attn is None:
+            return plain_attention(queries, keys)
+        attended: torch.Tensor = self.attn(queries, keys, keys, need_weights=False)[0]
+        return attended
+
     def forward(self, tokens: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
         """New prompts ``[B, n, W]`` from pre-trained ``tokens`` and current ``prompts`` (same shape)."""
-        keys = self.ln_1(tokens)
-        attended = self.attn(self.ln_1(prompts), keys, keys, need_weights=False)[0]
-        fused = self.scale1 * tokens + (1 - self.scale1) * attended
+        fused = self.scale1 * tokens + (1 - self.scale1) * self.attend(tokens, prompts)
         out: torch.Tensor = self.scale2 * fused + (1 - self.scale2) * self.mlp(self.ln_2(fused))
         return out
 
@@ -117,6 +189,11 @@ def attach_visual_fusion(
     ]
 
 
-def fusion_layers(n_blocks: int, width: int) -> nn.ModuleDict:
-    """One :class:`TokenFusion` for every block after the first (SEP's default layer set)."""
-    return nn.ModuleDict({str(i): TokenFusion(width) for i in range(1, n_blocks)})
+def fusion_layers(n_blocks: int, width: int, fusion: str = "projected") -> nn.ModuleDict:
+    """One :class:`TokenFusion` for every block after the first (SEP's default layer set).
+
+    As the code's ``_get_clones``, one module is built and deep-copied to every layer, so
+    all layers start from the same weights (they train apart).
+    """
+    first = TokenFusion(width, fusion=fusion)
+    return nn.ModuleDict({str(i): copy.deepcopy(first) for i in range(1, n_blocks)})

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
+from fewtrans_board.api.recipe import Recipe
+from fewtrans_board.blocks.clip_common import DASSL_RECIPE_NOTE, INDUCTIVE_CLIP_CODE
 from fewtrans_board.blocks.training import upcast
 from fewtrans_board.methods.adapters.clip_prompts.common import (
     PHOTO_PREFIX,
@@ -151,6 +153,38 @@ class IvlpAdapter(PromptAdapter):
     paper = "Khattak et al., MaPLe, CVPR 2023 (IVLP baseline)"
     code = "https://github.com/muzairkhattak/multimodal-prompt-learning"
     trains = "deep text prompts (first layer from 'a photo of a') + deep visual prompts"
+    recipes = (
+        Recipe(
+            name="inductive-clip",
+            source=(
+                f"{INDUCTIVE_CLIP_CODE}: FSL/run_ivlp.sh (config vit_b16); "
+                "FSL/configs/trainers/IVLP/vit_b16.yaml (TRAINER.IVLP.N_CTX_VISION 4, "
+                "N_CTX_TEXT 4, CTX_INIT 'a photo of a', PROMPT_DEPTH_VISION 9, "
+                "PROMPT_DEPTH_TEXT 9); FSL/trainers/ivlp.py; "
+                "models_prograddassl/Dassl.pytorch/dassl/config/defaults.py (OPTIM.MOMENTUM "
+                "0.9, OPTIM.WEIGHT_DECAY 5e-4) and dassl/optim/lr_scheduler.py"
+            ),
+            values={
+                "optimizer": "sgd",
+                "momentum": 0.9,
+                "weight_decay": 5e-4,
+                "lr": 0.0025,
+                "epochs": 20,
+                "batch_size": 4,
+                "schedule": "cosine-epoch",
+                "warmup_epochs": 1,
+                "warmup_lr": 1e-5,
+                "n_ctx_text": 4,
+                "n_ctx_vision": 4,
+                "depth": 9,
+                "ctx_init": "a photo of a",
+            },
+            notes=(
+                "FSL/trainers/ivlp.py builds no hand-crafted prompt, so no template. "
+                + DASSL_RECIPE_NOTE
+            ),
+        ),
+    )
 
     @dataclass(frozen=True)
     class Config(PromptConfig):

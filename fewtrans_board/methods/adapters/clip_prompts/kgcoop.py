@@ -7,6 +7,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
+from fewtrans_board.api.recipe import Recipe
+from fewtrans_board.blocks.clip_common import (
+    DASSL_RECIPE_NOTE,
+    INDUCTIVE_CLIP_CODE,
+    inductive_clip_templates,
+)
 from fewtrans_board.methods.adapters.clip_prompts.coop import CoopAdapter, CoopSession
 
 if TYPE_CHECKING:
@@ -18,14 +24,17 @@ if TYPE_CHECKING:
 
 
 class KgcoopSession(CoopSession):
-    """CoOp session whose loss adds ``weight * (1 - mean_c cos(t_c, t_c^handcrafted))``."""
+    """CoOp session whose loss adds ``weight * (1 - mean_c cos(t_c, t_c^handcrafted))``.
 
-    def __init__(self, *args: Any, weight: float, **kwargs: Any) -> None:
+    The hand-crafted features are those of ``template`` (the config's).
+    """
+
+    def __init__(self, *args: Any, weight: float, template: str, **kwargs: Any) -> None:
         from fewtrans_board.blocks.clip_common import handcrafted_text_features
 
         super().__init__(*args, **kwargs)
         self.weight = weight
-        self.handcrafted = handcrafted_text_features(self.backbone, self.class_names).to(
+        self.handcrafted = handcrafted_text_features(self.backbone, self.class_names, template).to(
             self.device
         )
 
@@ -53,6 +62,40 @@ class KgcoopAdapter(CoopAdapter):
     )
     code = "https://github.com/htyao89/KgCoOp"
     trains = "n_ctx shared text context vectors"
+    recipes = (
+        Recipe(
+            name="inductive-clip",
+            source=(
+                f"{INDUCTIVE_CLIP_CODE}: FSL/run_kgcoop.sh (NCTX=4, WEIGHT=8.0, CSC=False, "
+                "CTP=end; config vit_b16; Dassl.ProGrad.pytorch); "
+                "FSL/configs/trainers/KgCoOp/vit_b16.yaml (TRAINER.COOP.CTX_INIT True); "
+                "FSL/trainers/kgcoop.py (CTX_INIT: context from 'a photo of a'; "
+                "CUSTOM_TEMPLATES); models_prograddassl/Dassl.ProGrad.pytorch/dassl/config/"
+                "defaults.py (OPTIM.MOMENTUM 0.9, OPTIM.WEIGHT_DECAY 5e-4), "
+                "dassl/optim/lr_scheduler.py and dassl/data/data_manager.py"
+            ),
+            values={
+                "optimizer": "sgd",
+                "momentum": 0.9,
+                "weight_decay": 5e-4,
+                "lr": 0.002,
+                "epochs": 100,
+                "batch_size": 128,
+                "schedule": "cosine-epoch",
+                "warmup_epochs": 1,
+                "warmup_lr": 1e-5,
+                "n_ctx": 4,
+                "ctx_init": "a photo of a",
+                "kg_weight": 8.0,
+            },
+            per_dataset=inductive_clip_templates("kgcoop"),
+            notes=(
+                "Dassl.ProGrad.pytorch's train loader drops an epoch's last incomplete batch "
+                "when the support set holds at least 128 images (drop_last); here every "
+                "epoch ends with that partial batch. " + DASSL_RECIPE_NOTE
+            ),
+        ),
+    )
 
     @dataclass(frozen=True)
     class Config(CoopAdapter.Config):
@@ -78,4 +121,5 @@ class KgcoopAdapter(CoopAdapter):
             config.ctx_init,
             self.name,
             weight=config.kg_weight,
+            template=config.template,
         )

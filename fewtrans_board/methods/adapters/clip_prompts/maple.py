@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
+from fewtrans_board.api.recipe import Recipe
+from fewtrans_board.blocks.clip_common import DASSL_RECIPE_NOTE, INDUCTIVE_CLIP_CODE
 from fewtrans_board.methods.adapters.clip_prompts.common import (
     PHOTO_PREFIX,
     PromptAdapter,
@@ -64,6 +66,36 @@ class MapleAdapter(PromptAdapter):
     paper = "Khattak et al., MaPLe: Multi-modal Prompt Learning, CVPR 2023"
     code = "https://github.com/muzairkhattak/multimodal-prompt-learning"
     trains = "deep text prompts (first layer from 'a photo') + per-layer text-to-image Linears"
+    recipes = (
+        Recipe(
+            name="inductive-clip",
+            source=(
+                f"{INDUCTIVE_CLIP_CODE}: FSL/run_maple.sh (config vit_b16); "
+                "FSL/configs/trainers/MaPLe/vit_b16.yaml (TRAINER.MAPLE.N_CTX 2, CTX_INIT "
+                "'a photo of a', PROMPT_DEPTH 9); FSL/trainers/maple.py; "
+                "models_prograddassl/Dassl.pytorch/dassl/config/defaults.py (OPTIM.MOMENTUM "
+                "0.9, OPTIM.WEIGHT_DECAY 5e-4) and dassl/optim/lr_scheduler.py"
+            ),
+            values={
+                "optimizer": "sgd",
+                "momentum": 0.9,
+                "weight_decay": 5e-4,
+                "lr": 0.0035,
+                "epochs": 5,
+                "batch_size": 4,
+                "schedule": "cosine-epoch",
+                "warmup_epochs": 1,
+                "warmup_lr": 1e-5,
+                "n_ctx": 2,
+                "depth": 9,
+                "ctx_init": "a photo of a",
+            },
+            notes=(
+                "FSL/trainers/maple.py builds no hand-crafted prompt, so no template. "
+                + DASSL_RECIPE_NOTE
+            ),
+        ),
+    )
 
     @dataclass(frozen=True)
     class Config(PromptConfig):

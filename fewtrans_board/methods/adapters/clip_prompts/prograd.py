@@ -14,6 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
+from fewtrans_board.api.recipe import Recipe
+from fewtrans_board.blocks.clip_common import (
+    DASSL_RECIPE_NOTE,
+    INDUCTIVE_CLIP_CODE,
+    inductive_clip_templates,
+)
 from fewtrans_board.methods.adapters.clip_prompts.coop import CoopAdapter, CoopSession
 
 if TYPE_CHECKING:
@@ -58,12 +64,15 @@ class ProgradSession(CoopSession):
     batchable = False
     not_batchable_reason = "ProGrad's loss projects its own gradients"
 
-    def __init__(self, *args: Any, strength: float, temperature: float, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, strength: float, temperature: float, template: str, **kwargs: Any
+    ) -> None:
         from fewtrans_board.blocks.clip_common import handcrafted_text_features
 
         super().__init__(*args, **kwargs)
         self.strength, self.temperature = strength, temperature
-        handcrafted = handcrafted_text_features(self.backbone, self.class_names).to(self.device)
+        handcrafted = handcrafted_text_features(self.backbone, self.class_names, template)
+        handcrafted = handcrafted.to(self.device)
         self.zero_shot_logits = self.logit_scale * self.features @ handcrafted.t()
 
     def distillation(self, logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -112,6 +121,50 @@ class ProgradAdapter(CoopAdapter):
     paper = "Zhu et al., Prompt-aligned Gradient for Prompt Tuning (ProGrad), ICCV 2023"
     code = "https://github.com/BeierZhu/Prompt-align"
     trains = "n_ctx shared text context vectors"
+    recipes = (
+        Recipe(
+            name="inductive-clip",
+            source=(
+                f"{INDUCTIVE_CLIP_CODE}: FSL/run_prograd.sh (NCTX=16, LAMBDA=1.0, CSC=False, "
+                "CTP=end; config vit_b16; Dassl.ProGrad.pytorch); "
+                "FSL/configs/trainers/ProGrad/vit_b16.yaml (LOSS.T 1.0, TRAINER.COOP.CTX_INIT "
+                "True); FSL/trainers/prograd.py (context from CUSTOM_TEMPLATES; "
+                "CUSTOM_TEMPLATES for the zero-shot teacher); "
+                "models_prograddassl/Dassl.ProGrad.pytorch/dassl/config/defaults.py "
+                "(OPTIM.MOMENTUM 0.9, OPTIM.WEIGHT_DECAY 5e-4), dassl/optim/lr_scheduler.py "
+                "and dassl/data/data_manager.py"
+            ),
+            values={
+                "optimizer": "sgd",
+                "momentum": 0.9,
+                "weight_decay": 5e-4,
+                "lr": 0.002,
+                "epochs": 100,
+                "batch_size": 128,
+                "schedule": "cosine-epoch",
+                "warmup_epochs": 1,
+                "warmup_lr": 1e-5,
+                "n_ctx": 16,
+                "prograd_lambda": 1.0,
+                "temperature": 1.0,
+            },
+            per_dataset={
+                dataset: {**values, "ctx_init": values["template"].removesuffix(" {}.")}
+                for dataset, values in inductive_clip_templates("prograd").items()
+            },
+            notes=(
+                "The paper's context is 16 vectors: the last w (w = the word count of the "
+                "dataset's template before ' {}.') initialised from those words' first w "
+                "token embeddings, the others zeros. This CoOp context has no zero padding: "
+                "ctx_init is those words, so n_ctx becomes their token count (4 for 'a "
+                "photo of a') and all their tokens train (where punctuation adds a token, "
+                "e.g. 'a type of flower, a photo of a', the paper keeps the last one fixed). "
+                "Dassl.ProGrad.pytorch's train loader drops an epoch's last incomplete batch "
+                "when the support set holds at least 128 images (drop_last); here every "
+                "epoch ends with that partial batch. " + DASSL_RECIPE_NOTE
+            ),
+        ),
+    )
 
     @dataclass(frozen=True)
     class Config(CoopAdapter.Config):
@@ -139,4 +192,5 @@ class ProgradAdapter(CoopAdapter):
             self.name,
             strength=config.prograd_lambda,
             temperature=config.temperature,
+            template=config.template,
         )

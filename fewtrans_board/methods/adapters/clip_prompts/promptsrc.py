@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
+from fewtrans_board.api.recipe import Recipe
+from fewtrans_board.blocks.clip_common import DASSL_RECIPE_NOTE, INDUCTIVE_CLIP_CODE
 from fewtrans_board.blocks.training import upcast
 from fewtrans_board.methods.adapters.clip_prompts.ivlp import IvlpAdapter, IvlpSession
 
@@ -153,6 +155,47 @@ class PromptSrcAdapter(IvlpAdapter):
     )
     code = "https://github.com/muzairkhattak/PromptSRC"
     trains = "deep text + image prompts (IVLP, 4 + 4, depth 9), Gaussian-averaged over epochs"
+    recipes = (
+        Recipe(
+            name="inductive-clip",
+            source=(
+                f"{INDUCTIVE_CLIP_CODE}: FSL/run_promptsrc.sh (config vit_b16); "
+                "FSL/configs/trainers/PromptSRC/vit_b16.yaml (TRAINER.PROMPTSRC.N_CTX_VISION "
+                "4, N_CTX_TEXT 4, CTX_INIT 'a photo of a', PROMPT_DEPTH_VISION 9, "
+                "PROMPT_DEPTH_TEXT 9, TEXT_LOSS_WEIGHT 25, IMAGE_LOSS_WEIGHT 10, GPA_MEAN 45, "
+                "GPA_STD 5); FSL/trainers/promptsrc.py; FSL/trainers/imagenet_templates.py; "
+                "models_prograddassl/Dassl.pytorch/dassl/config/defaults.py (OPTIM.MOMENTUM "
+                "0.9, OPTIM.WEIGHT_DECAY 5e-4) and dassl/optim/lr_scheduler.py"
+            ),
+            values={
+                "optimizer": "sgd",
+                "momentum": 0.9,
+                "weight_decay": 5e-4,
+                "lr": 0.0025,
+                "epochs": 50,
+                "batch_size": 4,
+                "schedule": "cosine-epoch",
+                "warmup_epochs": 1,
+                "warmup_lr": 1e-5,
+                "n_ctx_text": 4,
+                "n_ctx_vision": 4,
+                "depth": 9,
+                "ctx_init": "a photo of a",
+                "text_weight": 25.0,
+                "image_weight": 10.0,
+                "gpa_mean": 0.9,
+                "gpa_std": 0.1,
+            },
+            notes=(
+                "GPA's mean and std are fractions of the epochs here: 45/50 and 5/50. The "
+                "yaml marks 45/5 for StanfordCars, Flowers, Aircraft, DTD and EuroSAT (30/30, "
+                "for the others, is commented out), so the paper's runs use it everywhere. "
+                "The frozen text targets average the 80 templates of "
+                "FSL/trainers/imagenet_templates.py (open_clip's OPENAI_IMAGENET_TEMPLATES, "
+                "the same list), no dataset template, so no template is set. " + DASSL_RECIPE_NOTE
+            ),
+        ),
+    )
 
     @dataclass(frozen=True)
     class Config(IvlpAdapter.Config):

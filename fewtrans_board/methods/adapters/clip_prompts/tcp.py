@@ -15,6 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
+from fewtrans_board.api.recipe import Recipe
+from fewtrans_board.blocks.clip_common import (
+    DASSL_RECIPE_NOTE,
+    INDUCTIVE_CLIP_CODE,
+    inductive_clip_templates,
+)
 from fewtrans_board.methods.adapters.clip_prompts.coop import CoopAdapter, CoopSession
 
 if TYPE_CHECKING:
@@ -28,15 +34,15 @@ if TYPE_CHECKING:
 class TcpSession(CoopSession):
     """CoOp session whose context is replaced by class-aware tokens inside the text tower."""
 
-    def __init__(self, *args: Any, weight: float, layer: int, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, weight: float, layer: int, template: str, **kwargs: Any) -> None:
         from torch import nn
 
         from fewtrans_board.blocks.clip_common import handcrafted_text_features
         from fewtrans_board.methods.adapters.clip_prompts.fusion import QuickGELU
 
         super().__init__(*args, **kwargs)
-        self.weight = weight
-        self.handcrafted = handcrafted_text_features(self.backbone, self.class_names).to(
+        self.weight, self.template = weight, template
+        self.handcrafted = handcrafted_text_features(self.backbone, self.class_names, template).to(
             self.device
         )
         dim, width, n = self.handcrafted.shape[1], self.prompter.width, self.prompter.n_ctx
@@ -69,7 +75,8 @@ class TcpSession(CoopSession):
         if list(class_names) == self.class_names:
             features = self.handcrafted
         else:
-            features = handcrafted_text_features(self.backbone, class_names).to(self.device)
+            features = handcrafted_text_features(self.backbone, class_names, self.template)
+            features = features.to(self.device)
         tokens: torch.Tensor = self.meta_net(features)
         return tokens.view(len(class_names), self.prompter.n_ctx, -1)
 
@@ -102,6 +109,49 @@ class TcpAdapter(CoopAdapter):
     paper = "Yao et al., TCP: Textual-based Class-aware Prompt tuning for Visual-Language Model, CVPR 2024"
     code = "https://github.com/htyao89/Textual-based_Class-aware_prompt_tuning"
     trains = "n_ctx context vectors + text-knowledge MLP (D -> D/4 -> n_ctx x W)"
+    recipes = (
+        Recipe(
+            name="inductive-clip",
+            source=(
+                f"{INDUCTIVE_CLIP_CODE}: FSL/run_tcp.sh (NCTX=4, WEIGHT=1.0, CSC=False, "
+                "CTP=end; config vit_b16); FSL/configs/trainers/TCP/vit_b16.yaml (OPTIM.NAME "
+                "adam_tpc, TRAINER.COOP.CTX_INIT False); FSL/trainers/tcp.py (loss CE + "
+                "8.0 * (1 - cos); CUSTOM_TEMPLATES_ori for the hand-crafted features, "
+                "CUSTOM_TEMPLATES for the prompt); FSL/trainers/clip_text_tcp/model.py "
+                "(class tokens before block 8, weight 1.0); "
+                "models_prograddassl/Dassl.pytorch/dassl/optim/optimizer.py (adam_tpc: Adam "
+                "with eps 1e-3), dassl/config/defaults.py (OPTIM.WEIGHT_DECAY 5e-4) and "
+                "dassl/optim/lr_scheduler.py"
+            ),
+            values={
+                "optimizer": "adam",
+                "adam_eps": 1e-3,
+                "weight_decay": 5e-4,
+                "lr": 0.002,
+                "epochs": 50,
+                "batch_size": 32,
+                "schedule": "cosine-epoch",
+                "warmup_epochs": 1,
+                "warmup_lr": 1e-5,
+                "n_ctx": 4,
+                "ctx_init": "",
+                "kg_weight": 8.0,
+                "layer": 8,
+            },
+            per_dataset=inductive_clip_templates("tcp"),
+            notes=(
+                "run_tcp.sh's WEIGHT=1.0 is the class-token mixing weight, which "
+                "clip_text_tcp/model.py fixes at 1.0 anyway; the knowledge term's weight is "
+                "8.0, written in tcp.py. The paper's learned prompt carries part of the "
+                "template (tcp.py CUSTOM_TEMPLATES: 'X X X X {}, a type of flower.', "
+                "'X X X X {}, a type of aircraft.', 'X X X X {} texture.', "
+                "'X X X X {}, a type of car' (no full stop), 'X X X X {}, a type of food.', "
+                "and for UCF101 the 4 context vectors in place of 'a photo of a' before "
+                "'person doing {}.'); this adapter's prompt is always the context, the "
+                "class name and '.', as the paper's is on the other datasets. " + DASSL_RECIPE_NOTE
+            ),
+        ),
+    )
 
     @dataclass(frozen=True)
     class Config(CoopAdapter.Config):
@@ -136,4 +186,5 @@ class TcpAdapter(CoopAdapter):
             self.name,
             weight=config.kg_weight,
             layer=config.layer,
+            template=config.template,
         )

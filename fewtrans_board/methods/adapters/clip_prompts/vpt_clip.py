@@ -33,6 +33,7 @@ class VptClipSession(PromptSession):
         n_tokens: prompts per layer.
         depth: blocks with their own prompts (0: all).
         method: adapter name, for error messages.
+        template: the template of the hand-crafted class prompts.
     """
 
     def __init__(
@@ -43,6 +44,7 @@ class VptClipSession(PromptSession):
         n_tokens: int,
         depth: int,
         method: str,
+        template: str,
     ) -> None:
         from fewtrans_board.blocks.clip_common import cached_for, require_text
         from fewtrans_board.blocks.deep_prompts import DeepVisualPrompts
@@ -53,6 +55,7 @@ class VptClipSession(PromptSession):
         super().__init__(backbone.device)
         self.backbone = backbone
         self.class_names = list(class_names)
+        self.template = template
         self.encoder = frozen_copy(backbone.image_encoder)
         self.frozen.append(self.encoder)
         width, layers = vit_width(self.encoder)
@@ -66,7 +69,7 @@ class VptClipSession(PromptSession):
     def _encode_text(self, class_names: Sequence[str]) -> torch.Tensor:
         from fewtrans_board.blocks.clip_common import handcrafted_text_features
 
-        return handcrafted_text_features(self.backbone, class_names).to(self.device)
+        return handcrafted_text_features(self.backbone, class_names, self.template).to(self.device)
 
     def text_features(self, class_names: Sequence[str]) -> torch.Tensor:
         """Frozen hand-crafted text features ``[C, D]``.
@@ -118,5 +121,11 @@ class VptClipAdapter(PromptAdapter):
     ) -> VptClipSession:
         """Build the VPT-CLIP session."""
         return VptClipSession(
-            backbone, support, class_names, config.n_tokens, config.depth, self.name
+            backbone,
+            support,
+            class_names,
+            config.n_tokens,
+            config.depth,
+            self.name,
+            config.template,
         )

@@ -2,7 +2,7 @@
 
 ``A = Linear(D, D/4, no bias), ReLU, Linear(D/4, D, no bias), ReLU`` and
 ``f' = ratio * A(f) + (1 - ratio) * f``; the classifier is the frozen handcrafted text
-features of "a photo of a {}."; only ``A`` trains, on cached image features.
+features of the config's ``template`` ("a photo of a {}." by default); only ``A`` trains, on cached image features.
 """
 
 from __future__ import annotations
@@ -12,6 +12,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
+from fewtrans_board.api.recipe import Recipe
+from fewtrans_board.blocks.clip_common import (
+    DASSL_RECIPE_NOTE,
+    INDUCTIVE_CLIP_CODE,
+    inductive_clip_templates,
+)
 from fewtrans_board.blocks.clip_training import ClipTrainingConfig
 from fewtrans_board.blocks.training import upcast
 from fewtrans_board.methods.adapters.clip_tuning.common import (
@@ -39,6 +45,34 @@ class ClipAdapterAdapter(ClipTuningAdapter):
     code = "https://github.com/gaopengcuhk/CLIP-Adapter"
     trains = "image-feature bottleneck adapter (2 bias-free Linears); both encoders frozen"
     frozen_backbone = True
+    recipes = (
+        Recipe(
+            name="inductive-clip",
+            source=(
+                f"{INDUCTIVE_CLIP_CODE}: FSL/run_adapt.sh (TRAINER=CLIP_Adapter, config vit_b16 "
+                "as FSL/run_process_parallel.py passes it); "
+                "FSL/configs/trainers/CLIP_Adapter/vit_b16.yaml; FSL/trainers/clip_adapter.py "
+                "(ratio 0.2, reduction 4, CUSTOM_TEMPLATES); "
+                "models_prograddassl/Dassl.pytorch/dassl/config/defaults.py (OPTIM.MOMENTUM "
+                "0.9, OPTIM.WEIGHT_DECAY 5e-4) and dassl/optim/lr_scheduler.py"
+            ),
+            values={
+                "optimizer": "sgd",
+                "momentum": 0.9,
+                "weight_decay": 5e-4,
+                "lr": 0.002,
+                "epochs": 100,
+                "batch_size": 32,
+                "schedule": "cosine-epoch",
+                "warmup_epochs": 1,
+                "warmup_lr": 1e-5,
+                "ratio": 0.2,
+                "reduction": 4,
+            },
+            per_dataset=inductive_clip_templates("clip_adapter"),
+            notes=DASSL_RECIPE_NOTE,
+        ),
+    )
 
     @dataclass(frozen=True)
     class Config(ClipTrainingConfig):
@@ -91,7 +125,8 @@ class ClipAdapterAdapter(ClipTuningAdapter):
             adapted: torch.Tensor = ratio * adapter(features) + (1.0 - ratio) * features
             return adapted
 
-        text = handcrafted_text_features(backbone, class_names).to(device)
+        template = config.template
+        text = handcrafted_text_features(backbone, class_names, template).to(device)
         features = upcast(support.images.features(backbone)).to(device)
         labels = support.labels.to(device)
 
@@ -104,7 +139,7 @@ class ClipAdapterAdapter(ClipTuningAdapter):
             return adapt(upcast(query.features(backbone)))
 
         def text_features(names: Sequence[str]) -> torch.Tensor:
-            return handcrafted_text_features(backbone, names)
+            return handcrafted_text_features(backbone, names, template)
 
         def predictor() -> ClipTuningPredictor:
             return ClipTuningPredictor(

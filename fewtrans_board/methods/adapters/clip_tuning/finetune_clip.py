@@ -2,8 +2,9 @@
 
 The chosen tower(s) of a copied CLIP model train in full (the text tower includes the
 token and positional embeddings, the final LayerNorm and the projection); the other tower
-and the logit scale stay frozen. The classifier is always the text features of
-"a photo of a {}." from the (possibly training) text tower, logits ``logit_scale * cos``.
+and the logit scale stay frozen. The classifier is always the text features of the
+config's ``template`` ("a photo of a {}." by default) from the (possibly training) text
+tower, logits ``logit_scale * cos``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """TaskRes: a learned residual on the frozen zero-shot text classifier.
 
 The classifier is ``normalize(t0 + alpha * x)`` with ``t0`` the raw (unnormalised) text
-features of "a photo of a {}." and ``x`` a zero-initialised ``[C, D]`` residual, the only
-trainable tensor; both encoders are frozen, so cached image features are used. As in the
-reference code, only the sum is normalised: ``alpha * x`` is measured against the text
-encoder's own feature scale, and a zero residual still gives exactly zero-shot CLIP.
+features of the config's ``template`` ("a photo of a {}." by default) and ``x`` a
+zero-initialised ``[C, D]`` residual, the only trainable tensor; both encoders are frozen,
+so cached image features are used. As in the reference code, only the sum is normalised:
+``alpha * x`` is measured against the text encoder's own feature scale, and a zero
+residual still gives exactly zero-shot CLIP.
 """
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
+from fewtrans_board.api.recipe import Recipe
+from fewtrans_board.blocks.clip_common import (
+    DASSL_RECIPE_NOTE,
+    INDUCTIVE_CLIP_CODE,
+    inductive_clip_templates,
+)
 from fewtrans_board.blocks.clip_training import ClipTrainingConfig
 from fewtrans_board.blocks.training import upcast
 from fewtrans_board.methods.adapters.clip_tuning.common import (
@@ -43,6 +50,34 @@ class TaskResAdapter(ClipTuningAdapter):
     code = "https://github.com/geekyutao/TaskRes"
     trains = "text-classifier residual x [C, D] (zero init); both encoders frozen"
     frozen_backbone = True
+    recipes = (
+        Recipe(
+            name="inductive-clip",
+            source=(
+                f"{INDUCTIVE_CLIP_CODE}: FSL/run_taskres.sh (config vit_b16); "
+                "FSL/configs/trainers/TaskRes/vit_b16.yaml; FSL/train.py (TRAINER.TaskRes."
+                "RESIDUAL_SCALE 0.5, ENHANCED_BASE none); FSL/trainers/taskres.py "
+                "(CUSTOM_TEMPLATES); models_prograddassl/Dassl.pytorch/dassl/config/defaults.py "
+                "(OPTIM.WEIGHT_DECAY 5e-4, also for Adam) and dassl/optim/optimizer.py"
+            ),
+            values={
+                "optimizer": "adam",
+                "weight_decay": 5e-4,
+                "lr": 2e-4,
+                "epochs": 100,
+                "batch_size": 256,
+                "schedule": "cosine-epoch",
+                "warmup_epochs": 1,
+                "warmup_lr": 1e-5,
+                "alpha": 0.5,
+            },
+            per_dataset=inductive_clip_templates("clip_adapter"),
+            notes=(
+                "100 epochs as the paper's vit_b16.yaml sets (TaskRes's own configs: 200). "
+                + DASSL_RECIPE_NOTE
+            ),
+        ),
+    )
 
     @dataclass(frozen=True)
     class Config(ClipTrainingConfig):
@@ -81,13 +116,14 @@ class TaskResAdapter(ClipTuningAdapter):
         device = backbone.device
         scale = text.logit_scale
         with torch.no_grad():
-            base = upcast(text.encode(text.tokenize(class_prompts(class_names)))).to(device)
+            prompts = class_prompts(class_names, config.template)
+            base = upcast(text.encode(text.tokenize(prompts))).to(device)
         # The residual lives in a module so that batched training can swap it per configuration.
         holder = torch.nn.Module()
         holder.residual = torch.nn.Parameter(torch.zeros_like(base))
         features = upcast(support.images.features(backbone)).to(device)
         labels = support.labels.to(device)
-        alpha = config.alpha
+        alpha, template = config.alpha, config.template
 
         def classifier() -> torch.Tensor:
             return F.normalize(base + alpha * holder.residual, dim=-1)
@@ -104,7 +140,7 @@ class TaskResAdapter(ClipTuningAdapter):
                 trained = classifier()
                 if all(n in rows for n in names):
                     return torch.stack([trained[rows[n]] for n in names])
-                zero_shot = handcrafted_text_features(backbone, names).to(device)
+                zero_shot = handcrafted_text_features(backbone, names, template).to(device)
                 return torch.stack(
                     [trained[rows[n]] if n in rows else zero_shot[i] for i, n in enumerate(names)]
                 )

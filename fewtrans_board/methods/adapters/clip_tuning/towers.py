@@ -1,10 +1,11 @@
 """Base class of the adapters that train inside the CLIP towers (CLIP-LoRA, fine-tuning).
 
 Each training step encodes the support batch with the (copied) image tower if it trains,
-else takes cached frozen image features, and encodes the class prompts "a photo of a {}."
-with the copied text tower if it trains, else uses the frozen handcrafted text features;
-the loss is cross-entropy on ``logit_scale * cos``. The predictor encodes query images and
-any class names the same way, so novel class names go through the adapted text tower.
+else takes cached frozen image features, and encodes the class prompts of the config's
+``template`` ("a photo of a {}." by default) with the copied text tower if it trains, else
+uses the frozen handcrafted text features of that template; the loss is cross-entropy on
+``logit_scale * cos``. The predictor encodes query images and any class names the same
+way, so novel class names go through the adapted text tower.
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ class TowerTuningAdapter(ClipTuningAdapter):
         device = backbone.device
         scale = text_encoder.logit_scale
         labels = support.labels.to(device)
-        tokens = text_encoder.tokenize(class_prompts(class_names)).to(device)
+        template = config.template
+        tokens = text_encoder.tokenize(class_prompts(class_names, template)).to(device)
         if self.image_trains:
             pixels = support.images.pixels.to(device)
         else:
@@ -117,7 +119,7 @@ class TowerTuningAdapter(ClipTuningAdapter):
         frozen_text = (
             None
             if self.text_trains
-            else handcrafted_text_features(backbone, class_names).to(device)
+            else handcrafted_text_features(backbone, class_names, template).to(device)
         )
 
         def loss_of(batch: Any) -> torch.Tensor:
@@ -134,9 +136,10 @@ class TowerTuningAdapter(ClipTuningAdapter):
 
         def text_features(names: Sequence[str]) -> torch.Tensor:
             if not self.text_trains:
-                return handcrafted_text_features(backbone, names)
+                return handcrafted_text_features(backbone, names, template)
             with torch.no_grad(), autocast(device):
-                encoded = model.encode_text(text_encoder.tokenize(class_prompts(names)).to(device))
+                prompts = text_encoder.tokenize(class_prompts(names, template)).to(device)
+                encoded = model.encode_text(prompts)
             result: torch.Tensor = upcast(encoded)
             return result
 
