@@ -305,3 +305,26 @@ def test_frozen_manifests_are_current(frozen, tmp_path: Path) -> None:  # type: 
 
 def test_manifest_readme_is_current() -> None:
     assert (FROZEN_DIR / "README.md").read_text() == readme_text()
+
+
+def test_a_manifest_read_again_is_decoded_once_and_its_copies_are_its_callers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frozen = Path(__file__).resolve().parents[1] / "leaderboard" / "manifests"
+    first = Manifest.load(frozen / "fewtrans-search--digits.parquet")
+    first.meta["protocol"]["name"] = "edited by a caller"
+
+    def no_decoding(path: Path) -> None:
+        raise AssertionError(f"{path} was decoded again")
+
+    monkeypatch.setattr(Manifest, "_decode", classmethod(lambda cls, path: no_decoding(path)))
+    again = Manifest.load(frozen / "fewtrans-search--digits.parquet")
+    assert again.protocol == "fewtrans-search" and again.sha256 == first.sha256
+    assert again.episodes() == first.episodes()
+    monkeypatch.undo()
+    # Other bytes at the same path are other content: decoded, never served from memory.
+    out = tmp_path / "m.parquet"
+    out.write_bytes((frozen / "fewtrans-search--digits.parquet").read_bytes())
+    assert Manifest.load(out, check_sidecar=False).sha256 == first.sha256
+    Manifest.load(frozen / "fewtrans-fixed-5w1s--digits.parquet").write(out)
+    assert Manifest.load(out).protocol == "fewtrans-fixed"
