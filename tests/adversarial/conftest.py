@@ -93,7 +93,9 @@ class Board:
             args += ["--centre", centre]
         return run_cli(self.pm, args)
 
-    def meta(self, ident: str, adapter: str, model: str = "demo-cnn.digits") -> Path:
+    def meta(
+        self, ident: str, adapter: str, model: str = "demo-cnn.digits", benchmark: str = "redteam"
+    ) -> Path:
         path = self.work / f"{ident}.toml"
         path.write_text(
             f"""[submission]
@@ -101,7 +103,7 @@ id = "{ident}"
 method = "{adapter}"
 model = "{model}"
 adapter = "{adapter}"
-benchmark = "redteam"
+benchmark = "{benchmark}"
 hpe_protocol = "fewtrans-reference"
 authors = ["Red Team"]
 hardware = "CPU"
@@ -110,16 +112,47 @@ plugins = {PINS}
         )
         return path
 
-    def pack(self, ident: str, adapter: str, runs: Sequence[str]) -> Path:
+    def pack(
+        self, ident: str, adapter: str, runs: Sequence[str], benchmark: str = "redteam"
+    ) -> Path:
         bundle = self.work / f"{ident}.zip"
         args = ["submission", "pack", *(self.work / r for r in runs)]
-        args += ["--meta", self.meta(ident, adapter), "--out", bundle]
+        args += ["--meta", self.meta(ident, adapter, benchmark=benchmark), "--out", bundle]
         ok(run_cli(self.pm, [*args, "--leaderboard", self.store]))
         return bundle
 
     def json(self, args: Sequence[Any]) -> tuple[int, dict[str, Any]]:
         result = run_cli(get_plugin_manager(entry_points=False), [*args, "--json"])
         return result.exit_code, json.loads(result.output)
+
+    def verify(self, bundle: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+        """``submission verify --json``: the default rule, every probe."""
+        return self.json(["submission", "verify", bundle, "--leaderboard", self.store, *extra])
+
+    def verify_reruns(
+        self, bundle: Path, *, unsandboxed: bool = False
+    ) -> tuple[int, dict[str, Any]]:
+        """``submission verify --json`` without the probes: the default sample, re-runs only.
+
+        What ``submission verify`` runs (:func:`~fewtrans_board.leaderboard.intake.verify_bundle`
+        with the command's default options, its JSON answer), except that no episode also
+        gets the inductiveness, ``fit_many`` and memorisation probes
+        (``probe_episodes=0``; the command has no option for it). A probe can only add a
+        failure, so a forgery refused here is refused by the re-run comparison alone (the
+        defence its test names); for the linear probe it is a quarter of the requests.
+        """
+        from fewtrans_board.leaderboard.errors import SubmissionError
+        from fewtrans_board.leaderboard.intake import verify_bundle
+        from fewtrans_board.leaderboard.store import LeaderboardStore
+        from fewtrans_board.leaderboard.verification import VerificationOptions
+
+        options = VerificationOptions(probe_episodes=0, unsandboxed=unsandboxed)
+        try:
+            report = verify_bundle(bundle, LeaderboardStore(self.store), options)
+        except SubmissionError as exc:
+            refusal = {"code": exc.code, "error": str(exc), "report": getattr(exc, "report", None)}
+            return 1, json.loads(json.dumps({"ok": False, **refusal}, default=str))
+        return 0, json.loads(json.dumps({"ok": True, **report}, default=str))
 
 
 REDTEAM = SubBenchmark(
@@ -129,16 +162,27 @@ REDTEAM = SubBenchmark(
     manifests=(VARIED, FIXED),
     held_out=("digits",),
 )
+REDTEAM_FIXED = SubBenchmark(
+    name="redteam-fixed",
+    title="Red team, one manifest",
+    description="The fixed-ways manifest of the red-team suite alone.",
+    manifests=(FIXED,),
+    held_out=("digits",),
+)
+"""For a test whose cost is the cheater's own work in every request, and whose defence acts
+on each plugin worker alike (one per dataset): it runs on one manifest."""
 CENTRE = "centre.json"
 HONEST = {"varied": "lp-varied", "fixed": "lp-fixed"}
 """Run folders of the honest linear-probe submission, one per manifest."""
 
 
 @contextlib.contextmanager
-def redteam_benchmark() -> Iterator[None]:
-    """The ``redteam`` sub-benchmark registered inside a block (the table is restored after)."""
+def redteam_benchmark(*extra: SubBenchmark) -> Iterator[None]:
+    """The ``redteam`` sub-benchmark (and ``extra`` ones) registered inside a block (the table
+    is restored after)."""
     saved = dict(SUB_BENCHMARKS)
-    SUB_BENCHMARKS["redteam"] = REDTEAM
+    for benchmark in (REDTEAM, *extra):
+        SUB_BENCHMARKS[benchmark.name] = benchmark
     try:
         yield
     finally:

@@ -3,6 +3,11 @@
 Each cheater runs first where the route is open (in-process, or a worker without a
 sandbox) to show the route is real, then through the sandboxed worker, where it finds
 nothing and changes nothing.
+
+A cheater acts in every request it gets, so a verification that must pass re-runs two
+episodes per dataset (``--sample 2``, every probe: the judge's lazy imports all run); one
+that must fail re-runs every episode without the probes
+(:meth:`~tests.adversarial.conftest.Board.verify_reruns`).
 """
 
 from __future__ import annotations
@@ -16,8 +21,15 @@ from typing import Any
 
 import pytest
 
-from tests.adversarial.cheaters import JUDGE_TMP, PLANT_HINT, SHADOWED, STORE_HINT
-from tests.adversarial.conftest import FIXED, VARIED, Board, ok
+from tests.adversarial.cheaters import JUDGE_TMP, PLANT_HINT, SHADOWED, STORE_HINT, _hints
+from tests.adversarial.conftest import (
+    FIXED,
+    REDTEAM_FIXED,
+    VARIED,
+    Board,
+    ok,
+    redteam_benchmark,
+)
 
 
 def cheater_bundle(board: Board, adapter: str, isolation: str = "auto") -> Path:
@@ -32,28 +44,37 @@ def cheater_bundle(board: Board, adapter: str, isolation: str = "auto") -> Path:
 
 
 def verify(board: Board, bundle: Path, *extra: str) -> tuple[int, dict[str, Any]]:
-    return board.json(["submission", "verify", bundle, "--leaderboard", board.store, *extra])
+    return board.verify(bundle, *extra)
 
 
 @pytest.mark.slow
 def test_searching_for_the_judges_files_finds_nothing_in_the_sandbox(board: Board) -> None:
     # The store lives where the judge's files do (its temporary folders here).
-    assert str(board.store) in __import__("tests.adversarial.cheaters", fromlist=["_hints"])._hints(
-        STORE_HINT
-    )
-    bundle = cheater_bundle(board, "redteam-proc", isolation="inline")
-    code, valid = board.json(["submission", "validate", bundle, "--leaderboard", board.store])
-    assert code == 0 and valid["runs"][0]["hpe"]["mean"] == 100.0  # it found the answers
-    # Unsandboxed, the worker searches the judge's file system and finds them again; only
-    # the memorisation probe then gives it away.
-    code, report = verify(board, bundle, "--unsandboxed", "--sample", "3")
-    assert code == 1 and report["code"] == "lookup-suspected", report
-    assert all(d["rerun_accuracy"] == 100.0 for d in report["report"]["datasets"])
-    assert report["report"]["isolation"] == "process"
-    # In the sandbox there is no file of the judge's, no /proc of it, no store.
-    code, report = verify(board, bundle)
+    assert str(board.store) in _hints(STORE_HINT)
+    # One manifest: every request the cheater gets outside the sandbox rebuilds its answer
+    # table in a fresh process (seconds each), and the sandbox hides the store from each
+    # dataset's worker alike. The table still covers every manifest in the store.
+    out = "redteam-proc-inline-fixed"
+    ok(board.evaluate("redteam-proc", out, manifest=FIXED, isolation="inline"))
+    with redteam_benchmark(REDTEAM_FIXED):
+        bundle = board.pack(
+            "redteam-proc--redteam-fixed", "redteam-proc", [out], REDTEAM_FIXED.name
+        )
+        code, valid = board.json(["submission", "validate", bundle, "--leaderboard", board.store])
+        assert code == 0 and valid["runs"][0]["hpe"]["mean"] == 100.0  # it found the answers
+        # Unsandboxed, the worker searches the judge's file system and finds them again;
+        # only the memorisation probe then gives it away (its 95% bound needs three
+        # episodes).
+        code, report = verify(board, bundle, "--unsandboxed", "--sample", "3")
+        assert code == 1 and report["code"] == "lookup-suspected", report
+        assert [d["rerun_accuracy"] for d in report["report"]["datasets"]] == [100.0]
+        assert report["report"]["isolation"] == "process"
+        # In the sandbox there is no file of the judge's, no /proc of it, no store: the
+        # re-runs of every episode (the default sample) predict what a plain centroid does.
+        code, report = board.verify_reruns(bundle)
     assert code == 1 and report["code"] == "verification-failed", report
-    assert all(d["rerun_accuracy"] < 95.0 for d in report["report"]["datasets"])
+    (dataset,) = report["report"]["datasets"]
+    assert dataset["rerun_episodes"] == 8 and dataset["rerun_accuracy"] < 95.0, dataset
 
 
 def member_hashes(bundle: Path) -> dict[str, str]:
@@ -89,12 +110,14 @@ def test_rewriting_the_extracted_bundle_has_no_effect(
     # Without a sandbox the worker reaches the folder 'leaderboard add' extracted the bundle
     # to, and rewrites it: the hashes taken at extraction refuse to store the changed files.
     code, report = board.json(
-        ["leaderboard", "add", bundle, "--leaderboard", store, "--unsandboxed"]
+        ["leaderboard", "add", bundle, "--leaderboard", store, "--unsandboxed", "--sample", "2"]
     )
     assert code == 1 and report["code"] == "changed-during-check", report
     assert not (store / "results").exists() or not any((store / "results").iterdir())
     # Sandboxed, it sees no folder of the judge: exactly the validated bytes are stored.
-    code, report = board.json(["leaderboard", "add", bundle, "--leaderboard", store])
+    code, report = board.json(
+        ["leaderboard", "add", bundle, "--leaderboard", store, "--sample", "2"]
+    )
     assert code == 0 and report["status"] == "verified", report
     assert stored_hashes(store, ident) == member_hashes(bundle)
 
@@ -120,7 +143,7 @@ def test_modules_planted_for_the_judge_are_never_imported(
     watched.before = None  # type: ignore[attr-defined]
     monkeypatch.setattr(isolated.PluginWorker, "start", watched)
     bundle = cheater_bundle(board, "redteam-planter")
-    code, report = verify(board, bundle)
+    code, report = verify(board, bundle, "--sample", "2")
     assert code == 0, report  # an honest centroid otherwise
     assert list(path.iterdir()) == []  # the sandbox never saw the judge's path
     imported_late = {m.split(".")[0] for m in set(sys.modules) - watched.before}  # type: ignore[attr-defined]
@@ -128,7 +151,7 @@ def test_modules_planted_for_the_judge_are_never_imported(
     # Unsandboxed, the worker finds the folder on the judge's file system and plants its
     # shadows there, but the judge imported everything it uses before any worker started:
     # no shadow runs.
-    code, report = verify(board, bundle, "--unsandboxed")
+    code, report = verify(board, bundle, "--unsandboxed", "--sample", "2")
     assert code == 0, report
     assert sorted(p.name for p in path.iterdir()) == sorted(SHADOWED)
     assert not list(path.glob("imported-*"))

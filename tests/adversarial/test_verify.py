@@ -2,6 +2,13 @@
 
 Each attack is the one that reached the store as "verified" before (issue 23); each has an
 honest control through the same path.
+
+Cost: verifying the two-manifest linear-probe bundle by the default rule re-runs 16 episodes
+with four requests each (the re-run and three probes), each request a fresh episode process.
+A test whose forgery the re-run comparison must refuse verifies with
+:meth:`~tests.adversarial.conftest.Board.verify_reruns` (the default sample, no probe: a
+probe can only add a failure); a test about a probe or a passing verification keeps them,
+with ``--sample`` only where its statistic allows; tests that read the same report share it.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ def cheater_bundle(board: Board, adapter: str, *, isolation: str = "auto") -> Pa
 
 
 def verify(board: Board, bundle: Path, *extra: str) -> tuple[int, dict[str, Any]]:
-    return board.json(["submission", "verify", bundle, "--leaderboard", board.store, *extra])
+    return board.verify(bundle, *extra)
 
 
 def failure(report: dict[str, Any]) -> dict[str, Any]:
@@ -39,6 +46,30 @@ def failure(report: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def honest_bundle(board: Board, honest: dict[str, str]) -> Path:
     return board.pack("lp--verify", "linear-probe", [honest["varied"], honest["fixed"]])
+
+
+@pytest.fixture(scope="module")
+def secret_verification(board: Board, honest_bundle: Path) -> dict[str, Any]:
+    """A CI-style verification of the honest bundle (seeded by a secret), two episodes per
+    dataset: read by the secret test and reproduced by the reproduction test."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VERIFY_SECRET", "maintainers-only")
+        code, report = verify(
+            board, honest_bundle, "--secret-env", "VERIFY_SECRET", "--sample", "2"
+        )
+    assert code == 0, report
+    return report
+
+
+@pytest.fixture(scope="module")
+def shaved_bundle(board: Board, honest_bundle: Path) -> Path:
+    """A tenth of each configuration's wrong predictions flipped to correct, re-sealed.
+
+    Every episode of the fixed manifest has over 20 wrong predictions per configuration
+    (5-way 1-shot digits), so any sample of it holds changed predictions."""
+    return forge_bundle(
+        honest_bundle, board.work / "shaved.zip", board.store / "manifests", shaved(0.1)
+    )
 
 
 @pytest.mark.slow
@@ -58,8 +89,13 @@ def test_honest_submission_verifies_exactly(board: Board, honest_bundle: Path) -
 
 
 @pytest.mark.slow
-def test_a_verification_is_reproduced_from_its_report(board: Board, honest_bundle: Path) -> None:
-    _, first = verify(board, honest_bundle, "--sample", "3")
+def test_a_verification_is_reproduced_from_its_report(
+    board: Board, honest_bundle: Path, secret_verification: dict[str, Any]
+) -> None:
+    # Two of eight episodes per dataset, in order: 56 ordered draws each, so a seed that
+    # did not fix the sample would match by chance once in 3,136.
+    first = secret_verification
+    assert first["reproduce"].split()[2:] == ["--sample", "2"]
     code, again = verify(board, honest_bundle, *first["reproduce"].split())
     assert code == 0 and again["seed"] == first["seed"] and again["seed_source"] == "given"
     assert again["digest"] == first["digest"]
@@ -71,14 +107,13 @@ def test_a_verification_is_reproduced_from_its_report(board: Board, honest_bundl
 
 @pytest.mark.slow
 def test_a_ci_secret_seeds_the_sample_through_the_bundle_digest(
-    board: Board, honest_bundle: Path, monkeypatch: pytest.MonkeyPatch
+    secret_verification: dict[str, Any],
 ) -> None:
     import hashlib
     import hmac
 
-    monkeypatch.setenv("VERIFY_SECRET", "maintainers-only")
-    code, report = verify(board, honest_bundle, "--secret-env", "VERIFY_SECRET", "--sample", "1")
-    assert code == 0 and report["seed_source"] == "secret"
+    report = secret_verification
+    assert report["seed_source"] == "secret"
     expected = hmac.new(b"maintainers-only", report["digest"].encode(), hashlib.sha256)
     assert report["seed"] == expected.hexdigest()
 
@@ -95,7 +130,8 @@ def test_forged_outside_a_known_sample_is_caught(board: Board, honest_bundle: Pa
     )
     code, valid = board.json(["submission", "validate", forged, "--leaderboard", board.store])
     assert code == 0 and valid["runs"][0]["hpe"]["mean"] > 80, valid  # the forgery is consistent
-    code, report = verify(board, forged)
+    # The default rule's sample, re-runs only: the comparison itself must catch it.
+    code, report = board.verify_reruns(forged)
     assert code == 1 and report["code"] == "verification-failed", report
     for dataset in failure(report)["datasets"]:
         assert dataset["catch_probability"] >= 0.99 and not dataset["passed"]
@@ -103,12 +139,12 @@ def test_forged_outside_a_known_sample_is_caught(board: Board, honest_bundle: Pa
 
 @pytest.mark.slow
 def test_predictions_shaved_under_any_tolerance_are_caught(
-    board: Board, honest_bundle: Path
+    board: Board, honest_bundle: Path, shaved_bundle: Path
 ) -> None:
-    forged = forge_bundle(
-        honest_bundle, board.work / "shaved.zip", board.store / "manifests", shaved(0.1)
-    )
-    code, report = verify(board, forged)
+    # The honest control through the same path (re-runs only) matches every episode.
+    code, report = board.verify_reruns(honest_bundle)
+    assert code == 0 and all(d["identical_episodes"] == 8 for d in report["datasets"]), report
+    code, report = board.verify_reruns(shaved_bundle)
     assert code == 1 and report["code"] == "verification-failed", report
     assert "predict differently from the stored results" in report["error"]
 
@@ -125,12 +161,15 @@ def other_environment(bundle: Path, out: Path) -> Path:
 def test_across_environments_the_rerun_accuracy_bounds_the_claim(
     board: Board, honest_bundle: Path
 ) -> None:
-    """Recorded on "another CPU": no exact verdict; the paired bound decides."""
+    """Recorded on "another CPU": no exact verdict; the paired bound decides.
+
+    Both verifications re-run every episode (the bound over all eight) without the probes,
+    which have their own tests and do not depend on the mode."""
     elsewhere = other_environment(honest_bundle, board.work / "elsewhere.zip")
-    code, report = verify(board, elsewhere)
+    code, report = board.verify_reruns(elsewhere)
     assert code == 0, report
     for dataset in report["datasets"]:
-        assert dataset["mode"] == "statistical"
+        assert dataset["mode"] == "statistical" and dataset["rerun_episodes"] == 8
         assert dataset["environment_differences"] == [
             "cpu_flags: 'another-cpu' -> " + repr(report["environment"]["cpu_flags"])
         ]
@@ -138,7 +177,7 @@ def test_across_environments_the_rerun_accuracy_bounds_the_claim(
     forged = forge_bundle(
         elsewhere, board.work / "elsewhere-shaved.zip", board.store / "manifests", shaved(0.1)
     )
-    code, report = verify(board, forged)
+    code, report = board.verify_reruns(forged)
     assert code == 1 and report["code"] == "verification-failed", report
     assert "claimed accuracy exceeds the re-run's" in report["error"]
     datasets = failure(report)["datasets"]
@@ -150,30 +189,33 @@ def test_labels_read_where_unchecked_do_not_survive_verification(board: Board) -
     bundle = cheater_bundle(board, "redteam-sample-aware", isolation="inline")
     code, valid = board.json(["submission", "validate", bundle, "--leaderboard", board.store])
     assert code == 0 and valid["runs"][0]["hpe"]["mean"] > 80, valid
-    code, report = verify(board, bundle)
+    code, report = board.verify_reruns(bundle)  # the default sample: all eight episodes
     assert code == 1 and report["code"] == "verification-failed", report
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("adapter", "isolation", "reason"),
+    ("adapter", "isolation", "sample", "reason"),
     [
         # Transductive in-process, inductive in a worker: the re-run predicts differently.
-        ("redteam-quiet", "inline", "predict differently from the stored results"),
+        # The nudge is light: it changes predictions in 6 of the 8 fixed-manifest episodes,
+        # so any 4 of them hold one.
+        ("redteam-quiet", "inline", "4", "predict differently from the stored results"),
         # Transductive everywhere, hiding behind a first-answer cache: the subsets go to
-        # another episode process, where nothing is cached.
-        ("redteam-cached", "auto", "declare transductive = True"),
-        ("redteam-balanced", "auto", "declare transductive = True"),
+        # another episode process, where nothing is cached. The inductive probe sees the
+        # balancing on every episode, so two per dataset (each probed) suffice.
+        ("redteam-cached", "auto", "2", "declare transductive = True"),
+        ("redteam-balanced", "auto", "2", "declare transductive = True"),
     ],
 )
 def test_undeclared_transductive_adapters_are_caught(
-    board: Board, adapter: str, isolation: str, reason: str
+    board: Board, adapter: str, isolation: str, sample: str, reason: str
 ) -> None:
     # Other tests of the same pytest process import the worker module; the in-process run
     # here must still be the cheating one (the whole suite once verified it as honest).
     importlib.import_module("fewtrans_board.runner.worker")
     bundle = cheater_bundle(board, adapter, isolation=isolation)
-    code, report = verify(board, bundle)
+    code, report = verify(board, bundle, "--sample", sample)
     assert code == 1 and report["code"] == "verification-failed", report
     assert reason in report["error"]
 
@@ -231,7 +273,7 @@ def test_a_recorded_schema_that_differs_from_the_installed_one_is_refused(
 
 @pytest.mark.slow
 def test_add_verifies_by_default_and_an_unsafe_opt_out_is_never_ranked(
-    board: Board, honest_bundle: Path, tmp_path: Path
+    board: Board, shaved_bundle: Path, tmp_path: Path
 ) -> None:
     import shutil
 
@@ -239,12 +281,12 @@ def test_add_verifies_by_default_and_an_unsafe_opt_out_is_never_ranked(
 
     store = tmp_path / "leaderboard"
     shutil.copytree(board.store / "manifests", store / "manifests")
-    spared = set(np.random.RandomState(0).choice(8, size=2, replace=False).tolist())
-    forged = forge_bundle(
-        honest_bundle, tmp_path / "forged.zip", board.store / "manifests", correct_outside(spared)
+    forged = shaved_bundle  # changed predictions in every fixed-manifest episode
+    # No switch: 'add' verifies (one episode per dataset is enough to catch this one).
+    code, report = board.json(
+        ["leaderboard", "add", forged, "--leaderboard", store, "--sample", "1"]
     )
-    code, report = board.json(["leaderboard", "add", forged, "--leaderboard", store])
-    assert code == 1 and report["code"] == "verification-failed"
+    assert code == 1 and report["code"] == "verification-failed", report
     assert not (store / "submissions").exists() or not any((store / "submissions").iterdir())
     code, report = board.json(
         ["leaderboard", "add", forged, "--leaderboard", store, "--unsafe-no-verify"]
