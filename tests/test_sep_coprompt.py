@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fewtrans_board.core.errors import ConfigError
+from fewtrans_board.core.errors import ConfigError, FewtransError
 from fewtrans_board.methods.adapters.clip_prompts import CopromptAdapter, SepAdapter, SepresAdapter
 from fewtrans_board.methods.adapters.clip_prompts.fusion import (
     TokenFusion,
@@ -225,6 +225,34 @@ def test_sep_defaults_to_the_codes_fusion_and_keeps_the_plain_variant(
     plain.loss(np.arange(len(episode.support))).backward()
     for name, tensor in plain.named_trainable.items():
         assert tensor.grad is not None and tensor.grad.abs().sum() > 0, name
+
+
+def test_sepres_vres_adds_a_zero_initialised_image_residual_that_trains(backbone, episode) -> None:  # type: ignore[no-untyped-def]
+    """vRES (Tab. 5): ``norm(norm(prompted) + norm(frozen) + alpha V)``, V ``[1, D]`` from 0."""
+    assert SepresAdapter.Config().visual_residual is False  # SEPRES as published
+    plain = session(SepresAdapter, backbone, episode)
+    vres = session(SepresAdapter, backbone, episode, visual_residual=True)
+    assert set(vres.named_trainable) == {*plain.named_trainable, "visual_residual"}
+    residual = vres.named_trainable["visual_residual"]
+    assert residual.shape == (1, plain.handcrafted.shape[1]) and not residual.any()
+    batch = np.arange(len(episode.support))
+    first = vres.loss(batch)
+    assert torch.allclose(first, plain.loss(batch))  # zero init: SEPRES's loss at the start
+    first.backward()
+    assert residual.grad is not None and residual.grad.abs().sum() > 0
+    with torch.no_grad():
+        residual.copy_(torch.randn_like(residual))
+    index = torch.as_tensor(batch)
+    pixels, frozen = vres.pixels[index], vres.frozen_images[index]
+    summed = F.normalize(vres.model.visual(pixels), dim=-1) + F.normalize(frozen, dim=-1)
+    expected = F.normalize(summed + vres.residual_alpha * residual, dim=-1)
+    assert torch.allclose(vres.fused_images(pixels, frozen), expected, atol=1e-6)
+    with pytest.raises(FewtransError, match="needs SEPRES's residual_alpha"):
+        torch.manual_seed(0)
+        config = SepAdapter.Config(epochs=1)
+        from fewtrans_board.methods.adapters.clip_prompts.sep import SepSession
+
+        SepSession(backbone, episode.support, episode.class_names, config, "sep", None, True)
 
 
 # --------------------------------------------------------------------------- CoPrompt

@@ -61,6 +61,9 @@ class SepSession(PromptSession):
         config: a :class:`SepAdapter.Config` (or SEPRES's).
         method: adapter name, for error messages.
         residual_alpha: SEPRES's residual scale (``None``: plain SEP, no residual).
+        visual_residual: also learn a residual ``V [1, D]`` (zero init) added to the fused
+            image features at the same scale: the paper's vRES ablation (Tab. 5; the
+            parameter ``image_feature_residuals`` of its ``FSL/trainers/sepres.py``).
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class SepSession(PromptSession):
         config: Any,
         method: str,
         residual_alpha: float | None = None,
+        visual_residual: bool = False,
     ) -> None:
         import torch
         import torch.nn.functional as F
@@ -144,10 +148,18 @@ class SepSession(PromptSession):
             self.residual = self.add_trainable(
                 "residual", new_parameter(torch.zeros_like(self.handcrafted), self.device)
             )
+        self.visual_residual: torch.Tensor | None = None
+        if visual_residual:
+            if residual_alpha is None:
+                raise FewtransError(f"{method}: a visual residual needs SEPRES's residual_alpha")
+            self.visual_residual = self.add_trainable(
+                "visual_residual",
+                new_parameter(torch.zeros_like(self.handcrafted[:1]), self.device),
+            )
         self.weights = (config.text_weight, config.image_weight, config.prototype_weight)
 
     def fused_images(self, pixels: torch.Tensor, frozen: torch.Tensor) -> torch.Tensor:
-        """``norm(norm(prompted) + norm(frozen))`` for preprocessed ``pixels``."""
+        """``norm(norm(prompted) + norm(frozen) [+ alpha V])`` for preprocessed ``pixels``."""
         import torch.nn.functional as F
 
         from fewtrans_board.blocks.training import autocast
@@ -155,6 +167,8 @@ class SepSession(PromptSession):
         with autocast(self.device):
             prompted = self.model.visual(pixels)
         summed = F.normalize(upcast(prompted), dim=-1) + F.normalize(upcast(frozen), dim=-1)
+        if self.visual_residual is not None and self.residual_alpha is not None:
+            summed = summed + self.residual_alpha * self.visual_residual
         fused: torch.Tensor = F.normalize(summed, dim=-1)
         return fused
 
@@ -351,6 +365,11 @@ class SepresAdapter(SepAdapter):
         residual_alpha: float = hparam(
             0.1, "Scale of the residual R (the paper's best: 0.1).", min=0
         )
+        visual_residual: bool = hparam(
+            False,
+            "Also learn a residual on the fused image features (vRES, the paper's Tab. 5 "
+            "ablation: slightly worse, more parameters).",
+        )
 
     def session(
         self,
@@ -361,5 +380,11 @@ class SepresAdapter(SepAdapter):
     ) -> SepSession:
         """Build the SEPRES session."""
         return SepSession(
-            backbone, support, class_names, config, self.name, residual_alpha=config.residual_alpha
+            backbone,
+            support,
+            class_names,
+            config,
+            self.name,
+            residual_alpha=config.residual_alpha,
+            visual_residual=config.visual_residual,
         )
