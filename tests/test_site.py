@@ -275,6 +275,48 @@ def test_transcribed_bscd_cells_match_the_paper() -> None:
     assert cells3 == [x for line in BSCD_MEAN_CENTROID_LINES for x in numbers_of(line)]
 
 
+INDUCTIVE_QUOTE_NUMBERS = {
+    # method: (partially transductive, inductive), read from the paper's Sec. 5.2 by hand
+    "CoOp": (71.4, 15.3),
+    "PromptSRC": (74.7, 20.1),
+    "CLIP-LoRA": (74.9, 19.2),
+    "SEPRES": (75.4, 56.0),
+}
+
+
+def test_transcribed_inductive_clip_numbers_are_the_papers_sentence() -> None:
+    reported = ROOT / "leaderboard" / "reported"
+    tables = [
+        json.loads((reported / f"inductive-clip-sec5.2-{setting}.json").read_text())
+        for setting in ("partially-transductive", "inductive")
+    ]
+    assert [t["benchmark"] for t in tables] == ["clip-partially-transductive", "clip-inductive"]
+    for index, table in enumerate(tables):
+        cells = {r["method"]: r["cells"]["average"]["mean"] for r in table["rows"]}
+        assert cells == {m: pair[index] for m, pair in INDUCTIVE_QUOTE_NUMBERS.items()}
+    quote = tables[0]["quote"]
+    assert tables[1]["quote"] == quote
+    text = " ".join(seed_lines("inductive-clip-unlearning.txt"))
+    assert quote in text  # the sentence the numbers were read from is the paper's
+    # The oracle can fail: a changed digit is not the paper's sentence.
+    assert quote.replace("71.4", "71.9") not in text
+
+
+def test_the_settings_page_draws_the_papers_reported_pairs(site: tuple[Path, Path]) -> None:
+    _, out = site
+    page = html.unescape((out / "clip-settings-clip-inductive.html").read_text())
+    table = page[page.index('id="clip-settings-reported"') :]
+    rows = re.findall(r"<tr><td>([^<]+)</td>(.*?)</tr>", table[: table.index("</table>")])
+    cells = {m: re.findall(r">([+-]?\d+\.\d)<", rest) for m, rest in rows}
+    assert cells == {
+        m: [f"{a:.1f}", f"{b:.1f}", f"{a - b:+.1f}"]
+        for m, (a, b) in INDUCTIVE_QUOTE_NUMBERS.items()
+    }
+    assert [m for m, _ in rows] == ["CoOp", "CLIP-LoRA", "PromptSRC", "SEPRES"]  # by gap
+    figure = table[table.index("<figure>") : table.index("</figure>")]
+    assert figure.count("<circle") == len(INDUCTIVE_QUOTE_NUMBERS)
+
+
 def test_reported_tables_are_badged_and_kept_out_of_tests(site: tuple[Path, Path]) -> None:
     _, out = site
     page = (out / "benchmark-fewtrans-adapters.html").read_text()

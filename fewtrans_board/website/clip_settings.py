@@ -5,7 +5,9 @@ transductive) and CLIP with each target unlearned (inductive). A method is one a
 one base model; on the datasets both settings share, for every method in both the page
 shows its average over shots and datasets in each (per-K reporting: no interval pooled over
 shots), the gap, its rank in each and the pairs of methods whose order flips, plus the
-paper's scatter of inductive (x) against original (y) accuracy.
+paper's scatter of inductive (x) against original (y) accuracy. Methods whose averages a
+paper reports for both settings (``leaderboard/reported``, column ``average``) get the same
+table and scatter apart, badged as reported: they are the paper's Fig. 2 as printed.
 """
 
 from __future__ import annotations
@@ -47,6 +49,21 @@ class MethodPair:
 
 
 @dataclass(frozen=True)
+class ReportedPair:
+    """One method's averages under both settings as a paper reports them."""
+
+    method: str
+    original: float
+    inductive: float
+    source: str
+
+    @property
+    def gap(self) -> float:
+        """Original minus inductive average accuracy (points)."""
+        return self.original - self.inductive
+
+
+@dataclass(frozen=True)
 class SettingsComparison:
     """Both settings' views, the datasets they share and the methods present in both."""
 
@@ -56,6 +73,8 @@ class SettingsComparison:
     pairs: list[MethodPair]
     flips: list[tuple[str, str]]
     scatter: Markup
+    reported: list[ReportedPair]
+    reported_scatter: Markup
 
 
 def method_key(method: MethodView) -> str:
@@ -92,7 +111,40 @@ def compare(original: BenchmarkView, inductive: BenchmarkView) -> SettingsCompar
         (a, b) for a in shared for b in shared if rank_a[a] < rank_a[b] and rank_b[a] > rank_b[b]
     ]
     points = [(p.key, p.inductive.average.average, p.original.average.average) for p in pairs]
-    return SettingsComparison(original, inductive, datasets, pairs, flips, scatter(points))
+    reported = reported_pairs(original, inductive)
+    reported_points = [(r.method, r.inductive, r.original) for r in reported]
+    return SettingsComparison(
+        original,
+        inductive,
+        datasets,
+        pairs,
+        flips,
+        scatter(points),
+        reported,
+        scatter(reported_points),
+    )
+
+
+def _reported_averages(view: BenchmarkView) -> dict[tuple[str, str], float]:
+    """``(paper, method) -> average`` of the reported tables of ``view`` that have one."""
+    out = {}
+    for table in view.reported:
+        paper = str(table.data.get("source", {}).get("short", table.key))
+        for row in table.data.get("rows", []):
+            cell = row.get("cells", {}).get("average")
+            if isinstance(cell, dict) and isinstance(cell.get("mean"), int | float):
+                out[(paper, str(row.get("method")))] = float(cell["mean"])
+    return out
+
+
+def reported_pairs(original: BenchmarkView, inductive: BenchmarkView) -> list[ReportedPair]:
+    """Methods a paper reports an average for in both settings, by gap (largest first)."""
+    first, second = _reported_averages(original), _reported_averages(inductive)
+    pairs = [
+        ReportedPair(method, first[(paper, method)], second[(paper, method)], paper)
+        for paper, method in sorted(set(first) & set(second))
+    ]
+    return sorted(pairs, key=lambda p: (-p.gap, p.method))
 
 
 def scatter(points: list[tuple[str, float, float]], size: int = 420) -> Markup:
