@@ -65,7 +65,8 @@ def demo_command(
 
     With --inductive: the inductive-CLIP miniature (SSD unlearning of the digits 5-9 from
     demo-clip.digits, zero-shot and CoOp-style few-shot tables against the original and the
-    oracle trained without 5-9, and a site comparing both CLIP settings).
+    oracle trained without 5-9, a verdict per method on unlearned vs trained without (paired
+    over episodes), and a site comparing both CLIP settings with the oracle check).
     """
     if inductive:
         _inductive(app, out, adapters, episodes, as_json, quiet)
@@ -107,6 +108,41 @@ def demo_command(
         click.echo(f"site: {result.site_index.resolve()}")
 
 
+def _print_oracle_check(result: Any) -> None:
+    """The verdict table, and how held-out selection chose configurations."""
+    rows = result.oracle_rows()
+    if rows:
+        margin = rows[0]["margin"]
+        click.echo(
+            f"\nOracle check: unlearned vs trained without 5-9, paired over episodes "
+            f"(verdict: 95% CI of the difference within ±{margin:g} points):"
+        )
+        echo_table(
+            ["adapter", "unlearned", "trained without", "difference [95% CI]", "t p", "Wilcoxon p"],
+            [
+                [
+                    r["adapter"],
+                    f"{r['unlearned']:.1f}",
+                    f"{r['scratch']:.1f}",
+                    f"{r['difference']:+.1f} [{r['low']:+.1f}, {r['high']:+.1f}]",
+                    f"{r['t_p']:.3g}",
+                    f"{r['wilcoxon_p']:.3g}",
+                ]
+                for r in rows
+            ],
+        )
+        for r in rows:
+            click.echo(f"{r['adapter']}: {r['line']}")
+    for adapter, roles in result.selected.items():
+        chosen = ", ".join(
+            f"{role} {c['field']}={c['config'][c['field']]:g}" for role, c in roles.items()
+        )
+        click.echo(
+            f"\n{adapter}: {next(iter(roles.values()))['recipe']} recipe, {chosen} "
+            "(chosen on held-out episodes inside the digits 5-9 train split)"
+        )
+
+
 def _inductive(
     app: App, out: Path, adapters: str | None, episodes: int, as_json: bool, quiet: bool
 ) -> None:
@@ -131,6 +167,8 @@ def _inductive(
                 "zero_shot": result.zero_shot,
                 "few_shot": result.few_shot,
                 "gaps": result.gaps,
+                "oracle_check": result.oracle_rows(),
+                "selected": result.selected,
                 "site": str(result.site_index) if result.site_index else None,
             }
         )
@@ -161,6 +199,7 @@ def _inductive(
             for a in result.few_shot
         ],
     )
+    _print_oracle_check(result)
     click.echo(f"\nresults: {out / 'results'}")
     if result.site_index is not None:
         click.echo(f"site: {result.site_index.resolve()}")

@@ -102,6 +102,48 @@ def _ci(stats: dict[str, Any]) -> str:
     default=None,
     help="Importance cache (default $FEWTRANS_BOARD_CACHE/importances).",
 )
+@click.option(
+    "--knowledge-loss",
+    type=click.Choice(["0.03", "0.25", "0.5", "0.9"]),
+    default=None,
+    help="Search the strength so that the validation datasets lose at most this share of "
+    "their zero-shot knowledge (the paper's severities, Fig. 4a); names the model "
+    "MODEL+unlearn:DATASET@tklN.",
+)
+@click.option(
+    "--match-oracle",
+    metavar="MODEL",
+    default=None,
+    help="Search the strength so that a linear probe on the unlearned model matches MODEL, "
+    "trained without the forget classes, on the forget dataset's train split; names the "
+    "model MODEL+unlearn:DATASET@oracle.",
+)
+@click.option(
+    "--oracle-weights",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Local checkpoint of the --match-oracle model.",
+)
+@click.option(
+    "--validation",
+    default=None,
+    help="Comma-separated datasets where a search measures knowledge loss (default: the "
+    "paper's five; the miniature's digits-0-4).",
+)
+@click.option(
+    "--weighting",
+    type=click.Choice(["mmd", "uniform"]),
+    default="mmd",
+    show_default=True,
+    help="TKL weighting a --knowledge-loss search targets.",
+)
+@click.option(
+    "--tolerance",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=None,
+    help="How close a search must come: a share of knowledge below the target (default "
+    "0.02) or probe points either side of the oracle (default 2).",
+)
 @device_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 @pass_app
@@ -118,6 +160,12 @@ def unlearn_command(
     lam: float | None,
     batch_size: int | None,
     cache_dir: Path | None,
+    knowledge_loss: str | None,
+    match_oracle: str | None,
+    oracle_weights: Path | None,
+    validation: str | None,
+    weighting: str,
+    tolerance: float | None,
     device: str | None,
     as_json: bool,
 ) -> None:
@@ -126,6 +174,10 @@ def unlearn_command(
     Writes the weights and a record (forget/retain sets, alpha, lambda, importance hashes,
     zero-shot accuracy before/after) and registers the result as the model
     MODEL+unlearn:DATASET, usable wherever a model name is.
+
+    The strength is the paper's (alpha 30, lambda 1) unless --alpha/--lambda fix it or
+    --knowledge-loss/--match-oracle search it (alpha, with lambda = min(1, alpha), bisected
+    in log space); the record keeps every strength tried and what it measured.
     """
     from fewtrans_board.unlearning.importance import ImportanceCache
     from fewtrans_board.unlearning.run import UnlearnRequest, unlearn
@@ -140,7 +192,15 @@ def unlearn_command(
         data_dir=data_dir,
         roots=parse_roots(roots),
         device=resolve_device(device),
+        knowledge_loss=None if knowledge_loss is None else float(knowledge_loss),
+        match_oracle=match_oracle,
+        oracle_weights=oracle_weights,
+        validation=None if validation is None else split_list(validation),
+        weighting=weighting,
+        tolerance=tolerance,
     )
+    if oracle_weights is not None and match_oracle is None:
+        raise FewtransError("--oracle-weights goes with --match-oracle MODEL")
     for key, value in (("alpha", alpha), ("lam", lam), ("batch_size", batch_size)):
         if value is not None:
             setattr(request, key, value)
@@ -149,6 +209,8 @@ def unlearn_command(
     if as_json:
         echo_json(record)
         return
+    if "search" in record:
+        _print_search(record["search"])
     damp = record["dampening"]
     click.echo(
         f"{record['name']}: dampened {damp['selected']} of {damp['total']} parameters "
@@ -163,6 +225,41 @@ def unlearn_command(
         ],
     )
     click.echo(f"weights: {out}\nrecord: {out.with_suffix('.json')}")
+
+
+def _print_search(search: dict[str, Any]) -> None:
+    """Every strength tried, and what the chosen one reached."""
+    oracle = search["mode"] == "oracle"
+    echo_table(
+        ["alpha", "lambda", "probe gap (points)" if oracle else "knowledge lost", "selected"],
+        [
+            [
+                f"{p['alpha']:.4g}",
+                f"{p['lambda']:.4g}",
+                f"{p['gap']:+.1f}" if oracle else f"{100 * p['value']:.1f}% ({p['tkl']:.2f} pts)",
+                f"{100 * p['selected_fraction']:.2f}%",
+            ]
+            for p in search["points"]
+        ],
+    )
+    chosen = search["chosen"]
+    state = "reached" if search["reached"] else "NOT reached (closest kept)"
+    if oracle:
+        default = search.get("at_default_strength")
+        before = f"{default['gap']:+.1f} at alpha 30 -> " if default else ""
+        click.echo(
+            f"oracle gap ({search['oracle']['adapter']} on the train split, unlearned - "
+            f"{search['oracle']['scratch_model']}): {before}{chosen['gap']:+.1f} "
+            f"(target 0 ± {search['tolerance']:g}, {state}); {chosen['verdict']['line']}; "
+            f"knowledge lost there: {100 * chosen['fraction']:.1f}% ({chosen['tkl']:.2f} points)"
+        )
+    else:
+        click.echo(
+            f"knowledge lost: {100 * chosen['value']:.1f}% ({chosen['tkl']:.2f} ± "
+            f"{chosen['tkl_ci95']:.2f} TKL points, {search['knowledge']['weighting']}) for a "
+            f"target of at most {100 * search['target']:g}% (tolerance "
+            f"{100 * search['tolerance']:g}%, {state})"
+        )
 
 
 @click.command("tkl")
@@ -187,6 +284,12 @@ def unlearn_command(
     default=None,
     help="WordNet database folder for the WordNet weighting (needs nltk).",
 )
+@click.option(
+    "--variant",
+    default=None,
+    metavar="tklN|oracle",
+    help="Measure MODEL+unlearn:FORGET@VARIANT (a searched strength) instead.",
+)
 @device_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
@@ -200,6 +303,7 @@ def tkl_command(
     data_dir: Path | None,
     roots: tuple[str, ...],
     wordnet: Path | None,
+    variant: str | None,
     device: str | None,
     as_json: bool,
 ) -> None:
@@ -221,6 +325,7 @@ def tkl_command(
         roots=parse_roots(roots),
         wordnet=wordnet,
         device=resolve_device(device),
+        variant=variant,
     )
     say = (lambda _m: None) if as_json else (lambda m: click.echo(m, err=True))
     result = run_tkl(app.registry, request, report=say)

@@ -1,4 +1,11 @@
-"""The ``unlearn`` pipeline: importances, dampening, weights, record, zero-shot before/after."""
+"""The ``unlearn`` pipeline: importances, dampening, weights, record, zero-shot before/after.
+
+The strength is the paper's (alpha 30, lambda 1) or given, or searched
+(:mod:`.strength`): ``knowledge_loss`` targets a share of general knowledge lost on the
+validation datasets (name ``MODEL+unlearn:DATASET@tklN``), ``match_oracle`` a linear probe
+as good as on a model trained without the dataset, on the forget dataset's train split
+(name ``MODEL+unlearn:DATASET@oracle``). The record keeps every strength tried.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +17,25 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board import __version__
 from fewtrans_board.core.errors import FewtransError
-from fewtrans_board.models.unlearned_names import split_name, unlearned_name
+from fewtrans_board.models.unlearned_names import (
+    ORACLE_VARIANT,
+    severity_variant,
+    split_name,
+    unlearned_name,
+)
 from fewtrans_board.models.unlearned_records import SCHEMA, UnlearnedStore, write_record
 from fewtrans_board.unlearning.data import LabeledSplit, check_datasets, load_split, root_of
-from fewtrans_board.unlearning.importance import ImportanceCache, mean_importance
-from fewtrans_board.unlearning.sets import ALPHA, IMPORTANCE_BATCH, LAMBDA
+from fewtrans_board.unlearning.importance import ImportanceCache, Importances, mean_importance
+from fewtrans_board.unlearning.sets import (
+    ALPHA,
+    IMPORTANCE_BATCH,
+    KNOWLEDGE_LOSS_TOLERANCE,
+    LAMBDA,
+    ORACLE_GAP_TOLERANCE,
+    default_validation,
+)
 from fewtrans_board.unlearning.ssd import EXCLUDED, dampen
+from fewtrans_board.unlearning.strength import StrengthSearch, search_strength
 from fewtrans_board.unlearning.zeroshot import zero_shot
 
 if TYPE_CHECKING:
@@ -43,6 +63,16 @@ class UnlearnRequest:
         batch_size: importance mini-batch size.
         device: torch device.
         evaluate_retain: also measure retain-set zero-shot accuracy before and after.
+        knowledge_loss: search the strength so that the validation datasets lose at most
+            this share of their zero-shot knowledge (``0.03``, ``0.25``, ``0.5``, ``0.9``).
+        match_oracle: search the strength so that a probe on the unlearned model matches
+            this model, trained without the forget classes.
+        oracle_weights: local checkpoint of the ``match_oracle`` model.
+        oracle_adapter: the probe of ``match_oracle`` (a frozen-feature adapter).
+        validation: where knowledge loss is measured (``None``: the default for ``forget``).
+        weighting: the TKL weighting the knowledge-loss search targets (``mmd``, ``uniform``).
+        tolerance: how close a search must come (a fraction of knowledge, or probe points;
+            ``None``: the defaults of :mod:`.sets`).
     """
 
     model: str
@@ -57,6 +87,29 @@ class UnlearnRequest:
     batch_size: int = IMPORTANCE_BATCH
     device: str = "cpu"
     evaluate_retain: bool = True
+    knowledge_loss: float | None = None
+    match_oracle: str | None = None
+    oracle_weights: Path | None = None
+    oracle_adapter: str = "linear-probe"
+    validation: Sequence[str] | None = None
+    weighting: str = "mmd"
+    tolerance: float | None = None
+
+    @property
+    def variant(self) -> str | None:
+        """The name's variant: ``tklN``, ``oracle`` or ``None`` (a fixed strength)."""
+        if self.knowledge_loss is not None:
+            return severity_variant(self.knowledge_loss)
+        return ORACLE_VARIANT if self.match_oracle else None
+
+    @property
+    def searched(self) -> bool:
+        """Whether the strength is searched rather than fixed."""
+        return self.knowledge_loss is not None or self.match_oracle is not None
+
+    def validation_sets(self) -> list[str]:
+        """The validation datasets (given, or the default of the forget dataset)."""
+        return list(self.validation) if self.validation else list(default_validation(self.forget))
 
 
 def _check(request: UnlearnRequest) -> None:
@@ -72,6 +125,27 @@ def _check(request: UnlearnRequest) -> None:
         raise FewtransError(f"--out must be a .safetensors file, got {request.out}")
     if request.batch_size < 1:
         raise FewtransError(f"the importance batch size must be >= 1, got {request.batch_size}")
+    if request.knowledge_loss is not None and request.match_oracle is not None:
+        raise FewtransError(
+            "--knowledge-loss and --match-oracle each choose the strength; give one of them"
+        )
+    if request.searched and (request.alpha != ALPHA or request.lam != LAMBDA):
+        raise FewtransError(
+            "--alpha/--lambda fix the SSD strength, --knowledge-loss/--match-oracle search it; "
+            "give one or the other"
+        )
+    if request.knowledge_loss is not None:
+        severity_variant(request.knowledge_loss)  # a whole percentage between 1 and 99
+    if request.searched and request.forget in request.validation_sets():
+        raise FewtransError(
+            f"{request.forget!r} is the forget set; knowledge loss is measured on other "
+            "datasets (--validation)"
+        )
+    if request.match_oracle is not None and split_name(request.match_oracle)[1] is not None:
+        raise FewtransError(
+            f"--match-oracle names a model trained without the forget classes, not the "
+            f"unlearned model {request.match_oracle!r}"
+        )
 
 
 def _splits(
@@ -118,12 +192,10 @@ def unlearn(
     from fewtrans_board.models.weights import file_sha256
 
     _check(request)
-    check_datasets(
-        registry,
-        {"--forget": [request.forget], "--retain": request.retain},
-        request.data_dir,
-        request.roots,
-    )
+    named: dict[str, Sequence[str]] = {"--forget": [request.forget], "--retain": request.retain}
+    if request.searched:
+        named["--validation"] = request.validation_sets()
+    check_datasets(registry, named, request.data_dir, request.roots)
     say = report or (lambda _msg: None)
     cache = cache or ImportanceCache()
     entry = registry.model(request.model)
@@ -139,17 +211,21 @@ def unlearn(
         got = cache.get(backbone, split, request.batch_size)
         importances[name] = got.values
         provenance[name] = {**got.record, "cached": got.cached}
+    retained = mean_importance([importances[name] for name in request.retain])
+    search: dict[str, Any] | None = None
+    alpha, lam = request.alpha, request.lam
+    if request.searched:
+        search = choose_strength(
+            registry, request, backbone, forget, importances[request.forget], retained, say
+        )
+        alpha, lam = search["chosen"]["alpha"], search["chosen"]["lambda"]
     model: Any = copy.deepcopy(clip_model(backbone, "unlearning"))
     stats = dampen(
-        dict(model.named_parameters()),
-        importances[request.forget],
-        mean_importance([importances[name] for name in request.retain]),
-        request.alpha,
-        request.lam,
+        dict(model.named_parameters()), importances[request.forget], retained, alpha, lam
     )
     request.out.parent.mkdir(parents=True, exist_ok=True)
     save_weights(model, request.out)
-    name = unlearned_name(request.model, request.forget)
+    name = unlearned_name(request.model, request.forget, request.variant)
     record: dict[str, Any] = {
         "schema": SCHEMA,
         "name": name,
@@ -157,8 +233,8 @@ def unlearn(
         "base_weights_id": backbone.weights_id,
         "forget": request.forget,
         "retain": list(request.retain),
-        "alpha": request.alpha,
-        "lambda": request.lam,
+        "alpha": alpha,
+        "lambda": lam,
         "excluded": list(EXCLUDED),
         "importance_batch_size": request.batch_size,
         "importances": provenance,
@@ -167,6 +243,9 @@ def unlearn(
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "package": {"name": "fewtrans-board", "version": __version__},
     }
+    if search is not None:
+        record["variant"] = request.variant
+        record["search"] = search
     write_record(request.out, record)
     from fewtrans_board.models.unlearned_names import load_unlearned
 
@@ -177,6 +256,84 @@ def unlearn(
     write_record(request.out, record)
     (store or UnlearnedStore()).register(request.out)
     return record
+
+
+def choose_strength(
+    registry: Registry,
+    request: UnlearnRequest,
+    backbone: Backbone,
+    forget_train: LabeledSplit,
+    forget_importance: Importances,
+    retain_importance: Importances,
+    say: Reporter,
+) -> dict[str, Any]:
+    """Search the strength (:mod:`.strength`) for a knowledge-loss target or the oracle.
+
+    Knowledge loss is read on the validation datasets' test splits (and, for MMD weights,
+    their train splits); the oracle probe on the forget dataset's train split. Nothing reads
+    the forget dataset's test split. ``backbone`` is dampened in place per point and
+    restored.
+
+    Returns:
+        The record's ``search`` entry: mode, target, tolerance, every point, the chosen one,
+        whether it was reached, the knowledge baseline and, for the oracle, the probe setup
+        and the gap at the paper's default strength.
+    """
+    from fewtrans_board.unlearning.targets import (
+        Dampener,
+        knowledge_baseline,
+        knowledge_loss_measure,
+        oracle_measure,
+        oracle_probe,
+    )
+
+    size = backbone.image_size
+    validation = request.validation_sets()
+    say(f"knowledge baseline on {', '.join(validation)} ({request.weighting} weights)")
+    baseline = knowledge_baseline(
+        backbone,
+        forget_train,
+        _splits(registry, request, validation, "train", size) if request.weighting == "mmd" else {},
+        _splits(registry, request, validation, "test", size),
+        request.weighting,
+    )
+    dampener = Dampener(backbone, forget_importance, retain_importance)
+    result: StrengthSearch
+    extra: dict[str, Any] = {"knowledge": baseline.to_dict()}
+    if request.knowledge_loss is not None:
+        tolerance = KNOWLEDGE_LOSS_TOLERANCE if request.tolerance is None else request.tolerance
+        result = search_strength(
+            knowledge_loss_measure(dampener, backbone, baseline, say),
+            request.knowledge_loss,
+            tolerance,
+            "at-most",
+        )
+        mode = "knowledge-loss"
+    else:
+        assert request.match_oracle is not None
+        say(f"{request.oracle_adapter} on {request.match_oracle} (the oracle), train split")
+        scratch = registry.load_model(request.match_oracle, request.oracle_weights, request.device)
+        probe = oracle_probe(
+            registry, request.match_oracle, scratch, forget_train, request.oracle_adapter
+        )
+        tolerance = ORACLE_GAP_TOLERANCE if request.tolerance is None else request.tolerance
+        result = search_strength(
+            oracle_measure(registry, dampener, backbone, probe, say), 0.0, tolerance, "nearest"
+        )
+        with dampener.applied(result.chosen.alpha, result.chosen.lam):
+            result.chosen.detail.update(baseline.measure(backbone))
+        mode = "oracle"
+        extra["oracle"] = probe.to_dict()
+    out = {"mode": mode, **result.to_dict(), **extra}
+    default = next((p for p in result.points if p.alpha == ALPHA), None)
+    if default is not None:
+        out["at_default_strength"] = default.to_dict()
+    if not result.reached:
+        say(
+            f"the search did not reach its target within {tolerance:g}; kept the closest "
+            f"strength (alpha={result.chosen.alpha:.4g})"
+        )
+    return out
 
 
 def before_after(

@@ -35,6 +35,18 @@ VALIDATION_DATASETS = ("clip-eurosat", "clip-sun397", "clip-food101", "clip-dtd"
 
 MINIATURE_FORGET = "digits-5-9"
 MINIATURE_RETAIN = ("digits-0-4",)
+MINIATURE_VALIDATION = ("digits-0-4",)
+"""Where the miniature measures knowledge loss: the test half of digits 0-4.
+
+The embedded digits offer no third class set, so the miniature's validation dataset is its
+retain dataset; importances read its train half only, knowledge loss its test half only
+(disjoint images), but unlike the paper's five validation datasets it was retained."""
+
+DEFAULT_VALIDATION: dict[str, tuple[str, ...]] = {
+    **{forget: VALIDATION_DATASETS for forget in PAPER_RETAIN},
+    MINIATURE_FORGET: MINIATURE_VALIDATION,
+}
+"""The validation datasets ``unlearn --knowledge-loss`` and ``tkl`` use when none are given."""
 
 DEFAULT_RETAIN: dict[str, tuple[str, ...]] = {**PAPER_RETAIN, MINIATURE_FORGET: MINIATURE_RETAIN}
 """The retain set ``unlearn`` and ``tkl`` use when none is given."""
@@ -65,6 +77,30 @@ IMPORTANCE_BATCH = 64
 def template_for(dataset: str) -> str:
     """The zero-shot template of ``dataset``."""
     return TEMPLATES.get(dataset, DEFAULT_TEMPLATE)
+
+
+SEARCH_ALPHA_RANGE = (1e-3, 1e3)
+"""Bounds of the strength searches (``alpha``; ``lambda = min(1, alpha)``)."""
+
+KNOWLEDGE_LOSS_TOLERANCE = 0.02
+"""A knowledge-loss search stops once it is within this (a fraction) below its target."""
+
+ORACLE_GAP_TOLERANCE = 2.0
+"""An oracle search stops once the probe accuracies differ by at most this (points)."""
+
+
+def default_validation(forget: str) -> tuple[str, ...]:
+    """The validation datasets for ``forget`` (the paper's five, or the miniature's).
+
+    Raises:
+        FewtransError: ``forget`` has no default; the caller must name them.
+    """
+    try:
+        return DEFAULT_VALIDATION[forget]
+    except KeyError:
+        raise FewtransError(
+            f"no default validation datasets for {forget!r}; pass --validation A,B,C"
+        ) from None
 
 
 def default_retain(forget: str) -> tuple[str, ...]:

@@ -41,6 +41,8 @@ class TklRequest:
         roots: explicit local copies per dataset.
         wordnet: a WordNet database folder for the WordNet weighting (``None``: nltk's).
         device: torch device.
+        variant: the unlearned model's strength variant (``tklN``, ``oracle``; ``None``:
+            the paper's default strength).
     """
 
     model: str
@@ -52,6 +54,7 @@ class TklRequest:
     roots: Mapping[str, Path] = field(default_factory=dict)
     wordnet: Path | None = None
     device: str = "cpu"
+    variant: str | None = None
 
 
 def dataset_features(backbone: Backbone, split: LabeledSplit) -> DatasetFeatures:
@@ -136,7 +139,7 @@ def run_tkl(
     )
     taxonomy = _taxonomy(request.wordnet)
     original = registry.load_model(request.model, request.weights, request.device)
-    name = unlearned_name(request.model, request.forget)
+    name = unlearned_name(request.model, request.forget, request.variant)
     unlearned = registry.load_model(name, request.unlearned_weights, request.device)
     size = original.image_size
 

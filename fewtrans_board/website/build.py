@@ -141,7 +141,11 @@ def _dataset_entries(data: SiteData, name: str) -> list[dict[str, Any]]:
 
 
 def build_site(
-    leaderboard: Path, out: Path, registry: Any | None = None, local_runs: list[Path] | None = None
+    leaderboard: Path,
+    out: Path,
+    registry: Any | None = None,
+    local_runs: list[Path] | None = None,
+    oracle_check: dict[str, Any] | None = None,
 ) -> list[Path]:
     """Build the static site for a leaderboard store into ``out``.
 
@@ -150,6 +154,9 @@ def build_site(
         out: output folder (created; existing HTML pages are replaced).
         registry: plugin registry for dataset metadata (optional).
         local_runs: result folders to show as unsubmitted local entries (the demo's).
+        oracle_check: the inductive miniature's oracle verdicts (``{"models", "rows",
+            "margin"}``, rows as ``InductiveDemoResult.oracle_rows``), shown on
+            ``oracle-check.html``.
 
     Returns:
         The written HTML pages.
@@ -174,7 +181,10 @@ def build_site(
         benchmarks=data.benchmarks,
         datasets=sorted(data.datasets),
         clip_settings=settings,
+        oracle_check=oracle_check,
     )
+    if oracle_check is not None:
+        render("oracle-check.html", "oracle-check.html", check=oracle_check)
     for cmp in settings:
         render(
             "clip-settings.html",
