@@ -56,8 +56,11 @@ def test_adapters_json_lists_every_method_with_its_paper(invoke, pm: PluginManag
             # meta-learners whose test-time rule has no hyperparameter (MAML has lr/steps)
             "protonet",
             "matchingnet",
+            "matchingnet-nofce",
             "relationnet",
+            "relationnet-mlp",
             "metaopt",
+            "metaopt-ridge",
         }, f"{name} declares no HPE axis"
 
 

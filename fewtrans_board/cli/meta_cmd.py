@@ -20,14 +20,15 @@ from fewtrans_board.cli.groups import (
     show_progress,
     weights_option,
 )
+from fewtrans_board.methods.meta.methods import METHODS
 
 
 @click.command("meta-train")
 @click.option(
     "--method",
     required=True,
-    type=click.Choice(["protonet", "matchingnet", "relationnet", "metaopt", "maml"]),
-    help="The meta-learner.",
+    type=click.Choice(list(METHODS)),
+    help="The meta-learner (the paper's version, or a simplified variant named as such).",
 )
 @click.option("--source", required=True, help="Source dataset (its source classes are used).")
 @root_option("Local copy of the source dataset (omit for embedded datasets).")

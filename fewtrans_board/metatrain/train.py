@@ -5,8 +5,13 @@ epochs with Adam (lr 0.001); each epoch is 100 episodes (CloserLook's loop) with
 per class, and images are augmented. FWT variants add the feature-wise transformation during
 training. MAML is first-order (FOMAML: the query-loss gradient at the adapted weights updates
 the initialisation; second-order terms are dropped, as CloserLook does for ResNets) with 5
-inner SGD steps of lr 0.01 and 4 tasks per meta-batch; its head starts from the support
-prototypes in every task (see :func:`~fewtrans_board.methods.meta.maml.maml_adapt`).
+inner SGD steps of lr 0.01 and 4 tasks per meta-batch (the meta-gradient is the tasks' mean;
+CloserLook sums, which Adam's scale invariance makes nearly the same); ``maml``'s linear head
+initialisation is meta-learned with the encoder (CloserLook), ``proto-maml``'s head starts
+from the support prototypes in every task (see
+:func:`~fewtrans_board.methods.meta.maml.maml_adapt`). RelationNet trains on the encoder's
+feature maps (:mod:`fewtrans_board.methods.meta.features`); its relation module's BatchNorm
+keeps running statistics (momentum 0.1) for the adapters.
 
 Training runs with BatchNorm in training mode (batch statistics); the adapters evaluate in
 eval mode with the running statistics (MAML: the statistics of the episode's support set), so
@@ -32,7 +37,7 @@ from fewtrans_board.core.errors import FewtransError, UnknownNameError
 from fewtrans_board.metatrain.episodes import SourceEpisodes, TrainingEpisode
 from fewtrans_board.methods.meta.checkpoint import check_checkpoint_path, write_checkpoint
 from fewtrans_board.methods.meta.maml import maml_adapt
-from fewtrans_board.methods.meta.methods import METHODS, MetaMethod
+from fewtrans_board.methods.meta.methods import METHODS, METHODS_REVISION, MetaMethod
 from fewtrans_board.plugins.registry import Registry
 
 if TYPE_CHECKING:
@@ -47,7 +52,10 @@ class MetaTrainSpec:
     """Inputs of ``fewtrans-board meta-train``; the defaults are BSCD-FSL's schedule.
 
     Attributes:
-        method: ``protonet``, ``matchingnet``, ``relationnet``, ``metaopt`` or ``maml``.
+        method: a name of :data:`~fewtrans_board.methods.meta.methods.METHODS`
+            (``protonet``, ``matchingnet``, ``relationnet``, ``metaopt``, ``maml`` and the
+            simplified variants ``matchingnet-nofce``, ``relationnet-mlp``,
+            ``metaopt-ridge``, ``proto-maml``).
         source: the source dataset (its source classes are used).
         model: the backbone to start from (``demo-cnn.random`` trains from scratch).
         weights: a local checkpoint of ``model``.
@@ -114,24 +122,37 @@ class MetaTrainSpec:
 
 
 def _episode_features(
-    encoder: nn.Module, episode: TrainingEpisode, device: str
+    encoder: nn.Module, episode: TrainingEpisode, device: str, maps: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
+    from fewtrans_board.methods.meta.features import feature_maps
+
     pixels = torch.cat([episode.support, episode.query]).to(device)
-    features = encoder(pixels).float()
+    features = feature_maps(encoder, pixels) if maps else encoder(pixels).float()
     return features[: len(episode.support)], features[len(episode.support) :]
 
 
-def _maml_step(spec: MetaTrainSpec, encoder: nn.Module, episodes: list[TrainingEpisode]) -> float:
-    """Accumulate first-order meta-gradients of a meta-batch into the initial parameters."""
+def _maml_step(
+    spec: MetaTrainSpec,
+    encoder: nn.Module,
+    episodes: list[TrainingEpisode],
+    head: dict[str, torch.Tensor],
+) -> float:
+    """Accumulate first-order meta-gradients of a meta-batch into the initial parameters.
+
+    ``head`` (``maml``'s linear head initialisation; empty for ``proto-maml``) receives the
+    gradient of the adapted head rows, as the encoder receives its adapted copy's.
+    """
     import torch.nn.functional as F
 
     losses = []
     for episode in episodes:
         support = episode.support.to(spec.device)
         labels = episode.support_labels.to(spec.device)
-        fast, rows = maml_adapt(encoder, support, labels, spec.n_way, spec.maml_steps, spec.maml_lr)
+        fast, rows = maml_adapt(
+            encoder, support, labels, spec.n_way, spec.maml_steps, spec.maml_lr, head or None
+        )
         fast.zero_grad(set_to_none=True)
         for row in rows.values():
             row.grad = None
@@ -143,6 +164,11 @@ def _maml_step(spec: MetaTrainSpec, encoder: nn.Module, episodes: list[TrainingE
             if fast_param.grad is not None:
                 share = fast_param.grad / len(episodes)
                 param.grad = share if param.grad is None else param.grad + share
+        for key, init in head.items():
+            grad = rows[key].grad
+            if grad is not None:
+                share = grad / len(episodes)
+                init.grad = share if init.grad is None else init.grad + share
         losses.append(float(loss.detach()))
     return float(np.mean(losses))
 
@@ -170,6 +196,7 @@ def meta_train(
     import torch
 
     from fewtrans_board.methods.meta.fwt import fwt_hooks
+    from fewtrans_board.methods.meta.heads import is_running_statistic
 
     method = spec.check()
     check_checkpoint_path(out)
@@ -182,8 +209,15 @@ def meta_train(
     backbone = registry.load_model(spec.model, spec.weights, spec.device)
     encoder = copy.deepcopy(backbone.image_encoder).to(spec.device).train()
     encoder.requires_grad_(True)
-    head = {k: v.to(spec.device) for k, v in method.init_head(backbone.feature_dim).items()}
-    for tensor in head.values():
+    shape = None
+    if method.maps:
+        from fewtrans_board.methods.meta.features import map_shape
+
+        shape = map_shape(encoder, backbone.image_size, spec.device)
+    initial = method.init_head(backbone.feature_dim, n_way=spec.n_way, map_shape=shape)
+    head = {k: v.to(spec.device) for k, v in initial.items()}
+    learned = [v for k, v in head.items() if not is_running_statistic(k)]
+    for tensor in learned:
         tensor.requires_grad_(True)
     preprocessing = Preprocessing.named(spec.preprocessing, backbone.image_size)
     root = Path(spec.root) if spec.root else None
@@ -198,7 +232,7 @@ def meta_train(
     )
     rng = np.random.default_rng(spec.seed)
     fwt_generator = torch.Generator().manual_seed(spec.seed + 1)
-    optimiser = torch.optim.Adam([*encoder.parameters(), *head.values()], lr=spec.lr)
+    optimiser = torch.optim.Adam([*encoder.parameters(), *learned], lr=spec.lr)
     losses: list[float] = []
     hooks = fwt_hooks(encoder, fwt_generator) if spec.fwt else None
     if hooks is not None:
@@ -208,12 +242,12 @@ def meta_train(
             epoch_losses = []
             for _ in range(spec.episodes_per_epoch):
                 optimiser.zero_grad(set_to_none=True)
-                if method.name == "maml":
+                if method.inner_loop:
                     batch = [source.sample(rng) for _ in range(spec.maml_tasks)]
-                    epoch_losses.append(_maml_step(spec, encoder, batch))
+                    epoch_losses.append(_maml_step(spec, encoder, batch, head))
                 else:
                     episode = source.sample(rng)
-                    support, query = _episode_features(encoder, episode, spec.device)
+                    support, query = _episode_features(encoder, episode, spec.device, method.maps)
                     loss = method.loss(
                         head,
                         support,
@@ -234,6 +268,8 @@ def meta_train(
     record = {
         **asdict(spec),
         "base_model": spec.model,
+        "methods_revision": METHODS_REVISION,
+        "method_paper": method.paper,
         "base_weights_id": backbone.weights_id,
         "method_title": method.title + ("+FWT" if spec.fwt else ""),
         "source_classes": [dataset.obj.class_ids[c] for c in _source_ids(dataset.obj)],

@@ -1,7 +1,8 @@
 """Meta-trained checkpoints: one safetensors file with the encoder, the head and metadata.
 
 Keys ``encoder.*`` hold the image encoder's state dict (loadable into the base model),
-``head.*`` the method's learned head (relation module, MetaOpt scale, MAML head init), and
+``head.*`` the method's learned head (relation module with its BatchNorm running statistics,
+MatchingNet's FCE LSTMs, MetaOpt scale, MAML head init), and
 the safetensors metadata field ``fewtrans_board.methods.meta`` the training record as JSON (method,
 FWT, base model, source dataset, schedule, seeds, losses, versions).
 """

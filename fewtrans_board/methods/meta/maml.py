@@ -1,4 +1,9 @@
-"""MAML's inner loop (Proto-MAML head), shared by meta-training and the test-time adapter."""
+"""MAML's inner loop, shared by meta-training and the test-time adapters.
+
+``maml`` (CloserLook's MAML) starts every task's linear head from a meta-learned
+initialisation (``[n_way, D]`` weight, bias; the untrained init is PyTorch's ``Linear`` init
+with bias 0); ``proto-maml`` starts it from the support prototypes (Triantafillou et al.).
+"""
 
 from __future__ import annotations
 
@@ -38,17 +43,21 @@ def maml_adapt(
     n_way: int,
     steps: int,
     lr: float,
+    head: dict[str, torch.Tensor] | None = None,
 ) -> tuple[nn.Module, dict[str, torch.Tensor]]:
     """MAML's inner loop: full-batch SGD on a copy of the encoder and a linear head.
 
-    The head starts from the support prototypes ``c_k`` of the copy's features as
-    ``w_k = 2 c_k``, ``b_k = -||c_k||^2`` (Proto-MAML; Triantafillou et al., ICLR 2020), so
-    the meta-learned initialisation serves any number of ways and arbitrary label orders.
-    BatchNorm normalises with support-batch statistics while adapting; the returned copy is
-    in eval mode with the adapted weights' support statistics (:func:`use_support_statistics`).
+    ``head`` given (``maml``): the linear head starts from a copy of it (``weight [n_way,
+    D]``, ``bias [n_way]``). ``head=None`` (``proto-maml``): it starts from the support
+    prototypes ``c_k`` of the copy's features as ``w_k = 2 c_k``, ``b_k = -||c_k||^2``
+    (Proto-MAML; Triantafillou et al., ICLR 2020), so the initialisation serves any number of
+    ways. BatchNorm normalises with support-batch statistics while adapting; the returned copy
+    is in eval mode with the adapted weights' support statistics
+    (:func:`use_support_statistics`).
 
     Returns:
-        The adapted encoder copy and head (``weight [n_way, D]``, ``bias [n_way]``).
+        The adapted encoder copy and head (``weight [n_way, D]``, ``bias [n_way]``), both
+        leaves whose ``.grad`` the caller may read after a query-loss backward (first order).
     """
     import torch
     import torch.nn.functional as F
@@ -57,12 +66,17 @@ def maml_adapt(
 
     fast = copy.deepcopy(encoder).train()
     fast.requires_grad_(True)
-    with torch.no_grad():
-        centres = prototypes(fast(support).float(), labels, n_way)
-    rows = {
-        "weight": (2.0 * centres).requires_grad_(True),
-        "bias": (-centres.pow(2).sum(dim=1)).requires_grad_(True),
-    }
+    if head is not None:
+        rows = {
+            k: head[k].detach().clone().float().requires_grad_(True) for k in ("weight", "bias")
+        }
+    else:
+        with torch.no_grad():
+            centres = prototypes(fast(support).float(), labels, n_way)
+        rows = {
+            "weight": (2.0 * centres).requires_grad_(True),
+            "bias": (-centres.pow(2).sum(dim=1)).requires_grad_(True),
+        }
     optimiser = torch.optim.SGD([*fast.parameters(), *rows.values()], lr=lr)
     for _ in range(steps):
         optimiser.zero_grad(set_to_none=True)

@@ -28,11 +28,27 @@ class MetaBackbone(Backbone):
 
     Attributes:
         method: the meta-learning method it was trained with (``protonet`` ...).
-        head: the learned head tensors (relation module, MetaOpt scale, MAML head init).
+        head: the learned head tensors (relation module, FCE LSTMs, MetaOpt scale, MAML
+            head init).
     """
 
     method: str = ""
     head: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def current_method_name(meta: dict[str, Any]) -> str:
+    """The method a checkpoint's record names, in today's names.
+
+    Checkpoints written before the faithful defaults (no ``methods_revision``) used
+    ``matchingnet``, ``relationnet``, ``metaopt`` and ``maml`` for what are now
+    ``matchingnet-nofce``, ``relationnet-mlp``, ``metaopt-ridge`` and ``proto-maml``.
+    """
+    from fewtrans_board.methods.meta.methods import LEGACY_NAMES
+
+    name = str(meta["method"])
+    if int(meta.get("methods_revision", 1)) < 2:
+        return LEGACY_NAMES.get(name, name)
+    return name
 
 
 def load_meta_trained(
@@ -79,6 +95,6 @@ def load_meta_trained(
         weights_id="sha256:" + file_sha256(weights),
         device=device,
         info=info,
-        method=str(meta["method"]),
+        method=current_method_name(meta),
         head={k: v.to(device) for k, v in head.items()},
     )
