@@ -134,6 +134,11 @@ def _check(request: UnlearnRequest) -> None:
             "--alpha/--lambda fix the SSD strength, --knowledge-loss/--match-oracle search it; "
             "give one or the other"
         )
+    if not request.searched and (request.validation is not None or request.tolerance is not None):
+        raise FewtransError(
+            "--validation and --tolerance steer a --knowledge-loss/--match-oracle search; "
+            "a fixed strength uses neither (measure its loss with 'fewtrans-board tkl')"
+        )
     if request.knowledge_loss is not None:
         severity_variant(request.knowledge_loss)  # a whole percentage between 1 and 99
     if request.searched and request.forget in request.validation_sets():
@@ -196,6 +201,8 @@ def unlearn(
     if request.searched:
         named["--validation"] = request.validation_sets()
     check_datasets(registry, named, request.data_dir, request.roots)
+    if request.match_oracle is not None:
+        registry.model(request.match_oracle)  # an unknown oracle is refused before any work
     say = report or (lambda _msg: None)
     cache = cache or ImportanceCache()
     entry = registry.model(request.model)

@@ -391,8 +391,22 @@ def _append_meta(store: Path, line: str) -> None:
 
 
 def _flip(path: Path) -> None:
+    """Flip a byte in the middle of the logits column's pages (the data, not statistics).
+
+    A flip in a page header's statistics or in padding leaves the decoded table, and so
+    every number, unchanged (measured: about 8% of positions in a shard); one in a data
+    page changes content, which page checksums and the shard checksum refuse.
+    """
+    import pyarrow.parquet as pq
+
+    chunk = pq.ParquetFile(path).metadata.row_group(0)
+    logits = next(
+        chunk.column(i)
+        for i in range(chunk.num_columns)
+        if chunk.column(i).path_in_schema.startswith("logits")
+    )
     data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
+    data[logits.data_page_offset + logits.total_compressed_size // 2] ^= 0xFF
     path.write_bytes(bytes(data))
 
 
