@@ -95,6 +95,10 @@ def _workspace(root: Path) -> Iterator[Workspace]:
     _ok(ws, "sweep --model demo-cnn.digits --manifest {root}/store/manifests/sweep.parquet "
         "--adapter mean-centroid --grid normalize=false,true --device cpu --threads 1 --quiet "
         "--out {root}/sweeprun")  # fmt: skip
+    # IMS-f's recorded selections (what 'analyze model-selection' reads): a 2-model library
+    _ok(ws, f"evaluate --model {IMS_LIBRARY} --adapter ims-f --hpe single --config epochs=1 "
+        "--manifest {root}/store/manifests/sweep.parquet --limit 2 --device cpu --threads 1 "
+        "--quiet --out {root}/imsrun")  # fmt: skip
     _unlearned_stand_in(root / "unlearned.safetensors")
     yield ws
 
@@ -133,6 +137,7 @@ def _unlearned_stand_in(weights: Path) -> None:
     write_record(weights, {**record, "weights": {"sha256": file_sha256(weights)}})
 
 
+IMS_LIBRARY = "library:demo-cnn.digits+demo-cnn.random"
 RUN = "--model demo-cnn.digits --device cpu --threads 1 --adapter linear-probe"
 REFIT = (
     "--manifest {root}/store/manifests/sweep.parquet --episodes 1 --seed 0 --config-index 0 "
@@ -221,6 +226,7 @@ BASELINES: dict[str, tuple[str, str]] = {
     ),
     "analyze delta-w": ("{root}/runs/a", REFIT),
     "analyze cka": ("{root}/runs/a", REFIT),
+    "analyze model-selection": ("{root}/imsrun", "--config-index 0 --out {root}/new"),
     "meta-train": (
         "",
         "--method protonet --source digits --model demo-cnn.random --epochs 1 "
@@ -269,8 +275,14 @@ def free_text_values(ws: Workspace) -> dict[str, list[str]]:
             "batch_size=x",
         ],
         "shard": ["x", "1/0", "3/2", "-1/2", "1/1"],
-        "grid": ["epochs", "=1", "no_such=1,2", "epochs=0,1", "epochs=1,1", "lr_head=nan,1"]
-        + ["epochs=1,,2", "epochs="],
+        "grid": [
+            *["epochs", "=1", "no_such=1,2", "epochs=0,1", "epochs=1,1", "lr_head=nan,1"],
+            *["epochs=1,,2", "epochs="],
+        ],
+        # unlearn's baseline forgets digits-5-9 from demo-clip.digits: the oracle must exist
+        "match_oracle": ["no-such-model", "", "timm:"],
+        # tkl's baseline measures the default strength's record; no such variant was written
+        "variant": ["tkl", "tkl0", "tkl101", "x", "", "oracle"],
         # the evaluate baseline runs fewtrans-reference: any recipe is refused there
         "recipe": ["no-such-recipe", ""],
         "roots": ["digits", f"no-such-dataset={ws.path('folder')}", f"digits={ws.path('nothing')}"],

@@ -1,4 +1,4 @@
-"""Inline SVG figures of the analyses: a labelled scatter and per-layer line charts.
+"""Inline SVG figures of the analyses: a labelled scatter, per-layer line charts, grouped bars.
 
 Text is escaped; every figure has a ``<title>`` and every point a tooltip.
 """
@@ -151,6 +151,74 @@ def layer_lines(
                 )
         parts.append(
             f'<text x="{WIDTH - RIGHT - 4}" y="{TOP + 14 * (k + 1)}" text-anchor="end" class="tick" fill="{colour}">{escape(name)}</text>'
+        )
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def grouped_bars(
+    series: Mapping[str, Sequence[float | None]],
+    *,
+    categories: Sequence[str],
+    x_title: str,
+    y_title: str,
+    title: str,
+    tick_labels: Sequence[str] | None = None,
+    max_ticks: int = 16,
+) -> Markup:
+    """One group of bars per category, one bar (colour) per series, from zero.
+
+    Args:
+        series: ``name -> value per category`` (missing or non-finite values draw no bar;
+            a shorter list leaves the last categories empty).
+        categories: the category names (tooltips, and the axis when ``tick_labels`` is None).
+        x_title: x axis title.
+        y_title: y axis title.
+        title: figure title (also the accessible title).
+        tick_labels: shorter axis labels, one per category (e.g. layer numbers).
+        max_ticks: at most this many axis labels (every k-th is shown when there are more).
+    """
+    values = np.array(
+        [v for vs in series.values() for v in vs if v is not None], dtype=float
+    ).reshape(-1)
+    values = values[np.isfinite(values)]
+    parts = _frame(title, x_title, y_title)
+    count = max(len(categories), 1)
+    slot = (WIDTH - RIGHT - LEFT) / count
+    width = 0.8 * slot / max(len(series), 1)
+    high = float(values.max()) if values.size else 1.0
+    low = min(0.0, float(values.min())) if values.size else 0.0
+    if high - low < 1e-12:
+        high = low + 1.0
+    high += 0.05 * (high - low)
+
+    def py(value: float) -> float:
+        return HEIGHT - BOTTOM + (value - low) / (high - low) * (TOP - (HEIGHT - BOTTOM))
+
+    _y_ticks(parts, low, high, py)
+    labels = list(tick_labels) if tick_labels is not None else list(categories)
+    step = max(1, -(-len(labels) // max_ticks))
+    for i, label in enumerate(labels):
+        if i % step == 0:
+            parts.append(
+                f'<text x="{LEFT + (i + 0.5) * slot:.1f}" y="{HEIGHT - BOTTOM + 14}" '
+                f'text-anchor="middle" class="tick">{escape(label)}</text>'
+            )
+    for k, (name, ys) in enumerate(series.items()):
+        colour = PALETTE[k % len(PALETTE)]
+        for i, y in enumerate(ys[: len(categories)]):
+            if y is None or not np.isfinite(y):
+                continue
+            x = LEFT + i * slot + 0.1 * slot + k * width
+            top, bottom = py(max(float(y), 0.0)), py(min(float(y), 0.0))
+            parts.append(
+                f'<rect x="{x:.1f}" y="{top:.1f}" width="{width:.1f}" '
+                f'height="{max(bottom - top, 0.0):.1f}" fill="{colour}">'
+                f"<title>{escape(name)}, {escape(categories[i])}: {float(y):.4g}</title></rect>"
+            )
+        parts.append(
+            f'<text x="{WIDTH - RIGHT - 4}" y="{TOP + 14 * (k + 1)}" text-anchor="end" '
+            f'class="tick" fill="{colour}">{escape(name)}</text>'
         )
     parts.append("</svg>")
     return Markup("".join(parts))

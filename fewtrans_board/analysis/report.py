@@ -12,7 +12,17 @@ from typing import Any
 from fewtrans_board import __version__
 from fewtrans_board.core.atomic import write_bytes_atomic
 
-ANALYSES = ("sensitivity", "delta-w", "cka", "zipf")
+ANALYSES = (
+    "sensitivity",
+    "delta-w",
+    "cka",
+    "zipf",
+    "cross-validation",
+    "grid-spacing",
+    "sweep",
+    "model-selection",
+)
+"""Every name :func:`write_report` writes (``sweep`` is written by the ``sweep`` command)."""
 
 
 def provenance(inputs: dict[str, Any]) -> dict[str, Any]:

@@ -157,6 +157,13 @@ def _refit_options(function: Callable[..., Any]) -> Callable[..., Any]:
     return function
 
 
+MEASURE_LABELS = {
+    "l2": ("l2", "||dW|| per block"),
+    "relative": ("relative", "||dW||/||W|| per block"),
+    "bscd-relative": ("bscd_relative", "mean |dθ|/|θ| per block"),
+}
+
+
 def _refit_analysis(
     name: str,
     app: App,
@@ -164,6 +171,7 @@ def _refit_analysis(
     manifests: tuple[Path, ...],
     out: Path,
     as_json: bool,
+    measure: str = "l2",
     **options: Any,
 ) -> None:
     """Re-fit sampled episodes of every run, measure them, write and print the report."""
@@ -173,10 +181,10 @@ def _refit_analysis(
     from fewtrans_board.core.errors import FewtransError
     from fewtrans_board.episodes.manifest import Manifest
 
-    measure, report, key, label = {
-        "delta-w": (delta_w_run, delta_w_report, "l2", "||dW|| per block"),
-        "cka": (cka_run, cka_report, "cka", "CKA per block"),
-    }[name]
+    if name == "delta-w":
+        key, label = MEASURE_LABELS[measure]
+    else:
+        key, label = "cka", "CKA per block"
     options["device"] = resolve_device(options["device"])
     by_sha = {Manifest.load(m).sha256: m for m in manifests}
     results = []
@@ -188,8 +196,11 @@ def _refit_analysis(
                 "--manifest"
             )
         description, episodes = refit_episodes(run, app.registry, manifest, **options)
-        results.append(measure(description, episodes))
-    data, svg = report(results)
+        results.append((delta_w_run if name == "delta-w" else cka_run)(description, episodes))
+    if name == "delta-w":
+        data, svg = delta_w_report(results, measure)
+    else:
+        data, svg = cka_report(results)
     lines = [
         f"{r['adapter']} on {r['dataset']}: {label} "
         + " ".join(_fmt(v, ".4g") for v in r[key]["mean"])
@@ -200,6 +211,16 @@ def _refit_analysis(
 
 @analyze_group.command("delta-w")
 @RUNS
+@click.option(
+    "--measure",
+    type=click.Choice(list(MEASURE_LABELS)),
+    default="l2",
+    show_default=True,
+    help="What the figure shows: l2 = ||W_adapted - W_initial|| per block (FewTrans Fig. 5); "
+    "relative = that over ||W_initial||; bscd-relative = the per-element mean of "
+    "|θ_adapted - θ_init| / |θ_init| per layer (BSCD-FSL Fig. 2; elements with θ_init = 0 "
+    "left out and counted). The JSON holds all three.",
+)
 @_refit_options
 def analyze_delta_w(
     app: App,
@@ -207,15 +228,16 @@ def analyze_delta_w(
     manifests: tuple[Path, ...],
     out: Path,
     as_json: bool,
+    measure: str,
     **options: Any,
 ) -> None:
-    """L2 norm of W_adapted - W_initial per block, re-fitting sampled episodes of RUNS.
+    """Parameter change per block / layer, re-fitting sampled episodes of RUNS.
 
     The adapter is re-fitted with the run's seeds on the sampled episodes only (normal runs
     keep no adapted weights); 'agreement' reports how many stored predictions the re-fit
     reproduces.
     """
-    _refit_analysis("delta-w", app, runs, manifests, out, as_json, **options)
+    _refit_analysis("delta-w", app, runs, manifests, out, as_json, measure, **options)
 
 
 @analyze_group.command("cka")
@@ -234,3 +256,37 @@ def analyze_cka(
     Sampled episodes are re-fitted with the run's seeds, as for delta-w.
     """
     _refit_analysis("cka", app, runs, manifests, out, as_json, **options)
+
+
+@analyze_group.command("model-selection")
+@RUNS
+@click.option(
+    "--config-index",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Count only this configuration of each run's HPE grid (default: every "
+    "configuration's fit counts).",
+)
+@OUT
+@AS_JSON
+def analyze_model_selection(
+    runs: tuple[Path, ...], config_index: int | None, out: Path, as_json: bool
+) -> None:
+    """How often IMS-f selects each source model (and layer), per dataset (BSCD-FSL Fig. 3).
+
+    Reads the selections IMS-f stored for every episode (adapter_records) in the runs under
+    RUNS; runs of one dataset are pooled and must share one model library. The frequency of
+    a model is the share of fits (episodes x configurations) that selected at least one of
+    its layers.
+    """
+    from fewtrans_board.analysis.model_selection import model_selection_report
+
+    data, svg = model_selection_report(_load(runs), config_index)
+    lines = [
+        f"{d['dataset']} ({d['episodes']} episodes, {d['fits']} fits): "
+        + ", ".join(
+            f"{m} {_fmt(f, '.2f')}" for m, f in zip(d["models"], d["frequency"], strict=True)
+        )
+        for d in data["datasets"]
+    ]
+    _finish("model-selection", data, svg, out, as_json, "\n".join(lines))
