@@ -195,3 +195,103 @@ def test_lockstep_runs_published_optimisers_exactly_as_the_loop(
     # The optimiser takes effect: every configuration moves far beyond the agreement bound.
     differences = [float((a[0] - p[0]).abs().max()) for a, p in zip(adam, pairs, strict=True)]
     assert min(differences) > 1e-6 and math.isfinite(max(differences))
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [Schedule(), Schedule("constant"), Schedule("cosine-epoch", warmup_epochs=1, warmup_lr=0.01)],
+    ids=["cosine", "constant", "cosine-epoch"],
+)
+def test_stacked_optimiser_runs_each_tensor_with_its_groups_optimiser(schedule: Schedule) -> None:
+    """Rows of two tensors, one per optimiser group (Adam and SGD with momentum, dampening
+    and weight decay), against ``run_training`` with ``group_optimisers``, row by row."""
+    from fewtrans_board.blocks.lockstep.adam import StackedOptimiser
+
+    adam = Optimiser("adam", weight_decay=0.05)
+    sgd = Optimiser("sgd", momentum=0.9, dampening=0.9, weight_decay=1e-3)
+    lrs = [[0.05, 0.02, 0.1], [0.3, 0.1, 0.0]]  # [tensor][row]; row 2 freezes b
+    steps = [7, 5, 5]
+    start_a = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    start_b = torch.tensor([0.3, -0.7], dtype=torch.float64)
+
+    def loss(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return 0.5 * (a * a).sum() + (b**3).sum() / 3 + (a[0] * b[1])
+
+    looped = []
+    for r in range(3):
+        a, b = start_a.clone().requires_grad_(True), start_b.clone().requires_grad_(True)
+        run_training(
+            [([a], lrs[0][r]), ([b], lrs[1][r])],
+            lambda _, a=a, b=b: loss(a, b),  # type: ignore[misc]
+            1,
+            1,
+            steps[r],
+            schedule=schedule,
+            group_optimisers=[adam, sgd],
+        )
+        looped.append((a.detach(), b.detach()))
+    rows = [start_a.repeat(3, 1), start_b.repeat(3, 1)]
+    stacked = StackedOptimiser(rows, lrs, steps, schedule=schedule, optimisers=[adam, sgd])
+    for t in range(max(steps)):
+        active = stacked.active(t)
+        leaves = [r[:active].detach().requires_grad_(True) for r in rows]
+        total = sum(loss(leaves[0][i], leaves[1][i]) for i in range(active))
+        stacked.step(t, torch.autograd.grad(total, leaves))  # type: ignore[arg-type]
+    for r, (a, b) in enumerate(looped):
+        np.testing.assert_allclose(rows[0][r].numpy(), a.numpy(), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(rows[1][r].numpy(), b.numpy(), rtol=1e-12, atol=1e-14)
+    assert not torch.equal(rows[1][0], start_b) and torch.equal(rows[1][2], start_b)
+
+
+def test_a_plan_refuses_group_optimisers_that_do_not_match_its_groups() -> None:
+    from fewtrans_board.blocks.lockstep import TrainingPlan
+    from fewtrans_board.core.errors import FewtransError
+
+    w = torch.zeros(2, requires_grad=True)
+    with pytest.raises(FewtransError, match="1 parameter groups got 2 group optimisers"):
+        TrainingPlan(
+            [([w], 0.1)], lambda _: w.sum(), lambda: None, 1, 1, 1,  # type: ignore[arg-type,return-value]
+            group_optimisers=[Optimiser(), Optimiser("sgd")],
+        )  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "head",
+    [
+        {"optimizer": "sgd", "momentum": 0.9, "dampening": 0.9, "weight_decay": 1e-3},
+        {"optimizer": "adam", "weight_decay": 1e-3},
+    ],
+    ids=["sgd-head", "adam-head"],
+)
+def test_lockstep_runs_per_group_optimisers_exactly_as_the_loop(
+    head: dict[str, Any], float64: None
+) -> None:
+    """Fine-tuning with plain SGD on the backbone and the head's own optimiser: every row
+    of the lockstep run equals its loop run (torch.optim, one optimiser per group)."""
+    from tests.test_lockstep import PLANNED, backbone_for, batched_and_looped, episode, small_grid
+
+    adapter = next(a for a in PLANNED if a.name == "finetune")
+    support, query, names = episode(torch.float64)
+    backbone = backbone_for(adapter, torch.float64)
+    changes = {
+        **head,
+        "backbone_optimizer": "sgd",
+        "schedule": "constant",
+        "head_init": "default",
+        "normalize_features": False,
+        "lr_backbone": 0.05,
+        "lr_head": 0.05,
+    }
+    grid = small_grid(adapter, **changes)
+    plans = [adapter().checked_plan(backbone, support, names, c) for c in grid[:1]]
+    assert [k.name for k in plans[0].tensor_optimisers()][-1] == head["optimizer"]
+    assert {k.name for k in plans[0].tensor_optimisers()[:-2]} == {"sgd"}
+    assert plans[0].group_optimisers is not None and plans[0].group_optimisers[0].momentum == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pairs, reports = batched_and_looped(adapter, backbone, support, query, names, grid)
+    assert reports[0].fallback is None and reports[0].chunks == [len(grid)]
+    for batched, looped in pairs:
+        assert torch.allclose(batched, looped, rtol=0, atol=1e-8), (batched - looped).abs().max()
+    assert not torch.allclose(pairs[0][0], pairs[-1][0])

@@ -5,16 +5,20 @@ features and, under the FewTrans recipe, the batch sequence (each run draws its 
 from a fresh ``RandomState(11)``, so a shorter run's batches are a prefix of a longer
 one's). All heads therefore step in lockstep as one stacked tensor: batched matmuls give
 every head's logits and its cross-entropy gradient (written out: no autograd graph), and
-:class:`~fewtrans_board.blocks.lockstep.adam.StackedAdam` applies each head's own cosine
-learning rate until its last step. ``tests/test_adapters.py`` checks the result against
-the plain per-configuration loop (float64: equal to 1e-10).
+:class:`~fewtrans_board.blocks.lockstep.adam.StackedOptimiser` applies each head's own
+learning rate (FewTrans: Adam, per-step cosine; or the configuration's optimiser and
+schedule, e.g. BSCD-FSL's SGD at a constant rate) until its last step.
+``tests/test_adapters.py`` and ``tests/test_bscd_recipe.py`` check the result against the
+plain per-configuration loop (float64: equal to 1e-10).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from fewtrans_board.api.recipe import FEWTRANS_OPTIMISER, FEWTRANS_SCHEDULE, Optimiser, Schedule
 from fewtrans_board.blocks.training import epoch_batches, total_steps
 
 if TYPE_CHECKING:
@@ -115,11 +119,13 @@ def train_heads(
     epochs: Sequence[int],
     batch_size: int,
     cosine_scale: float | None = None,
+    optimiser: Optimiser = FEWTRANS_OPTIMISER,
+    schedule: Schedule = FEWTRANS_SCHEDULE,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Optimise ``M`` linear (or cosine) heads in lockstep.
 
     Args:
-        features: normalised support features ``[N, D]``.
+        features: support features (L2-normalised under the FewTrans recipe) ``[N, D]``.
         labels: support labels ``[N]``.
         weights: initial head weights ``[M, C, D]``.
         biases: initial biases ``[M, C]``, or ``None`` for the bias-free cosine head.
@@ -127,6 +133,8 @@ def train_heads(
         epochs: epoch count of each head.
         batch_size: optimiser batch size (shared).
         cosine_scale: if set, logits are ``scale * x @ normalize(W)^T`` (cosine head).
+        optimiser: the optimiser of every head (FewTrans: Adam).
+        schedule: the learning-rate schedule (FewTrans: per-step cosine to zero).
 
     Returns:
         The trained ``(weights, biases)``, in the order of the inputs.
@@ -134,14 +142,21 @@ def train_heads(
     import torch
     import torch.nn.functional as F
 
-    from fewtrans_board.blocks.lockstep.adam import StackedAdam
+    from fewtrans_board.blocks.lockstep.adam import StackedOptimiser
 
     n = len(labels)
     steps = [total_steps(n, batch_size, e) for e in epochs]
     order = sorted(range(len(lrs)), key=lambda m: -steps[m])
     params = [weights[order].clone()] + ([biases[order].clone()] if biases is not None else [])
     sorted_lrs = [lrs[m] for m in order]
-    adam = StackedAdam(params, [sorted_lrs] * len(params), [steps[m] for m in order])
+    adam = StackedOptimiser(
+        params,
+        [sorted_lrs] * len(params),
+        [steps[m] for m in order],
+        optimiser,
+        schedule,
+        math.ceil(n / batch_size),
+    )
     onehot = F.one_hot(labels, weights.shape[1]).to(features.dtype)
     for t, batch in enumerate(epoch_batches(n, batch_size, max(epochs, default=0))):
         active = adam.active(t)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fewtrans_board.api.adapter import AdapterConfig, hparam
+from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.blocks.lockstep import PlannedAdapter, TrainingPlan
+from fewtrans_board.blocks.training import EncoderTrainingConfig
 from fewtrans_board.core.errors import FewtransError
 
 if TYPE_CHECKING:
@@ -63,21 +65,27 @@ def last_k_parameters(module: nn.Module, k: int) -> list[torch.Tensor]:
 
 
 class FinetunePredictor:
-    """Runs query pixels through the fine-tuned encoder and head."""
+    """Runs query pixels through the fine-tuned encoder (eval mode) and head."""
 
     def __init__(
-        self, encoder: nn.Module, head: nn.Module, device: str, transductive: bool
+        self,
+        encoder: nn.Module,
+        head: nn.Module,
+        device: str,
+        transductive: bool,
+        normalize: bool = True,
     ) -> None:
         self.encoder = encoder
         self.head = head
         self.device = device
         self.transductive = transductive
+        self.normalize = normalize
 
     def predict(self, query: ImageSet) -> torch.Tensor:
         """Logits of the query images (query BN statistics when transductive)."""
         import torch
 
-        from fewtrans_board.blocks.training import autocast, normalized
+        from fewtrans_board.blocks.training import autocast, normalized, upcast
 
         self.encoder.eval()
         if self.transductive:
@@ -86,7 +94,68 @@ class FinetunePredictor:
                     m.train()  # normalise with the statistics of the whole query batch
         with torch.no_grad(), autocast(self.device):
             features = self.encoder(query.pixels.to(self.device))
-        return self.head(normalized(features))  # type: ignore[no-any-return]
+        features = normalized(features) if self.normalize else upcast(features)
+        return self.head(features)  # type: ignore[no-any-return]
+
+
+BSCD_SOURCE = (
+    "IBM/cdfsl-benchmark finetune.py (Classifier = nn.Linear(final_feat_dim, n_way) on the raw "
+    "features; classifier_opt = SGD(lr 0.01, momentum 0.9, dampening 0.9, weight_decay "
+    "0.001); delta_opt = SGD(backbone, lr 0.01); total_epoch 100; batch_size 4; "
+    "np.random.permutation per epoch; pretrained_model.train() while fitting, eval() for "
+    "the queries); Guo et al., BSCD-FSL, ECCV 2020, §5.2.1 and §6 (SGD with momentum, lr "
+    "0.01, momentum 0.9, 100 epochs)"
+)
+"""Where every value of the ``bscd`` recipes of the fine-tuning baselines comes from."""
+
+BSCD_HEAD = {
+    "lr_head": 0.01,
+    "epochs": 100,
+    "batch_size": 4,
+    "optimizer": "sgd",
+    "momentum": 0.9,
+    "dampening": 0.9,
+    "weight_decay": 1e-3,
+    "schedule": "constant",
+    "normalize_features": False,
+    "head_init": "default",
+}
+"""BSCD-FSL's linear classifier: ``classifier_opt`` of ``finetune.py``, 100 epochs of batch 4."""
+
+BSCD_FINETUNE = {
+    **BSCD_HEAD,
+    "lr_backbone": 0.01,
+    "backbone_optimizer": "sgd",
+    "backbone_train_mode": True,
+}
+"""BSCD-FSL's fine-tuning: the classifier's SGD plus ``delta_opt`` (plain SGD, lr 0.01) on the
+backbone in train mode."""
+
+BSCD_NOTES = (
+    "Support batches follow the toolkit's RandomState(11) permutation per epoch (finetune.py "
+    "draws them from the global NumPy stream seeded once with 10), chunked as finetune.py "
+    "does (the last batch of an epoch is smaller when 4 does not divide the support size). "
+    "finetune.py trains a ResNet-10 pretrained on miniImageNet at 224 px; the recipe runs on "
+    "whatever backbone the submission names. In train mode BatchNorm needs more than one "
+    "value per channel: a last batch of one image fails where the final feature map is 1x1."
+)
+
+
+@dataclass(frozen=True)
+class _FinetuneFields(AdapterConfig):
+    """Fine-tuning hyperparameters; defaults are FewTrans's CLIP ViT-B/16 centre."""
+
+    lr_backbone: float = hparam(1e-5, "Learning rate of the backbone.", hpe="lr")
+    lr_head: float = hparam(2e-3, "Learning rate of the linear head.", hpe="lr")
+    epochs: int = hparam(70, "Passes over the support set.", hpe="epochs")
+    batch_size: int = hparam(64, "Optimiser batch size.", min=1)
+
+
+@dataclass(frozen=True)
+class _LastKFields(_FinetuneFields):
+    """Last-k fine-tuning hyperparameters."""
+
+    k: int = hparam(1, "Number of final blocks (stages) that train.", min=1)
 
 
 class FinetuneAdapter(PlannedAdapter):
@@ -101,14 +170,18 @@ class FinetuneAdapter(PlannedAdapter):
     code = "https://github.com/Frankluox/FewTrans"
     transductive = False
 
-    @dataclass(frozen=True)
-    class Config(AdapterConfig):
-        """Fine-tuning hyperparameters; defaults are FewTrans's CLIP ViT-B/16 centre."""
+    recipes: ClassVar[tuple[Recipe, ...]] = (
+        Recipe(
+            name="bscd",
+            source=BSCD_SOURCE + "; Table 2 'Ft All'",
+            values=BSCD_FINETUNE,
+            notes=BSCD_NOTES,
+        ),
+    )
 
-        lr_backbone: float = hparam(1e-5, "Adam learning rate of the backbone.", hpe="lr")
-        lr_head: float = hparam(2e-3, "Adam learning rate of the linear head.", hpe="lr")
-        epochs: int = hparam(70, "Passes over the support set.", hpe="epochs")
-        batch_size: int = hparam(64, "Optimiser batch size.", min=1)
+    @dataclass(frozen=True)
+    class Config(EncoderTrainingConfig, _FinetuneFields):
+        """Fine-tuning hyperparameters; defaults are FewTrans's CLIP ViT-B/16 centre and recipe."""
 
     def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
         """Backbone parameters that receive gradients (all of them here)."""
@@ -116,6 +189,9 @@ class FinetuneAdapter(PlannedAdapter):
 
     def copy_encoder(self, backbone: Backbone, config: Any) -> tuple[nn.Module, list[torch.Tensor]]:
         """Deep-copy the image encoder (eval mode) and freeze all but :meth:`trainable`.
+
+        The copy is the adapter's own: training it (BatchNorm running statistics included,
+        when ``backbone_train_mode`` is on) never touches the caller's backbone.
 
         Args:
             backbone: the caller's backbone (never modified).
@@ -142,12 +218,14 @@ class FinetuneAdapter(PlannedAdapter):
         from fewtrans_board.blocks.training import make_head
 
         encoder, trainable = self.copy_encoder(backbone, config)
-        head = make_head(backbone.feature_dim, support.n_way, backbone.device)
+        init = getattr(config, "head_init", "fewtrans")
+        head = make_head(backbone.feature_dim, support.n_way, backbone.device, init)
 
         def head_loss(features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
             return F.cross_entropy(head(features), labels)
 
         device, transductive = backbone.device, self.transductive
+        normalize = bool(getattr(config, "normalize_features", True))
         return encoder_plan(
             encoder,
             trainable,
@@ -156,7 +234,7 @@ class FinetuneAdapter(PlannedAdapter):
             support,
             config,
             device,
-            lambda: FinetunePredictor(encoder, head, device, transductive),
+            lambda: FinetunePredictor(encoder, head, device, transductive, normalize),
         )
 
 
@@ -172,15 +250,22 @@ def encoder_plan(
 ) -> TrainingPlan:
     """The plan of training an encoder copy and its head on the support set.
 
-    The FewTrans recipe: bf16 autocast on CUDA, L2-normalised features, one Adam for the
-    encoder's ``trainable`` (``config.lr_backbone``) and one for the head's parameters
-    (``config.lr_head``), per-step cosine decay, ``RandomState(11)`` support order.
+    The FewTrans recipe by default: bf16 autocast on CUDA, L2-normalised features, one Adam
+    for the encoder's ``trainable`` (``config.lr_backbone``) and one for the head's
+    parameters (``config.lr_head``), per-step cosine decay, ``RandomState(11)`` support
+    order, the encoder in eval mode. The fields of
+    :class:`~fewtrans_board.blocks.training.EncoderTrainingConfig`, where the config has
+    them, change this: the optimiser and schedule (``optimizer``, ``momentum``,
+    ``dampening``, ``weight_decay``, ``schedule``...), the backbone's own optimiser
+    (``backbone_optimizer``), raw features (``normalize_features``) and train mode for the
+    encoder while it fits (``backbone_train_mode``: BatchNorm statistics move with each
+    configuration's batches, so such plans train one configuration at a time).
 
     Args:
         encoder: the adapter's copy of the image encoder, in eval mode.
         trainable: the encoder parameters that train (the others are already frozen).
         head: the classifier whose parameters train alongside.
-        head_loss: ``(normalised features, labels) -> loss`` through ``head``.
+        head_loss: ``(features, labels) -> loss`` through ``head``.
         support: the labeled support set.
         config: a config with ``lr_backbone``, ``lr_head``, ``epochs`` and ``batch_size``.
         device: torch device.
@@ -188,8 +273,21 @@ def encoder_plan(
     """
     import torch
 
-    from fewtrans_board.blocks.training import autocast, normalized
+    from fewtrans_board.blocks.training import (
+        autocast,
+        backbone_optimiser_of,
+        head_features,
+        optimiser_of,
+        schedule_of,
+    )
 
+    if getattr(config, "head_init", "fewtrans") != "fewtrans" and not isinstance(
+        head, torch.nn.Linear
+    ):
+        raise FewtransError(
+            f"head_init={config.head_init!r} initialises a linear head; this method trains a "
+            f"{type(head).__name__}"
+        )
     pixels = support.images.pixels.to(device)
     labels = support.labels.to(device)
 
@@ -197,8 +295,10 @@ def encoder_plan(
         index = torch.as_tensor(batch, device=device)
         with autocast(device):
             features = encoder(pixels[index])
-        return head_loss(normalized(features), labels[index])
+        return head_loss(head_features(features, config), labels[index])
 
+    optimiser, backbone_optimiser = optimiser_of(config), backbone_optimiser_of(config)
+    train_mode = bool(getattr(config, "backbone_train_mode", False))
     return TrainingPlan(
         groups=[(list(trainable), config.lr_backbone), (list(head.parameters()), config.lr_head)],
         loss=loss_of,
@@ -207,6 +307,19 @@ def encoder_plan(
         batch_size=config.batch_size,
         epochs=config.epochs,
         modules=[encoder, head],
+        train_modules=[encoder] if train_mode else [],
+        batchable=not train_mode,
+        reason=(
+            "the backbone fits in train mode: BatchNorm statistics move with each "
+            "configuration's batches"
+            if train_mode
+            else ""
+        ),
+        optimiser=optimiser,
+        schedule=schedule_of(config),
+        group_optimisers=(
+            None if backbone_optimiser == optimiser else [backbone_optimiser, optimiser]
+        ),
     )
 
 
@@ -219,11 +332,31 @@ class FinetuneLastKAdapter(FinetuneAdapter):
     paper = "Guo et al., BSCD-FSL, ECCV 2020 (fine-tune last-k)"
     code = "https://github.com/IBM/cdfsl-benchmark"
 
-    @dataclass(frozen=True)
-    class Config(FinetuneAdapter.Config):
-        """Last-k fine-tuning hyperparameters."""
+    recipes = tuple(
+        Recipe(
+            name="bscd" if k == 1 else f"bscd-last-{k}",
+            source=BSCD_SOURCE + f"; Table 2 'Ft Last-{k}' (§5.2.1: last-1, last-2 and last-3)",
+            values={**BSCD_FINETUNE, "k": k},
+            notes=(
+                f"k = {k}. "
+                + (
+                    "BSCD-FSL reports k = 1, 2 and 3 (Table 2; last-1 has the highest average, "
+                    "67.41%); bscd-last-2 and bscd-last-3 run the others. "
+                    if k == 1
+                    else ""
+                )
+                + "The released code has no last-k switch: the rest of the backbone is "
+                "frozen but, as the whole model is in train mode in finetune.py, its "
+                "BatchNorm layers also normalise with (and update) the batch statistics. "
+                + BSCD_NOTES
+            ),
+        )
+        for k in (1, 2, 3)
+    )
 
-        k: int = hparam(1, "Number of final blocks (stages) that train.", min=1)
+    @dataclass(frozen=True)
+    class Config(EncoderTrainingConfig, _LastKFields):
+        """Last-k fine-tuning hyperparameters."""
 
     def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
         """Parameters of the last k blocks and the post-block modules."""
@@ -244,3 +377,16 @@ class TransductiveFinetuneAdapter(FinetuneAdapter):
     )
     code = "https://github.com/IBM/cdfsl-benchmark"
     transductive = True
+    recipes: ClassVar[tuple[Recipe, ...]] = (
+        Recipe(
+            name="bscd",
+            source=BSCD_SOURCE + "; Table 2 'Transductive Ft' (§5.2.1: query statistics "
+            "through batch normalization, after Dhillon et al. [10])",
+            values=BSCD_FINETUNE,
+            notes=(
+                "The released code has no transductive script: training is finetune.py's; "
+                "at inference BatchNorm normalises with the query batch's statistics (§5.2.1). "
+                + BSCD_NOTES
+            ),
+        ),
+    )

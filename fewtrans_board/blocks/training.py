@@ -59,15 +59,33 @@ def total_steps(n_items: int, batch_size: int, epochs: int) -> int:
     return epochs * math.ceil(n_items / batch_size)
 
 
-def make_head(dim: int, n_way: int, device: str) -> nn.Linear:
-    """Linear head with weight 1 and bias 0 (FewTrans initialisation)."""
+HEAD_INITS = ("fewtrans", "default")
+"""``fewtrans``: weight 1, bias 0 (FewTrans); ``default``: torch's ``nn.Linear`` initialisation
+(Kaiming-uniform weight, uniform bias; BSCD-FSL's ``Classifier``)."""
+
+
+def make_head(dim: int, n_way: int, device: str, init: str = "fewtrans") -> nn.Linear:
+    """Linear head, initialised as :data:`HEAD_INITS` says (FewTrans: weight 1 and bias 0).
+
+    Both draw torch's ``nn.Linear`` initialisation from the global generator (on the CPU),
+    so the generator moves the same way whichever is chosen.
+
+    Args:
+        dim: feature dimension.
+        n_way: number of classes.
+        device: torch device.
+        init: ``"fewtrans"`` or ``"default"``.
+    """
     import torch
     from torch import nn
 
+    if init not in HEAD_INITS:
+        raise ConfigError(f"head initialisation {init!r} is not one of {', '.join(HEAD_INITS)}")
     head = nn.Linear(dim, n_way).to(device)
-    with torch.no_grad():
-        head.weight.fill_(1.0)
-        head.bias.zero_()
+    if init == "fewtrans":
+        with torch.no_grad():
+            head.weight.fill_(1.0)
+            head.bias.zero_()
     return head
 
 
@@ -138,6 +156,57 @@ class OptimiserConfig(AdapterConfig):
             raise ConfigError(f"{type(self).__qualname__}: {exc}") from None
 
 
+BACKBONE_OPTIMIZERS = ("same", "sgd")
+"""``same``: the backbone trains with the configuration's optimiser (FewTrans: Adam on both);
+``sgd``: plain SGD (no momentum, dampening or weight decay; BSCD-FSL's ``finetune.py``)."""
+
+
+@dataclass(frozen=True)
+class HeadTrainingConfig(OptimiserConfig):
+    """:class:`OptimiserConfig` plus how a linear head on backbone features trains.
+
+    The defaults are FewTrans's (L2-normalised features, head weight 1 and bias 0, Adam);
+    BSCD-FSL's transfer baselines train ``nn.Linear`` (torch's initialisation) on the raw
+    features with SGD (momentum 0.9, dampening 0.9, weight decay 1e-3).
+    """
+
+    dampening: float = hparam(
+        0.0, "SGD dampening of the momentum buffer (sgd only; BSCD-FSL: 0.9).", min=0, max=1
+    )
+    normalize_features: bool = hparam(
+        True, "L2-normalise the backbone features the head reads (FewTrans; BSCD-FSL: off)."
+    )
+    head_init: str = hparam(
+        "fewtrans",
+        "Head initialisation: fewtrans (weight 1, bias 0) or default (torch's nn.Linear: "
+        "Kaiming-uniform weight, uniform bias; BSCD-FSL).",
+        choices=HEAD_INITS,
+    )
+
+
+@dataclass(frozen=True)
+class EncoderTrainingConfig(HeadTrainingConfig):
+    """:class:`HeadTrainingConfig` plus how the backbone trains alongside the head.
+
+    FewTrans: the backbone's own Adam (``same``) in eval mode (frozen BatchNorm statistics,
+    no dropout). BSCD-FSL's ``finetune.py``: plain SGD on the backbone (``sgd``) in train
+    mode, so BatchNorm normalises with the statistics of each support batch and its
+    running statistics move with them; the queries are predicted in eval mode.
+    """
+
+    backbone_optimizer: str = hparam(
+        "same",
+        "Backbone optimiser: same (the head's optimizer, momentum and weight decay) or sgd "
+        "(plain SGD: no momentum, dampening or weight decay; BSCD-FSL).",
+        choices=BACKBONE_OPTIMIZERS,
+    )
+    backbone_train_mode: bool = hparam(
+        False,
+        "Run the backbone copy in train mode while fitting (BatchNorm uses and updates the "
+        "support batches' statistics; BSCD-FSL); queries are predicted in eval mode.",
+    )
+
+
 def optimiser_of(config: Any) -> Optimiser:
     """The optimiser a configuration asks for (FewTrans's Adam if it declares none).
 
@@ -149,9 +218,28 @@ def optimiser_of(config: Any) -> Optimiser:
     return Optimiser(
         name=config.optimizer,
         momentum=config.momentum,
+        dampening=getattr(config, "dampening", 0.0),
         weight_decay=config.weight_decay,
         eps=config.adam_eps,
     )
+
+
+PLAIN_SGD = Optimiser("sgd")
+"""Plain SGD: ``torch.optim.SGD(params, lr)`` (BSCD-FSL's backbone optimiser)."""
+
+
+def backbone_optimiser_of(config: Any) -> Optimiser:
+    """The optimiser of the backbone's group (:data:`BACKBONE_OPTIMIZERS`)."""
+    if getattr(config, "backbone_optimizer", "same") == "sgd":
+        return PLAIN_SGD
+    return optimiser_of(config)
+
+
+def head_features(features: torch.Tensor, config: Any) -> torch.Tensor:
+    """What the head reads: L2-normalised features (FewTrans) or the raw ones, upcast."""
+    if getattr(config, "normalize_features", True):
+        return normalized(features)
+    return upcast(features)
 
 
 def schedule_of(config: Any) -> Schedule:
@@ -196,6 +284,7 @@ def run_training(
     epochs: int,
     optimiser: Optimiser = FEWTRANS_OPTIMISER,
     schedule: Schedule = FEWTRANS_SCHEDULE,
+    group_optimisers: Sequence[Optimiser] | None = None,
 ) -> None:
     """Optimise parameter groups, one optimiser each, under one schedule.
 
@@ -208,9 +297,16 @@ def run_training(
         epochs: number of passes over the support set.
         optimiser: the optimiser of every group (FewTrans: Adam).
         schedule: the learning-rate schedule (FewTrans: per-step cosine to zero).
+        group_optimisers: one optimiser per group, in place of ``optimiser`` (e.g. BSCD-FSL:
+            plain SGD on the backbone, SGD with momentum on the head).
     """
+    kinds = list(group_optimisers) if group_optimisers is not None else [optimiser] * len(groups)
+    if len(kinds) != len(groups):
+        raise ConfigError(f"{len(groups)} parameter groups but {len(kinds)} optimisers")
     optimisers = [
-        (make_optimiser(params, lr, optimiser), lr) for params, lr in groups if params and lr > 0
+        (make_optimiser(params, lr, kind), lr)
+        for (params, lr), kind in zip(groups, kinds, strict=True)
+        if params and lr > 0
     ]
     steps = total_steps(n_items, batch_size, epochs)
     per_epoch = math.ceil(n_items / batch_size)

@@ -184,7 +184,9 @@ SUB_BENCHMARKS: dict[str, SubBenchmark] = {
             title="BSCD-FSL cross-domain",
             description="5-way 5/20/50-shot on CropDisease, EuroSAT, ISIC and ChestX.",
             manifests=_frozen("bscd"),
+            hpe_protocols=("fewtrans-paper", "fewtrans-reference", "published"),
             statistic_ddof=0,
+            recipe="bscd",
         ),
         SubBenchmark(
             name="clip-partially-transductive",

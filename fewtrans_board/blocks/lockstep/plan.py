@@ -62,6 +62,9 @@ class TrainingPlan:
             same value and gradient (checked on the first batch). ``None``: ``loss``.
         optimiser: the optimiser of every group (FewTrans: Adam without weight decay).
         schedule: the learning-rate schedule (FewTrans: per-step cosine to zero).
+        group_optimisers: one optimiser per group of ``groups``, in place of
+            ``optimiser`` (e.g. BSCD-FSL: plain SGD on the backbone, SGD with momentum and
+            weight decay on the head); ``None``: ``optimiser`` for every group.
     """
 
     groups: list[tuple[list[torch.Tensor], float]]
@@ -79,6 +82,25 @@ class TrainingPlan:
     rng_state: Any = field(default=None, repr=False)
     optimiser: Optimiser = FEWTRANS_OPTIMISER
     schedule: Schedule = FEWTRANS_SCHEDULE
+    group_optimisers: list[Optimiser] | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse a per-group optimiser list that does not match the groups.
+
+        Raises:
+            FewtransError: the lengths differ.
+        """
+        if self.group_optimisers is not None and len(self.group_optimisers) != len(self.groups):
+            raise FewtransError(
+                f"a plan with {len(self.groups)} parameter groups got "
+                f"{len(self.group_optimisers)} group optimisers"
+            )
+
+    def optimisers(self) -> list[Optimiser]:
+        """The optimiser of each group (``optimiser`` unless ``group_optimisers`` says)."""
+        if self.group_optimisers is not None:
+            return list(self.group_optimisers)
+        return [self.optimiser] * len(self.groups)
 
     @property
     def lockstep_loss(self) -> Callable[[np.ndarray], torch.Tensor]:
@@ -104,6 +126,14 @@ class TrainingPlan:
             for tensor in tensors:
                 lrs.setdefault(id(tensor), float(lr) if lr > 0 else 0.0)
         return [lrs[id(t)] for t in self.trainable]
+
+    def tensor_optimisers(self) -> list[Optimiser]:
+        """The optimiser of each tensor of :attr:`trainable` (its first group's)."""
+        kinds: dict[int, Optimiser] = {}
+        for (tensors, _), kind in zip(self.groups, self.optimisers(), strict=True):
+            for tensor in tensors:
+                kinds.setdefault(id(tensor), kind)
+        return [kinds[id(t)] for t in self.trainable]
 
     def steps(self) -> int:
         """Optimiser steps of the plan."""
@@ -164,6 +194,7 @@ def train_plan(plan: TrainingPlan) -> None:
             plan.epochs,
             plan.optimiser,
             plan.schedule,
+            plan.group_optimisers,
         )
     finally:
         for module in plan.train_modules:

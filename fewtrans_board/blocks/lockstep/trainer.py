@@ -181,8 +181,8 @@ def _train(template: Template, settings: LockstepSettings, report: GroupReport) 
     plans = template.plans
     if not template.trainable:
         raise NotBatchable("nothing to train")
-    recipe = (template.plan.optimiser, template.plan.schedule)
-    if any((plan.optimiser, plan.schedule) != recipe for plan in plans):
+    recipe = (template.plan.tensor_optimisers(), template.plan.schedule)
+    if any((plan.tensor_optimisers(), plan.schedule) != recipe for plan in plans):
         raise NotBatchable("the configurations train with different optimisers or schedules")
     steps = [plan.steps() for plan in plans]
     order = sorted(range(len(plans)), key=lambda i: -steps[i])
@@ -271,12 +271,15 @@ def _probe(template: Template, stacked: list[torch.Tensor], row: int, batch: np.
                 "when it is swapped in by attribute: the loss reads it some other way "
                 "(captured by a closure?)"
             )
-    row_bytes = tensor_bytes(s[row] for s in stacked)
-    copies = template.plan.optimiser.copies
-    per_config = activations + copies * row_bytes
+    # Each tensor's row, its gradient and its optimiser's state (per tensor: the groups of a
+    # plan may run different optimisers).
+    kinds = template.plan.tensor_optimisers()
+    rows = [tensor_bytes([s[row]]) for s in stacked]
+    state = sum(k.copies * b for k, b in zip(kinds, rows, strict=True))
+    per_config = activations + state
     if cuda:
         peak = torch.cuda.max_memory_allocated(stacked[0].device) - base
-        per_config = max(per_config, peak + (copies - 1) * row_bytes)
+        per_config = max(per_config, peak + state - sum(rows))
     return int(per_config)
 
 
@@ -363,6 +366,7 @@ def _train_chunk(
             plan.optimiser,
             plan.schedule,
             math.ceil(plan.n_items / plan.batch_size),
+            plan.tensor_optimisers(),
         )
         for step, batch in enumerate(epoch_batches(plan.n_items, plan.batch_size, epochs)):
             active = adam.active(step)

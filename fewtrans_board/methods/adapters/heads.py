@@ -1,4 +1,8 @@
-"""Trained heads on frozen features: the FewTrans linear probe and the cosine classifier."""
+"""Trained heads on frozen features: the FewTrans linear probe and the cosine classifier.
+
+The linear probe also runs BSCD-FSL's fixed-feature baseline (recipe ``bscd``: torch's
+``nn.Linear`` on the raw features, SGD with momentum, dampening and weight decay).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import Adapter, AdapterConfig, Predictor, hparam
 from fewtrans_board.api.fit_options import FitOptions
+from fewtrans_board.api.recipe import (
+    FEWTRANS_OPTIMISER,
+    FEWTRANS_SCHEDULE,
+    Optimiser,
+    Recipe,
+    Schedule,
+)
+from fewtrans_board.blocks.training import HeadTrainingConfig
 
 if TYPE_CHECKING:
     import torch
@@ -30,9 +42,11 @@ class HeadStack:
         weights: torch.Tensor,
         biases: torch.Tensor | None,
         cosine_scale: float | None,
+        normalize: bool = True,
     ) -> None:
         self.backbone = backbone
         self.weights, self.biases, self.cosine_scale = weights, biases, cosine_scale
+        self.normalize = normalize
         self._last: tuple[ImageSet | None, torch.Tensor | None] = (None, None)
 
     def logits(self, query: ImageSet) -> torch.Tensor:
@@ -40,12 +54,13 @@ class HeadStack:
         import torch
 
         from fewtrans_board.blocks.batched_heads import stacked_head_logits
-        from fewtrans_board.blocks.training import normalized
+        from fewtrans_board.blocks.training import normalized, upcast
 
         seen, logits = self._last
         if seen is not query or logits is None:
             with torch.no_grad():
-                features = normalized(query.features(self.backbone))
+                raw = query.features(self.backbone)
+                features = normalized(raw) if self.normalize else upcast(raw)
                 logits = stacked_head_logits(features, self.weights, self.biases, self.cosine_scale)
             self._last = (query, logits)
         return logits
@@ -59,7 +74,7 @@ class StackedHeadPredictor:
         self.index = index
 
     def predict(self, query: ImageSet) -> torch.Tensor:
-        """Logits of this head on the normalised query features."""
+        """Logits of this head on the query features (normalised unless the recipe says not)."""
         return self.stack.logits(query)[self.index]
 
 
@@ -74,11 +89,16 @@ def _fit_many_heads(
     import torch
 
     from fewtrans_board.blocks.batched_heads import train_heads
-    from fewtrans_board.blocks.training import normalized
+    from fewtrans_board.blocks.training import (
+        head_features,
+        make_head,
+        optimiser_of,
+        schedule_of,
+    )
 
-    features = normalized(support.images.features(backbone))
-    labels = support.labels.to(features.device)
-    dim = features.shape[1]
+    raw = support.images.features(backbone)
+    labels = support.labels.to(raw.device)
+    dim = raw.shape[1]
     predictors: list[StackedHeadPredictor | None] = [None] * len(configs)
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, config in enumerate(configs):
@@ -87,6 +107,8 @@ def _fit_many_heads(
         )
         groups.setdefault(fixed, []).append(i)
     for members in groups.values():
+        first = configs[members[0]]
+        features = head_features(raw, first)
         if cosine:
             inits = []
             for i in members:
@@ -97,6 +119,17 @@ def _fit_many_heads(
                 inits.append(draw * dim**-0.5)
             weights, biases = torch.stack(inits), None
             scale = float(configs[members[0]].scale)
+        elif getattr(first, "head_init", "fewtrans") == "default":
+            heads = []
+            for i in members:
+                # What torch.manual_seed(seed) + make_head draw (nn.Linear on the CPU), from
+                # the CPU generator alone, restored afterwards.
+                with torch.random.fork_rng(devices=[]):
+                    torch.default_generator.manual_seed(seeds[i])
+                    heads.append(make_head(dim, support.n_way, str(features.device), "default"))
+            weights = torch.stack([h.weight.detach() for h in heads])
+            biases = torch.stack([h.bias.detach() for h in heads])
+            scale = None
         else:
             weights = torch.ones(len(members), support.n_way, dim, device=features.device)
             biases = torch.zeros(len(members), support.n_way, device=features.device)
@@ -108,30 +141,36 @@ def _fit_many_heads(
             biases,
             [configs[i].lr_head for i in members],
             [configs[i].epochs for i in members],
-            int(configs[members[0]].batch_size),
+            int(first.batch_size),
             cosine_scale=scale,
+            optimiser=optimiser_of(first),
+            schedule=schedule_of(first),
         )
-        stack = HeadStack(backbone, trained_w, trained_b, scale)
+        normalize = bool(getattr(first, "normalize_features", True))
+        stack = HeadStack(backbone, trained_w, trained_b, scale, normalize)
         for j, i in enumerate(members):
             predictors[i] = StackedHeadPredictor(stack, j)
     return [p for p in predictors if p is not None]
 
 
 class HeadPredictor:
-    """Applies a trained head to normalised frozen query features."""
+    """Applies a trained head to frozen query features (L2-normalised unless told not to)."""
 
-    def __init__(self, backbone: Backbone, head: nn.Module) -> None:
+    def __init__(self, backbone: Backbone, head: nn.Module, normalize: bool = True) -> None:
         self.backbone = backbone
         self.head = head
+        self.normalize = normalize
 
     def predict(self, query: ImageSet) -> torch.Tensor:
         """Return head logits of the query features."""
         import torch
 
-        from fewtrans_board.blocks.training import normalized
+        from fewtrans_board.blocks.training import normalized, upcast
 
         with torch.no_grad():
-            return self.head(normalized(query.features(self.backbone)))  # type: ignore[no-any-return]
+            raw = query.features(self.backbone)
+            features = normalized(raw) if self.normalize else upcast(raw)
+            return self.head(features)  # type: ignore[no-any-return]
 
 
 class CosineHead:
@@ -158,15 +197,26 @@ def _train(
     lr: float,
     epochs: int,
     batch_size: int,
+    optimiser: Optimiser = FEWTRANS_OPTIMISER,
+    schedule: Schedule = FEWTRANS_SCHEDULE,
 ) -> None:
     import torch.nn.functional as F
 
-    from fewtrans_board.blocks.training import run_adam
+    from fewtrans_board.blocks.training import run_training
 
     def loss_of(batch: object) -> torch.Tensor:
         return F.cross_entropy(head(features[batch]), labels[batch])  # type: ignore[operator,index]
 
-    run_adam([(head_params, lr)], loss_of, len(labels), batch_size, epochs)
+    run_training([(head_params, lr)], loss_of, len(labels), batch_size, epochs, optimiser, schedule)
+
+
+@dataclass(frozen=True)
+class _LinearProbeFields(AdapterConfig):
+    """Linear-probe hyperparameters; the defaults are the HPE centre."""
+
+    lr_head: float = hparam(0.2, "Learning rate of the head.", hpe="lr")
+    epochs: int = hparam(50, "Passes over the support set.", hpe="epochs")
+    batch_size: int = hparam(512, "Optimiser batch size.", min=1)
 
 
 class LinearProbeAdapter(Adapter):
@@ -178,14 +228,41 @@ class LinearProbeAdapter(Adapter):
     paper = "Luo et al., FewTrans (arXiv:2603.00478), mode 'linear'"
     code = "https://github.com/Frankluox/FewTrans"
     frozen_backbone = True
+    recipes = (
+        Recipe(
+            name="bscd",
+            source=(
+                "IBM/cdfsl-benchmark finetune.py with --freeze_backbone (Classifier = "
+                "nn.Linear(final_feat_dim, n_way) on the raw features of the backbone in "
+                "eval mode; classifier_opt = SGD(lr 0.01, momentum 0.9, dampening 0.9, "
+                "weight_decay 0.001); total_epoch 100; batch_size 4; np.random.permutation "
+                "per epoch); Guo et al., BSCD-FSL, ECCV 2020, §5.2.1 ('Fixed feature "
+                "extractor'), §6 and Table 2 'Fixed'"
+            ),
+            values={
+                "lr_head": 0.01,
+                "epochs": 100,
+                "batch_size": 4,
+                "optimizer": "sgd",
+                "momentum": 0.9,
+                "dampening": 0.9,
+                "weight_decay": 1e-3,
+                "schedule": "constant",
+                "normalize_features": False,
+                "head_init": "default",
+            },
+            notes=(
+                "Support batches follow the toolkit's RandomState(11) permutation per epoch "
+                "(finetune.py draws them from the global NumPy stream seeded once with 10). "
+                "finetune.py runs a ResNet-10 pretrained on miniImageNet at 224 px; the "
+                "recipe runs on whatever backbone the submission names."
+            ),
+        ),
+    )
 
     @dataclass(frozen=True)
-    class Config(AdapterConfig):
-        """Linear-probe hyperparameters; the defaults are the HPE centre."""
-
-        lr_head: float = hparam(0.2, "Adam learning rate of the head.", hpe="lr")
-        epochs: int = hparam(50, "Passes over the support set.", hpe="epochs")
-        batch_size: int = hparam(512, "Optimiser batch size.", min=1)
+    class Config(HeadTrainingConfig, _LinearProbeFields):
+        """Linear-probe hyperparameters; the defaults are the HPE centre and FewTrans's recipe."""
 
     def fit(
         self,
@@ -195,11 +272,16 @@ class LinearProbeAdapter(Adapter):
         config: Config,
     ) -> HeadPredictor:
         """Train the head on cached support features."""
-        from fewtrans_board.blocks.training import make_head, normalized
+        from fewtrans_board.blocks.training import (
+            head_features,
+            make_head,
+            optimiser_of,
+            schedule_of,
+        )
 
-        features = normalized(support.images.features(backbone))
+        features = head_features(support.images.features(backbone), config)
         labels = support.labels.to(features.device)
-        head = make_head(features.shape[1], support.n_way, str(features.device))
+        head = make_head(features.shape[1], support.n_way, str(features.device), config.head_init)
         _train(
             list(head.parameters()),
             head,
@@ -208,8 +290,10 @@ class LinearProbeAdapter(Adapter):
             config.lr_head,
             config.epochs,
             config.batch_size,
+            optimiser_of(config),
+            schedule_of(config),
         )
-        return HeadPredictor(backbone, head)
+        return HeadPredictor(backbone, head, config.normalize_features)
 
     def fit_many(
         self,

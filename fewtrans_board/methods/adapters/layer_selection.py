@@ -7,13 +7,17 @@ the cross-validated loss of the concatenation. The paper cross-validates with fi
 here folds are stratified per class (item ``j`` of a class goes to fold ``j mod k``, ``k =
 min(5, smallest class size)``, so 5-shot episodes are leave-one-per-class). Episodes with a
 one-shot class cannot be cross-validated and fall back to the training loss (recorded).
-The CV classifier is an L2-regularised multinomial logistic regression (lbfgs) on
-L2-normalised features, a deterministic stand-in for the paper's 20 SGD epochs.
+By default the CV classifier is an L2-regularised multinomial logistic regression (lbfgs)
+on L2-normalised features, a deterministic stand-in for the paper's 20 SGD epochs; a
+:class:`HeadClassifier` trains the final head's way instead (BSCD-FSL's recipe: torch's
+``nn.Linear`` on the raw features, SGD lr 0.01 with momentum 0.9, dampening 0.9 and weight
+decay 1e-3, batch 4, 20 epochs, as ``multi_model_selection.py``'s
+``train_loss_cross_validation``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,11 +44,24 @@ def unit_rows(features: np.ndarray) -> np.ndarray:
     return out
 
 
-def concatenate(blocks: Sequence[np.ndarray]) -> np.ndarray:
-    """Concatenate per-layer features, each L2-normalised, scaled to unit total norm."""
+def concatenate(blocks: Sequence[np.ndarray], normalize: bool = True) -> np.ndarray:
+    """Concatenate per-layer features, each L2-normalised, scaled to unit total norm.
+
+    Args:
+        blocks: per-layer features ``[N, D_l]``.
+        normalize: ``False`` joins the raw features (BSCD-FSL's ``torch.cat``).
+    """
+    if not normalize:
+        raw: np.ndarray = np.concatenate(list(blocks), axis=1)
+        return raw
     joined: np.ndarray = np.concatenate([unit_rows(b) for b in blocks], axis=1)
     scaled: np.ndarray = joined / np.sqrt(len(blocks))
     return scaled
+
+
+FoldLoss = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], float]
+"""``(train features, train labels, held-out features, held-out labels) -> held-out mean
+cross-entropy`` of a classifier trained on the first pair."""
 
 
 def folds_of(labels: np.ndarray) -> tuple[np.ndarray, str]:
@@ -75,31 +92,102 @@ def _log_loss(model: Any, features: np.ndarray, labels: np.ndarray) -> float:
     return float(-np.log(probabilities[np.arange(len(labels)), labels]).mean())
 
 
-def cv_loss(features: np.ndarray, labels: np.ndarray, folds: np.ndarray) -> float:
+def lbfgs_loss(
+    train: np.ndarray, train_labels: np.ndarray, held: np.ndarray, held_labels: np.ndarray
+) -> float:
+    """:data:`FoldLoss` of the L2-regularised logistic regression (the default)."""
+    return _log_loss(_fit(train, train_labels), held, held_labels)
+
+
+class HeadClassifier:
+    """:data:`FoldLoss` of a linear head trained as a configuration trains its head.
+
+    The head (:func:`~fewtrans_board.blocks.training.make_head` with ``head_init``) trains
+    with the configuration's optimiser and schedule (``optimizer``, ``momentum``,
+    ``dampening``, ``weight_decay``, ``schedule``), ``lr_head`` and ``batch_size`` for
+    ``epochs`` epochs, on the features as given; random draws (torch's ``nn.Linear``
+    initialisation) come from torch's global generator.
+
+    Args:
+        config: the adapter's configuration.
+        epochs: passes over the training folds (BSCD-FSL: 20).
+        n_way: number of classes (the head's outputs).
+    """
+
+    def __init__(self, config: Any, epochs: int, n_way: int) -> None:
+        self.config, self.epochs, self.n_way = config, epochs, n_way
+
+    def __call__(
+        self, train: np.ndarray, train_labels: np.ndarray, held: np.ndarray, held_labels: np.ndarray
+    ) -> float:
+        """Train on ``train``, return the mean cross-entropy on ``held``."""
+        import torch
+        import torch.nn.functional as F
+
+        from fewtrans_board.blocks.training import (
+            make_head,
+            optimiser_of,
+            run_training,
+            schedule_of,
+        )
+
+        config = self.config
+        x = torch.as_tensor(train).to(torch.get_default_dtype())
+        y = torch.as_tensor(train_labels)
+        head = make_head(x.shape[1], self.n_way, "cpu", getattr(config, "head_init", "fewtrans"))
+
+        def loss_of(batch: Any) -> torch.Tensor:
+            return F.cross_entropy(head(x[batch]), y[batch])
+
+        run_training(
+            [(list(head.parameters()), config.lr_head)],
+            loss_of,
+            len(y),
+            config.batch_size,
+            self.epochs,
+            optimiser_of(config),
+            schedule_of(config),
+        )
+        with torch.no_grad():
+            held_x = torch.as_tensor(held).to(x.dtype)
+            return float(F.cross_entropy(head(held_x), torch.as_tensor(held_labels)))
+
+
+def cv_loss(
+    features: np.ndarray,
+    labels: np.ndarray,
+    folds: np.ndarray,
+    fold_loss: FoldLoss = lbfgs_loss,
+) -> float:
     """Mean held-out cross-entropy over folds (training loss when there is one fold)."""
     if len(np.unique(labels)) < 2:
         return 0.0
     if folds.max() == 0:
-        return _log_loss(_fit(features, labels), features, labels)
+        return fold_loss(features, labels, features, labels)
     losses = []
     for fold in range(int(folds.max()) + 1):
         held = folds == fold
         train_labels = labels[~held]
         if len(np.unique(train_labels)) < 2:
             continue
-        model = _fit(features[~held], train_labels)
-        losses.append(_log_loss(model, features[held], labels[held]))
+        losses.append(fold_loss(features[~held], train_labels, features[held], labels[held]))
     return float(np.mean(losses))
 
 
 def select_layers(
-    candidates: Sequence[Sequence[np.ndarray]], labels: np.ndarray
+    candidates: Sequence[Sequence[np.ndarray]],
+    labels: np.ndarray,
+    fold_loss: FoldLoss = lbfgs_loss,
+    normalize: bool = True,
 ) -> tuple[list[tuple[int, int]], dict[str, Any]]:
     """Two-stage incremental selection.
 
     Args:
         candidates: per model, the support features ``[N, D_l]`` of each of its layers.
         labels: support labels ``[N]``.
+        fold_loss: the CV classifier (default: lbfgs logistic regression).
+        normalize: L2-normalise each layer's features (and scale concatenations to unit
+            norm, :func:`concatenate`); ``False``: the raw features (BSCD-FSL).
 
     Returns:
         ``(selected, record)``: the selected ``(model, layer)`` pairs in order of addition
@@ -108,7 +196,9 @@ def select_layers(
     folds, scheme = folds_of(labels)
     stage1: list[dict[str, Any]] = []
     for m, layers in enumerate(candidates):
-        losses = [cv_loss(unit_rows(f), labels, folds) for f in layers]
+        losses = [
+            cv_loss(unit_rows(f) if normalize else f, labels, folds, fold_loss) for f in layers
+        ]
         best = int(np.argmin(losses))
         stage1.append({"model": m, "layer": best, "cv_loss": losses[best], "layer_losses": losses})
     order = sorted(stage1, key=lambda s: (s["cv_loss"], s["model"]))
@@ -118,7 +208,10 @@ def select_layers(
     for entry in order[1:]:
         trial = [*chosen, entry]
         loss = cv_loss(
-            concatenate([candidates[e["model"]][e["layer"]] for e in trial]), labels, folds
+            concatenate([candidates[e["model"]][e["layer"]] for e in trial], normalize),
+            labels,
+            folds,
+            fold_loss,
         )
         tried.append({"model": entry["model"], "layer": entry["layer"], "cv_loss": loss})
         if loss < best_loss:
