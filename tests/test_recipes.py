@@ -295,3 +295,16 @@ def test_lockstep_runs_per_group_optimisers_exactly_as_the_loop(
     for batched, looped in pairs:
         assert torch.allclose(batched, looped, rtol=0, atol=1e-8), (batched - looped).abs().max()
     assert not torch.allclose(pairs[0][0], pairs[-1][0])
+
+
+def test_adapters_list_shows_each_published_recipe(invoke) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    text = invoke(["adapters", "list", "coop", "--options"]).output
+    assert "recipe inductive-clip (version 1): SGD (momentum 0.9, weight decay 0.0005)" in text
+    assert "source: akres001/Rethinking-Few-Shot-CLIP-Benchmarks" in text
+    (listed,) = json.loads(invoke(["adapters", "list", "coop", "--json"]).output)
+    assert [r["name"] for r in listed["recipes"]] == ["inductive-clip"]
+    assert listed["recipes"][0]["values"]["optimizer"] == "sgd"
+    (plain,) = json.loads(invoke(["adapters", "list", "mean-centroid", "--json"]).output)
+    assert plain["recipes"] == []

@@ -87,7 +87,7 @@ def check_max_memory(ctx: click.Context, param: click.Parameter, value: str | No
     default=None,
     metavar="NAME",
     help="Under --hpe published: the adapter's published recipe to run (default: its only "
-    "one; 'fewtrans-board adapters show ADAPTER' lists them).",
+    "one; 'fewtrans-board adapters list ADAPTER --options' lists them).",
 )
 @click.option("--shard", "shard", default=None, metavar="I/N", help="Run only shard I of N.")
 @click.option(

@@ -129,7 +129,12 @@ def adapters_group() -> None:
 
 @adapters_group.command("list")
 @click.argument("pattern", default="*")
-@click.option("--options", "show_options", is_flag=True, help="Show each Config field.")
+@click.option(
+    "--options",
+    "show_options",
+    is_flag=True,
+    help="Show each Config field and the adapter's published recipes.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @pass_app
 def adapters_list(app: App, pattern: str, show_options: bool, as_json: bool) -> None:
@@ -137,7 +142,15 @@ def adapters_list(app: App, pattern: str, show_options: bool, as_json: bool) -> 
     entries = _matching(app.registry.adapters, pattern)
     if as_json:
         echo_json(
-            [{**e.obj.summary(), **e.provenance(), "options": e.obj.options()} for e in entries]
+            [
+                {
+                    **e.obj.summary(),
+                    **e.provenance(),
+                    "options": e.obj.options(),
+                    "recipes": [r.describe() for r in e.obj.own_recipes()],
+                }
+                for e in entries
+            ]
         )
         return
     if not show_options:
@@ -156,3 +169,23 @@ def adapters_list(app: App, pattern: str, show_options: bool, as_json: bool) -> 
             click.echo(f"  --{f.name} ({f.type}, default {f.default!r}{valid}){role}: {f.help}")
         if not e.obj.Config.fields_info():
             click.echo("  (no options)")
+        for recipe in e.obj.own_recipes():
+            _echo_recipe(e.obj, recipe)
+
+
+def _echo_recipe(adapter: Any, recipe: Any) -> None:
+    """A published recipe: optimiser, schedule, values, source and notes (evaluate --recipe)."""
+    from fewtrans_board.blocks.training import optimiser_of, schedule_of
+
+    config = adapter.Config.from_dict({**adapter.Config().to_dict(), **recipe.values})
+    training = ""
+    if hasattr(config, "optimizer"):
+        training = f": {optimiser_of(config).describe()}, {schedule_of(config).describe()}"
+    click.echo(f"  recipe {recipe.name} (version {recipe.version}){training}")
+    click.echo(f"    values: {', '.join(f'{k}={v!r}' for k, v in recipe.values.items())}")
+    if recipe.per_dataset:
+        keys = sorted({k for values in recipe.per_dataset.values() for k in values})
+        click.echo(f"    per dataset: {', '.join(keys)} on {len(recipe.per_dataset)} datasets")
+    click.echo(f"    source: {recipe.source}")
+    if recipe.notes:
+        click.echo(f"    notes: {recipe.notes}")
