@@ -30,8 +30,10 @@ sandbox:
 	  { $(SUDO) apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq bubblewrap >/dev/null; }; } || \
 	  echo "warning: no bubblewrap: plugin workers run unsandboxed and verification tests fail (apt-get install bubblewrap)" >&2
 
-# One pytest worker per core (pytest-xdist); PYTEST_ARGS= runs them in one process.
-PYTEST_ARGS ?= -n auto
+# One pytest worker per core (pytest-xdist; an idle worker takes queued tests from the busy
+# one, so the long end-to-end tests do not leave a core idle at the end); PYTEST_ARGS= runs
+# them in one process.
+PYTEST_ARGS ?= -n auto --dist worksteal
 
 test: $(STAMP) sandbox
 	$(PY) -m pytest $(PYTEST_ARGS)
