@@ -5,10 +5,17 @@ Run from the repository root:
     python scripts/make_demo_leaderboard.py [--work DIR] [--only ID ...]
     python scripts/make_demo_leaderboard.py --base-to-novel-model MODEL [--adapters A ...]
 
+    python scripts/make_demo_leaderboard.py --inductive [--adapters A ...]
+
 The first form rebuilds the "demo" benchmark's entries (the demo CNN). The second adds
 "demo-base-to-novel" entries for a CLIP-style (image and text) model: each adapter adapts on
 the base classes 5-9 of the frozen fewtrans-base2novel--digits manifest and also scores the
-unseen classes 0-4 by name, so the site shows base, novel and their harmonic mean.
+unseen classes 0-4 by name, so the site shows base, novel and their harmonic mean. The
+third adds the inductive-CLIP miniature: each adapter's published recipe (the "published"
+HPE protocol, recipe "inductive-clip") on the digits 5-9 k-shot manifest, once with the
+original demo CLIP (demo-clip-partially-transductive) and once with the digits 5-9
+unlearned from it (demo-clip-inductive; the unlearned weights are made first, with the
+paper's SSD settings and the digits 0-4 retained).
 
 For each entry: search the HPE centre on the digits search tasks (the demo benchmarks'
 stand-in for a held-out dataset) when the adapter has hyperparameter axes, evaluate the
@@ -56,6 +63,10 @@ class Entry:
     plugins: tuple[str, ...] = (PACKAGE_PIN,)
     benchmark: str = "demo"
     manifest: str = "fewtrans-varied--digits.parquet"
+    hpe: str = "fewtrans-reference"
+    run_model: str = ""
+    """The model the results carry when it differs from ``model`` (an unlearned one)."""
+    weights: str | None = None
 
 
 DEMO_ENTRIES = [
@@ -113,7 +124,7 @@ method = "{method}"
 model = "{model}"
 adapter = "{adapter}"
 benchmark = "{benchmark}"
-hpe_protocol = "fewtrans-reference"
+hpe_protocol = "{hpe}"
 authors = ["fewtrans-board developers"]
 code = "https://github.com/fewtrans-board/fewtrans-board"
 hardware = "2-core CPU (CI machine)"
@@ -160,6 +171,57 @@ def base_to_novel_entries(
     ]
 
 
+INDUCTIVE_METHODS = {
+    "clip-adapter": "CLIP-Adapter (published recipe)",
+    "taskres": "TaskRes (published recipe)",
+    "coop": "CoOp (published recipe)",
+}
+INDUCTIVE_MANIFEST = "clip-kshot--digits-5-9.parquet"
+INDUCTIVE_WEIGHTS = "demo-clip-digits+unlearn-digits-5-9.safetensors"
+
+
+def inductive_entries(adapters: Sequence[str], weights: Path) -> list[Entry]:
+    """Entries of both inductive-CLIP miniatures for each adapter, as published.
+
+    Args:
+        adapters: CLIP adapters with an ``inductive-clip`` recipe.
+        weights: the demo CLIP with the digits 5-9 unlearned (see :func:`unlearned_weights`).
+    """
+    entries = []
+    for adapter in adapters:
+        method = INDUCTIVE_METHODS.get(adapter, f"{adapter} (published recipe)")
+        for benchmark, run_model, weights_file in (
+            ("demo-clip-partially-transductive", "", None),
+            ("demo-clip-inductive", "demo-clip.digits+unlearn:digits-5-9", str(weights)),
+        ):
+            setting = "original" if not run_model else "unlearned"
+            entries.append(
+                Entry(
+                    f"{adapter}--demo-clip-digits--{setting}",
+                    "demo-clip.digits",
+                    adapter,
+                    method,
+                    benchmark=benchmark,
+                    manifest=INDUCTIVE_MANIFEST,
+                    hpe="published",
+                    run_model=run_model,
+                    weights=weights_file,
+                )
+            )
+    return entries
+
+
+def unlearned_weights(work: Path, cli: Cli = subprocess_cli) -> Path:
+    """The demo CLIP with the digits 5-9 unlearned (the paper's SSD, digits 0-4 retained)."""
+    out = work / INDUCTIVE_WEIGHTS
+    if not out.is_file():
+        cli(
+            "unlearn", "--model", "demo-clip.digits", "--forget", "digits-5-9",
+            "--retain", "digits-0-4", "--out", str(out), "--device", "cpu",
+        )  # fmt: skip
+    return out
+
+
 def build_entry(
     entry: Entry,
     work: Path,
@@ -185,6 +247,8 @@ def build_entry(
     needs_search = entry.start or entry.adapter in SEARCHED_WITHOUT_START
     if entry.benchmark == "demo-base-to-novel":
         needs_search = entry.adapter not in BASE_TO_NOVEL_ADAPTERS_WITHOUT_AXES
+    if entry.hpe == "published":
+        needs_search = False  # the recipe is the configuration
     if needs_search:
         config = [x for s in entry.start for x in ("--config", s)]
         cli(
@@ -193,9 +257,10 @@ def build_entry(
             "--out", str(work / "centre.json"), "--device", "cpu",
         )  # fmt: skip
         centre = ["--centre", str(work / "centre.json")]
+    weights = ["--weights", entry.weights] if entry.weights else []
     cli(
-        "evaluate", "--model", entry.model, "--adapter", entry.adapter,
-        "--manifest", str(manifests / entry.manifest), "--hpe", "fewtrans-reference",
+        "evaluate", "--model", entry.run_model or entry.model, "--adapter", entry.adapter,
+        "--manifest", str(manifests / entry.manifest), "--hpe", entry.hpe, *weights,
         *centre, "--out", str(work / "run"), "--device", "cpu", "--threads", "1", "--quiet",
     )  # fmt: skip
     (work / "submission.toml").write_text(
@@ -205,6 +270,7 @@ def build_entry(
             model=entry.model,
             adapter=entry.adapter,
             benchmark=entry.benchmark,
+            hpe=entry.hpe,
             plugins=", ".join(f'"{p}"' for p in entry.plugins),
         )
     )
@@ -215,7 +281,7 @@ def build_entry(
         "--out", str(bundle), *store,
     )  # fmt: skip
     sample = ["--sample", str(verify)] if verify else []
-    cli("leaderboard", "add", str(bundle), *store, *sample, "--threads", "1")
+    cli("leaderboard", "add", str(bundle), *store, *sample, *weights, "--threads", "1")
 
 
 def main() -> None:
@@ -228,10 +294,17 @@ def main() -> None:
         help="Build demo-base-to-novel entries for this CLIP-style model instead.",
     )
     parser.add_argument(
+        "--inductive",
+        action="store_true",
+        help="Build the inductive-CLIP miniature's entries (both settings) instead.",
+    )
+    parser.add_argument(
         "--adapters",
         nargs="*",
-        default=list(BASE_TO_NOVEL_METHODS),
-        help="Adapters of the base-to-novel entries (default: %(default)s).",
+        default=None,
+        help="Adapters of the base-to-novel entries (default: "
+        f"{', '.join(BASE_TO_NOVEL_METHODS)}) or of the inductive entries (default: "
+        f"{', '.join(INDUCTIVE_METHODS)}).",
     )
     parser.add_argument(
         "--plugin",
@@ -246,11 +319,14 @@ def main() -> None:
         help="key=value centre-search start of base-to-novel adapters with HPE axes.",
     )
     args = parser.parse_args()
-    entries = (
-        base_to_novel_entries(args.base_to_novel_model, args.adapters, args.plugin, args.start)
-        if args.base_to_novel_model
-        else DEMO_ENTRIES
-    )
+    if args.inductive:
+        weights = unlearned_weights(args.work)
+        entries = inductive_entries(args.adapters or list(INDUCTIVE_METHODS), weights)
+    elif args.base_to_novel_model:
+        adapters = args.adapters or list(BASE_TO_NOVEL_METHODS)
+        entries = base_to_novel_entries(args.base_to_novel_model, adapters, args.plugin, args.start)
+    else:
+        entries = DEMO_ENTRIES
     for entry in entries:
         if args.only and entry.ident not in args.only:
             continue

@@ -172,12 +172,23 @@ def scatter(points: list[tuple[str, float, float]], size: int = 420) -> Markup:
         f'<text x="{left}" y="{size - 40}" font-size="10">{low:.0f}</text>',
         f'<text x="{left + span}" y="{size - 40}" font-size="10" text-anchor="end">{high:.0f}</text>',
     ]
+    placed: list[tuple[float, float, float]] = []  # (x from, x to, baseline) of each label
     for label, x, y in points:
         name = escape(label)
+        # Labels of points in the right half go to their left, so none runs past the frame;
+        # a label that would overprint an earlier one moves down a line.
+        right = sx(x) > left + span / 2
+        width = 5.5 * len(label)  # about 5.5 px per character at font size 10
+        tx, ty = (sx(x) - 7, sy(y) + 4) if right else (sx(x) + 7, sy(y) + 4)
+        x0, x1 = (tx - width, tx) if right else (tx, tx + width)
+        while any(abs(ty - py) < 11 and x0 < p1 and p0 < x1 for p0, p1, py in placed):
+            ty += 11
+        placed.append((x0, x1, ty))
+        anchor = ' text-anchor="end"' if right else ""
         parts.append(
             f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="5" fill="#3366cc">'
             f"<title>{name}: inductive {x:.1f}, original {y:.1f}</title></circle>"
-            f'<text x="{sx(x) + 7:.1f}" y="{sy(y) + 4:.1f}" font-size="10">{name}</text>'
+            f'<text x="{tx:.1f}" y="{ty:.1f}" font-size="10"{anchor}>{name}</text>'
         )
     parts.append("</svg>")
     return Markup("".join(parts))
