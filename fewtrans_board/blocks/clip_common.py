@@ -95,6 +95,18 @@ def inductive_clip_templates(table: str) -> dict[str, dict[str, str]]:
     }
 
 
+DASSL_SGD: dict[str, object] = {
+    "optimizer": "sgd",
+    "momentum": 0.9,
+    "weight_decay": 5e-4,
+    "schedule": "cosine-epoch",
+    "warmup_epochs": 1,
+    "warmup_lr": 1e-5,
+}
+"""The optimiser and schedule of the inductive-CLIP paper's Dassl trainers where a config
+names SGD: Dassl's defaults (``OPTIM.MOMENTUM`` 0.9, ``OPTIM.WEIGHT_DECAY`` 5e-4) and the
+configs' cosine schedule after one constant warm-up epoch at 1e-5."""
+
 DASSL_RECIPE_NOTE = (
     "Not reproduced from the paper's Dassl runs: the config's train-time augmentation "
     "(INPUT.TRANSFORMS; adapters train on the preprocessed support images, cached "

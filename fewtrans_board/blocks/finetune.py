@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from fewtrans_board.api.adapter import AdapterConfig, hparam
 from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.blocks.lockstep import PlannedAdapter, TrainingPlan
-from fewtrans_board.blocks.training import EncoderTrainingConfig
+from fewtrans_board.blocks.training import BSCD_HEAD, EncoderTrainingConfig
 from fewtrans_board.core.errors import FewtransError
 
 if TYPE_CHECKING:
@@ -107,20 +107,6 @@ BSCD_SOURCE = (
     "0.01, momentum 0.9, 100 epochs)"
 )
 """Where every value of the ``bscd`` recipes of the fine-tuning baselines comes from."""
-
-BSCD_HEAD = {
-    "lr_head": 0.01,
-    "epochs": 100,
-    "batch_size": 4,
-    "optimizer": "sgd",
-    "momentum": 0.9,
-    "dampening": 0.9,
-    "weight_decay": 1e-3,
-    "schedule": "constant",
-    "normalize_features": False,
-    "head_init": "default",
-}
-"""BSCD-FSL's linear classifier: ``classifier_opt`` of ``finetune.py``, 100 epochs of batch 4."""
 
 BSCD_FINETUNE = {
     **BSCD_HEAD,

@@ -364,3 +364,18 @@ def normalized(x: torch.Tensor) -> torch.Tensor:
     import torch.nn.functional as F
 
     return F.normalize(upcast(x), dim=-1)
+
+
+BSCD_HEAD: dict[str, object] = {
+    "lr_head": 0.01,
+    "epochs": 100,
+    "batch_size": 4,
+    "optimizer": "sgd",
+    "momentum": 0.9,
+    "dampening": 0.9,
+    "weight_decay": 1e-3,
+    "schedule": "constant",
+    "normalize_features": False,
+    "head_init": "default",
+}
+"""BSCD-FSL's linear classifier: ``classifier_opt`` of ``finetune.py``, 100 epochs of batch 4."""

@@ -19,7 +19,7 @@ from fewtrans_board.api.recipe import (
     Recipe,
     Schedule,
 )
-from fewtrans_board.blocks.training import HeadTrainingConfig
+from fewtrans_board.blocks.training import BSCD_HEAD, HeadTrainingConfig
 
 if TYPE_CHECKING:
     import torch
@@ -239,18 +239,7 @@ class LinearProbeAdapter(Adapter):
                 "per epoch); Guo et al., BSCD-FSL, ECCV 2020, §5.2.1 ('Fixed feature "
                 "extractor'), §6 and Table 2 'Fixed'"
             ),
-            values={
-                "lr_head": 0.01,
-                "epochs": 100,
-                "batch_size": 4,
-                "optimizer": "sgd",
-                "momentum": 0.9,
-                "dampening": 0.9,
-                "weight_decay": 1e-3,
-                "schedule": "constant",
-                "normalize_features": False,
-                "head_init": "default",
-            },
+            values=BSCD_HEAD,
             notes=(
                 "Support batches follow the toolkit's RandomState(11) permutation per epoch "
                 "(finetune.py draws them from the global NumPy stream seeded once with 10). "

@@ -24,7 +24,7 @@ import numpy as np
 
 from fewtrans_board.api.adapter import Adapter, AdapterConfig, hparam
 from fewtrans_board.api.recipe import Recipe
-from fewtrans_board.blocks.training import EncoderTrainingConfig
+from fewtrans_board.blocks.training import BSCD_HEAD, EncoderTrainingConfig
 
 if TYPE_CHECKING:
     import torch
@@ -287,17 +287,8 @@ class ImsfAdapter(AllEmbeddingsAdapter):
                 "§5.2.2, §6 and Table 4 'IMS-f'"
             ),
             values={
+                **BSCD_HEAD,
                 "lr_backbone": 0.01,
-                "lr_head": 0.01,
-                "epochs": 100,
-                "batch_size": 4,
-                "optimizer": "sgd",
-                "momentum": 0.9,
-                "dampening": 0.9,
-                "weight_decay": 1e-3,
-                "schedule": "constant",
-                "normalize_features": False,
-                "head_init": "default",
                 "backbone_optimizer": "same",
                 "backbone_train_mode": True,
                 "median_gradient_mask": True,

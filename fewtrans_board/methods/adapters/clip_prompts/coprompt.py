@@ -34,6 +34,7 @@ from fewtrans_board.api.adapter import hparam
 from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.blocks.clip_common import (
     DASSL_RECIPE_NOTE,
+    DASSL_SGD,
     INDUCTIVE_CLIP_CODE,
     inductive_clip_templates,
 )
@@ -211,15 +212,10 @@ class CopromptAdapter(MapleAdapter):
                 "0.9, OPTIM.WEIGHT_DECAY 5e-4) and dassl/optim/lr_scheduler.py"
             ),
             values={
-                "optimizer": "sgd",
-                "momentum": 0.9,
-                "weight_decay": 5e-4,
+                **DASSL_SGD,
                 "lr": 0.0035,
                 "epochs": 8,
                 "batch_size": 4,
-                "schedule": "cosine-epoch",
-                "warmup_epochs": 1,
-                "warmup_lr": 1e-5,
                 "n_ctx": 2,
                 "depth": 9,
                 "ctx_init": "a photo of a",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
 from fewtrans_board.api.recipe import Recipe
-from fewtrans_board.blocks.clip_common import DASSL_RECIPE_NOTE, INDUCTIVE_CLIP_CODE
+from fewtrans_board.blocks.clip_common import DASSL_RECIPE_NOTE, DASSL_SGD, INDUCTIVE_CLIP_CODE
 from fewtrans_board.blocks.training import upcast
 from fewtrans_board.methods.adapters.clip_prompts.common import (
     PHOTO_PREFIX,
@@ -165,15 +165,10 @@ class IvlpAdapter(PromptAdapter):
                 "0.9, OPTIM.WEIGHT_DECAY 5e-4) and dassl/optim/lr_scheduler.py"
             ),
             values={
-                "optimizer": "sgd",
-                "momentum": 0.9,
-                "weight_decay": 5e-4,
+                **DASSL_SGD,
                 "lr": 0.0025,
                 "epochs": 20,
                 "batch_size": 4,
-                "schedule": "cosine-epoch",
-                "warmup_epochs": 1,
-                "warmup_lr": 1e-5,
                 "n_ctx_text": 4,
                 "n_ctx_vision": 4,
                 "depth": 9,

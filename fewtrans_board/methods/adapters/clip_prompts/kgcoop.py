@@ -10,6 +10,7 @@ from fewtrans_board.api.adapter import hparam
 from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.blocks.clip_common import (
     DASSL_RECIPE_NOTE,
+    DASSL_SGD,
     INDUCTIVE_CLIP_CODE,
     inductive_clip_templates,
 )
@@ -75,15 +76,10 @@ class KgcoopAdapter(CoopAdapter):
                 "dassl/optim/lr_scheduler.py and dassl/data/data_manager.py"
             ),
             values={
-                "optimizer": "sgd",
-                "momentum": 0.9,
-                "weight_decay": 5e-4,
+                **DASSL_SGD,
                 "lr": 0.002,
                 "epochs": 100,
                 "batch_size": 128,
-                "schedule": "cosine-epoch",
-                "warmup_epochs": 1,
-                "warmup_lr": 1e-5,
                 "n_ctx": 4,
                 "ctx_init": "a photo of a",
                 "kg_weight": 8.0,

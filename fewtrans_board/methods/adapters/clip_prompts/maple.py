@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
 from fewtrans_board.api.recipe import Recipe
-from fewtrans_board.blocks.clip_common import DASSL_RECIPE_NOTE, INDUCTIVE_CLIP_CODE
+from fewtrans_board.blocks.clip_common import DASSL_RECIPE_NOTE, DASSL_SGD, INDUCTIVE_CLIP_CODE
 from fewtrans_board.methods.adapters.clip_prompts.common import (
     PHOTO_PREFIX,
     PromptAdapter,
@@ -77,15 +77,10 @@ class MapleAdapter(PromptAdapter):
                 "0.9, OPTIM.WEIGHT_DECAY 5e-4) and dassl/optim/lr_scheduler.py"
             ),
             values={
-                "optimizer": "sgd",
-                "momentum": 0.9,
-                "weight_decay": 5e-4,
+                **DASSL_SGD,
                 "lr": 0.0035,
                 "epochs": 5,
                 "batch_size": 4,
-                "schedule": "cosine-epoch",
-                "warmup_epochs": 1,
-                "warmup_lr": 1e-5,
                 "n_ctx": 2,
                 "depth": 9,
                 "ctx_init": "a photo of a",

@@ -17,6 +17,7 @@ from fewtrans_board.api.adapter import hparam
 from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.blocks.clip_common import (
     DASSL_RECIPE_NOTE,
+    DASSL_SGD,
     INDUCTIVE_CLIP_CODE,
     inductive_clip_templates,
 )
@@ -135,15 +136,10 @@ class ProgradAdapter(CoopAdapter):
                 "and dassl/data/data_manager.py"
             ),
             values={
-                "optimizer": "sgd",
-                "momentum": 0.9,
-                "weight_decay": 5e-4,
+                **DASSL_SGD,
                 "lr": 0.002,
                 "epochs": 100,
                 "batch_size": 128,
-                "schedule": "cosine-epoch",
-                "warmup_epochs": 1,
-                "warmup_lr": 1e-5,
                 "n_ctx": 16,
                 "prograd_lambda": 1.0,
                 "temperature": 1.0,

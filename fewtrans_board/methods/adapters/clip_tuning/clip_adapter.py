@@ -15,6 +15,7 @@ from fewtrans_board.api.adapter import hparam
 from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.blocks.clip_common import (
     DASSL_RECIPE_NOTE,
+    DASSL_SGD,
     INDUCTIVE_CLIP_CODE,
     inductive_clip_templates,
 )
@@ -57,15 +58,10 @@ class ClipAdapterAdapter(ClipTuningAdapter):
                 "0.9, OPTIM.WEIGHT_DECAY 5e-4) and dassl/optim/lr_scheduler.py"
             ),
             values={
-                "optimizer": "sgd",
-                "momentum": 0.9,
-                "weight_decay": 5e-4,
+                **DASSL_SGD,
                 "lr": 0.002,
                 "epochs": 100,
                 "batch_size": 32,
-                "schedule": "cosine-epoch",
-                "warmup_epochs": 1,
-                "warmup_lr": 1e-5,
                 "ratio": 0.2,
                 "reduction": 4,
             },
