@@ -33,6 +33,13 @@ def test_the_default_schedule_is_fewtrans_cosine_per_step() -> None:
     schedule = Schedule()
     for step in range(12):
         assert schedule.lr(0.1, step, 3, 12) == cosine_lr(0.1, step, 12)
+    # Bit for bit (the trainers use the schedule; runs before recipes used cosine_lr).
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        total = int(rng.integers(1, 5000))
+        step, base = int(rng.integers(0, total + 1)), float(10 ** rng.uniform(-7, 0))
+        per_epoch = int(rng.integers(1, 50))
+        assert schedule.lr(base, step, per_epoch, total) == cosine_lr(base, step, total)
     assert schedule.lr(0.1, 0, 3, 12) == 0.1 and schedule.lr(0.1, 6, 3, 12) == pytest.approx(0.05)
 
 

@@ -310,14 +310,9 @@ def run_training(
     ]
     steps = total_steps(n_items, batch_size, epochs)
     per_epoch = math.ceil(n_items / batch_size)
-    fewtrans = schedule == FEWTRANS_SCHEDULE
     for step, batch in enumerate(epoch_batches(n_items, batch_size, epochs)):
         for torch_optimiser, base_lr in optimisers:
-            rate = (
-                cosine_lr(base_lr, step, steps)
-                if fewtrans
-                else schedule.lr(base_lr, step, per_epoch, steps)
-            )
+            rate = schedule.lr(base_lr, step, per_epoch, steps)
             for group in torch_optimiser.param_groups:
                 group["lr"] = rate
             torch_optimiser.zero_grad(set_to_none=True)

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from fewtrans_board.api.recipe import FEWTRANS_OPTIMISER, FEWTRANS_SCHEDULE, Optimiser, Schedule
-from fewtrans_board.blocks.training import cosine_lr
 
 if TYPE_CHECKING:
     import torch
@@ -86,8 +85,6 @@ class StackedOptimiser:
     def _rate(self, base_lr: float, step: int, row: int) -> float:
         if base_lr <= 0:
             return 0.0
-        if self.schedule == FEWTRANS_SCHEDULE:
-            return cosine_lr(base_lr, step, self.steps[row])
         return self.schedule.lr(base_lr, step, self.steps_per_epoch, self.steps[row])
 
     def _per_row(self, values: list[list[float]]) -> dict[tuple[str, str], torch.Tensor]:
