@@ -49,7 +49,7 @@ SUBLAYERS: dict[str, list[set[str]]] = {
     ],
     "api": [
         {"ranges", "recipe", "backbone", "fit_options", "__init__"},
-        {"episode_data", "model_spec", "dataset_spec"},
+        {"episode_data", "model_spec", "dataset_spec", "config"},
         {"adapter"},
         {"hookspecs"},
     ],
