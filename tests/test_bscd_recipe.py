@@ -231,7 +231,7 @@ def test_every_bscd_recipe_registers_and_holds_the_papers_values(adapter: type[A
 
 def test_last_k_declares_the_three_ks_of_the_paper_and_the_benchmark_runs_bscd() -> None:
     from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
-    from fewtrans_board.runner.context import recipe_centre
+    from fewtrans_board.runner.centres import recipe_centre
 
     ks = {r.name: r.values["k"] for r in FinetuneLastKAdapter.own_recipes()}
     assert ks == {"bscd": 1, "bscd-last-2": 2, "bscd-last-3": 3}

@@ -29,7 +29,7 @@ PINS = '["fewtrans-board==0.1.0", "fewtrans-recipes==0.1"]'
 
 
 def test_a_published_run_evaluates_the_recipe_on_its_dataset_and_nothing_else() -> None:
-    from fewtrans_board.runner.context import recipe_centre
+    from fewtrans_board.runner.centres import recipe_centre
 
     centre, recipe = recipe_centre(RecipeClipAdapter, None, "digits", {}, None)
     defaults = RecipeClipAdapter.Config().to_dict()

@@ -264,7 +264,7 @@ def submission_warnings(app: App, spec: RunSpec, leaderboard: Path | None) -> li
     from fewtrans_board.hpe.protocols import get_hpe_protocol, hpe_roles
     from fewtrans_board.leaderboard.eligibility import submission_problems
     from fewtrans_board.leaderboard.store import LeaderboardStore
-    from fewtrans_board.runner.context import recipe_centre, resolve_centre
+    from fewtrans_board.runner.centres import recipe_centre, resolve_centre
     from fewtrans_board.runner.spec import load_centre_file
 
     adapter_cls = app.registry.adapters.get(spec.adapter).obj

@@ -51,7 +51,7 @@ def hpe_grid(
 ) -> None:
     """List the configurations an HPE protocol evaluates for ADAPTER."""
     from fewtrans_board.hpe.protocols import get_hpe_protocol
-    from fewtrans_board.runner.context import resolve_centre
+    from fewtrans_board.runner.centres import resolve_centre
     from fewtrans_board.runner.spec import load_centre_file
 
     adapter_cls = app.registry.adapters.get(adapter).obj

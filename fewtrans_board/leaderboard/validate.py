@@ -20,6 +20,7 @@ from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.columns import check_columns
 from fewtrans_board.leaderboard.errors import SubmissionError, shown
 from fewtrans_board.leaderboard.meta import SubmissionMeta
+from fewtrans_board.leaderboard.recipe_rule import check_recipe
 from fewtrans_board.leaderboard.rows import check_rows
 from fewtrans_board.leaderboard.runs import check_consistent, load_checked_run
 from fewtrans_board.leaderboard.schema import check_centre_values
@@ -308,66 +309,6 @@ def _check_same_configuration(first: RunResults, run: RunResults) -> None:
         )
 
 
-def _check_recipe(
-    run: RunResults, schema: dict[str, Any], benchmark: SubBenchmark, first: RunResults | None
-) -> None:
-    """A ``published`` run evaluates the benchmark's recipe, as the recorded schema declares it.
-
-    The configuration must be the schema's defaults with the recipe's values (and its
-    values for this dataset) over them; verification then checks that the installed
-    plugin declares the same schema, recipes included.
-
-    Raises:
-        SubmissionError: ``recipe-mismatch`` naming what differs.
-    """
-    recorded = run.provenance.adapter.extra.get("recipe")
-    name = recorded.get("name") if isinstance(recorded, dict) else None
-    if name != benchmark.recipe:
-        raise SubmissionError(
-            "recipe-mismatch",
-            f"{run.dataset}: benchmark {benchmark.name!r} runs the published recipe "
-            f"{benchmark.recipe!r}; the results ran {shown(name)}",
-        )
-    declared = [
-        r for r in schema.get("recipes") or [] if isinstance(r, dict) and r.get("name") == name
-    ]
-    if len(declared) != 1 or canonical_json(declared[0]) != canonical_json(recorded):
-        raise SubmissionError(
-            "recipe-mismatch",
-            f"{run.dataset}: the recorded recipe {name!r} is not the one the adapter schema "
-            "declares",
-        )
-    identity = run.provenance.identity.extra.get("recipe")
-    if identity != {"name": name, "version": declared[0].get("version")}:
-        raise SubmissionError(
-            "recipe-mismatch",
-            f"{run.dataset}: the run identity names recipe {shown(identity)}, not {name!r}",
-        )
-    values = {f["name"]: f["default"] for f in schema["fields"]}
-    values.update(declared[0].get("values") or {})
-    values.update((declared[0].get("per_dataset") or {}).get(run.dataset) or {})
-    expected = typed_values(values, schema["fields"])
-    centre = typed_values(run.provenance.adapter.centre, schema["fields"])
-    differing = sorted(
-        k for k in expected if canonical_json(centre.get(k)) != canonical_json(expected[k])
-    )
-    if differing:
-        raise SubmissionError(
-            "recipe-mismatch",
-            f"{run.dataset}: the configuration differs from recipe {name!r} in "
-            f"{', '.join(differing)}: {[centre.get(k) for k in differing]} vs "
-            f"{[expected[k] for k in differing]}",
-        )
-    if first is not None and canonical_json(first.provenance.adapter.schema) != canonical_json(
-        schema
-    ):
-        raise SubmissionError(
-            "config-varies",
-            f"{first.dataset} and {run.dataset} were produced by adapters with different "
-            "schemas; evaluate every dataset with one version of the plugin",
-        )
-
-
 def _frozen_manifest(
     run: RunResults, store: LeaderboardStore, benchmark: SubBenchmark, where: str
 ) -> tuple[str, Manifest]:
@@ -460,7 +401,7 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
                 "grid around the stored centre",
             )
         if protocol.centre_rule == "recipe":
-            _check_recipe(run, schema, benchmark, report.loaded[0] if report.loaded else None)
+            check_recipe(run, schema, benchmark, report.loaded[0] if report.loaded else None)
         elif report.loaded:
             _check_same_configuration(report.loaded[0], run)
         check_rows(run, manifest, grid)
