@@ -91,32 +91,41 @@ def _heatmaps(run: MethodRun) -> list[dict[str, Any]]:
 
 
 def _benchmark_context(view: BenchmarkView) -> dict[str, Any]:
-    plots = {}
-    for dataset in view.datasets:
-        rows = [
-            (r.method.label, r.cells[dataset].mean, r.cells[dataset].ci95)
-            for r in view.tables.get("hpe", [])
-        ]
-        plots[dataset] = ci_bars(rows, title=f"{view.benchmark.title}: {dataset}")
+    """A benchmark page's context; CI plots per protocol section, per column."""
+    plots: dict[str, dict[str, Any]] = {}
+    for section in view.sections:
+        plots[section.protocol] = {}
+        for dataset in view.datasets:
+            rows = [
+                (r.method.name, r.cells[dataset].mean, r.cells[dataset].ci95)
+                for r in section.tables.get("hpe", [])
+            ]
+            plots[section.protocol][dataset] = ci_bars(
+                rows, title=f"{view.benchmark.title}: {dataset} ({section.protocol})"
+            )
+    shot_rows = [row for s in view.sections for row in s.shots.get("hpe", [])]
     return {
         "view": view,
         "column_sets": COLUMN_SETS,
         "aggregation_titles": AGGREGATION_TITLES,
         "bootstrap_seed": BOOTSTRAP_SEED,
         "ci_plots": plots,
-        "shot_values": shots_of(view.shots["hpe"]) if view.shots else [],
+        "shot_values": shots_of(shot_rows) if shot_rows else [],
     }
 
 
 def _dataset_entries(data: SiteData, name: str) -> list[dict[str, Any]]:
     """Each (benchmark, method, column) on a dataset with its headline statistic.
 
-    ``stats`` is the HPE mean ± CI over episodes, except for per-shot benchmarks, whose
-    headline is the average over shots ± its spread over seeds (``per_shot``);
-    base-to-novel runs add ``novel`` and ``harmonic`` (mean ± CI).
+    Listed by benchmark, then HPE protocol (the benchmark's order), then headline: entries
+    under different protocols are never interleaved as if comparable. ``stats`` is the HPE
+    mean ± CI over episodes, except for per-shot benchmarks, whose headline is the average
+    over shots ± its spread over seeds (``per_shot``); base-to-novel runs add ``novel`` and
+    ``harmonic`` (mean ± CI).
     """
     entries = []
     for view, method, key in data.datasets.get(name, []):
+        order = [s.protocol for s in view.sections]
         run = method.runs[key]
         values = run.aggregations["hpe"]
         ddof = view.benchmark.statistic_ddof
@@ -129,6 +138,10 @@ def _dataset_entries(data: SiteData, name: str) -> list[dict[str, Any]]:
             "novel": None,
             "harmonic": None,
             "histogram": histogram(values, title=f"{method.label} on {name}"),
+            "order": (
+                view.benchmark.name,
+                order.index(method.protocol) if method.protocol in order else len(order),
+            ),
         }
         if run.novel:
             entry["novel"] = mean_ci(run.novel["hpe"], ddof=ddof)
@@ -137,7 +150,7 @@ def _dataset_entries(data: SiteData, name: str) -> list[dict[str, Any]]:
             entry["per_shot"].average if entry["per_shot"] is not None else entry["stats"].mean
         )
         entries.append(entry)
-    return sorted(entries, key=lambda e: -e["headline"])
+    return sorted(entries, key=lambda e: (*e["order"], -e["headline"]))
 
 
 def build_site(

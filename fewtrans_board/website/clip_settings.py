@@ -2,10 +2,13 @@
 
 A pair of sub-benchmarks differs in the model: CLIP as downloaded (partially
 transductive) and CLIP with each target unlearned (inductive). A method is one adapter on
-one base model; on the datasets both settings share, for every method in both the page
+one base model under one HPE protocol (results under different protocols are not
+comparable: a method under two protocols is two methods, paired only with itself under the
+same protocol); on the datasets both settings share, for every method in both the page
 shows its average over shots and datasets in each (per-K reporting: no interval pooled over
-shots), the gap, its rank in each and the pairs of methods whose order flips, plus the
-paper's scatter of inductive (x) against original (y) accuracy. Methods whose averages a
+shots), the gap, its rank in each among the methods of its protocol and the pairs of
+methods (of one protocol) whose order flips, plus the paper's scatter of inductive (x)
+against original (y) accuracy. Methods whose averages a
 paper reports for both settings (``leaderboard/reported``, column ``average``) get the same
 table and scatter apart, badged as reported: they are the paper's Fig. 2 as printed.
 """
@@ -34,9 +37,15 @@ class Setting:
 
 @dataclass(frozen=True)
 class MethodPair:
-    """One method under both settings (headline aggregation, average over shots)."""
+    """One method under both settings (headline aggregation, average over shots).
+
+    ``key`` is :func:`method_key`: ``name`` (adapter on base model) and the HPE protocol;
+    ranks are among the pairs of that protocol.
+    """
 
     key: str
+    name: str
+    protocol: str
     original: Setting
     inductive: Setting
     rank_original: int
@@ -77,13 +86,21 @@ class SettingsComparison:
     reported_scatter: Markup
 
 
-def method_key(method: MethodView) -> str:
+def method_name(method: MethodView) -> str:
     """``adapter on base model`` (the unlearned suffix removed)."""
     return f"{method.meta.adapter} on {split_name(method.meta.model)[0]}"
 
 
+def method_key(method: MethodView) -> str:
+    """``adapter on base model · protocol``: a method under two protocols is two methods."""
+    return f"{method_name(method)} · {method.protocol}"
+
+
 def _settings(view: BenchmarkView, datasets: list[str]) -> dict[str, Setting]:
-    """Each method's headline average over shots and ``datasets`` (those it covers all of)."""
+    """Each method's headline average over shots and ``datasets`` (those it covers all of).
+
+    Keyed by :func:`method_key`, so one method under two protocols gives two.
+    """
     out = {}
     for method in view.methods:
         results = method.per_shot("hpe")
@@ -94,23 +111,47 @@ def _settings(view: BenchmarkView, datasets: list[str]) -> dict[str, Setting]:
 
 
 def _ranks(settings: dict[str, Setting]) -> dict[str, int]:
-    order = sorted(settings, key=lambda k: (-settings[k].average.average, k))
-    return {k: i + 1 for i, k in enumerate(order)}
+    """Each method's rank among the methods of its own HPE protocol."""
+    ranks = {}
+    for protocol in {s.method.protocol for s in settings.values()}:
+        group = [k for k in settings if settings[k].method.protocol == protocol]
+        order = sorted(group, key=lambda k: (-settings[k].average.average, k))
+        ranks.update({k: i + 1 for i, k in enumerate(order)})
+    return ranks
 
 
 def compare(original: BenchmarkView, inductive: BenchmarkView) -> SettingsComparison:
-    """Match methods across the two settings on their shared datasets; find rank flips."""
+    """Match methods across the two settings on their shared datasets; find rank flips.
+
+    A method is matched with itself under the same HPE protocol only; ranks and flips are
+    within a protocol.
+    """
     datasets = sorted(set(original.datasets) & set(inductive.datasets))
     first, second = _settings(original, datasets), _settings(inductive, datasets)
     shared = sorted(set(first) & set(second)) if datasets else []
     rank_a = _ranks({k: first[k] for k in shared})
     rank_b = _ranks({k: second[k] for k in shared})
-    pairs = [MethodPair(k, first[k], second[k], rank_a[k], rank_b[k]) for k in shared]
-    pairs.sort(key=lambda p: (p.rank_inductive, p.key))
-    flips = [
-        (a, b) for a in shared for b in shared if rank_a[a] < rank_a[b] and rank_b[a] > rank_b[b]
+    protocol = {k: first[k].method.protocol for k in shared}
+    listing = dict.fromkeys([*inductive.benchmark.hpe_protocols, *sorted(set(protocol.values()))])
+    order = {p: i for i, p in enumerate(listing)}
+    pairs = [
+        MethodPair(
+            k, method_name(first[k].method), protocol[k], first[k], second[k], rank_a[k], rank_b[k]
+        )
+        for k in shared
     ]
-    points = [(p.key, p.inductive.average.average, p.original.average.average) for p in pairs]
+    pairs.sort(key=lambda p: (order[p.protocol], p.rank_inductive, p.key))
+    # One protocol: the names say it all; several: the keys tell the protocols apart.
+    label = {p.key: p.key if len(set(protocol.values())) > 1 else p.name for p in pairs}
+    flips = [
+        (label[a], label[b])
+        for a in shared
+        for b in shared
+        if protocol[a] == protocol[b] and rank_a[a] < rank_a[b] and rank_b[a] > rank_b[b]
+    ]
+    points = [
+        (label[p.key], p.inductive.average.average, p.original.average.average) for p in pairs
+    ]
     reported = reported_pairs(original, inductive)
     reported_points = [(r.method, r.inductive, r.original) for r in reported]
     return SettingsComparison(

@@ -41,9 +41,11 @@ from fewtrans_board.website.views import (
     Comparison,
     MethodRun,
     MethodView,
+    ProtocolSection,
     ReportedTable,
     SiteData,
     TableRow,
+    protocol_description,
 )
 
 COLUMN_SETS = ("hpe", "vote", "oracle")
@@ -225,12 +227,76 @@ def load_reported(store: LeaderboardStore) -> dict[str, list[ReportedTable]]:
     return grouped
 
 
+def protocols_of(benchmark: SubBenchmark, methods: Iterable[MethodView]) -> list[str]:
+    """The HPE protocols of ``methods``: the benchmark's accepted ones, in its order.
+
+    Any other protocol (a local run's) follows, by name.
+    """
+    present = {m.protocol for m in methods}
+    known = [p for p in benchmark.hpe_protocols if p in present]
+    return known + sorted(present - set(known))
+
+
+def protocol_section(
+    benchmark: SubBenchmark,
+    protocol: str,
+    listed: list[MethodView],
+    datasets: list[str],
+    anchor: str = "",
+) -> ProtocolSection:
+    """The entries of ``listed`` under ``protocol``, ranked among themselves only.
+
+    Tables, CIs, rank intervals, ties with the best and significance flags are computed
+    from these entries alone; the reference is the benchmark's reference adapter's entry
+    under this protocol (none if it has none here).
+
+    Args:
+        benchmark: the sub-benchmark.
+        protocol: the HPE protocol.
+        listed: the benchmark's current (not superseded) entries, of any protocol.
+        datasets: the page's column keys.
+        anchor: suffix of the section's HTML ids (see :class:`ProtocolSection`).
+    """
+    group = [m for m in listed if m.protocol == protocol]
+    members = [m for m in group if not m.transductive and m.ranked]
+    apart = [m for m in group if m.transductive and m.ranked]
+    unverified = [m for m in group if not m.ranked]
+    reference = next((m for m in members if m.meta.adapter == benchmark.reference_adapter), None)
+    ddof = benchmark.statistic_ddof
+    tables: dict[str, list[TableRow]] = {}
+    base_novel: dict[str, list[BaseNovelRow]] = {}
+    shots: dict[str, list[ShotRow]] = {}
+    for aggregation in COLUMN_SETS if members else ():
+        if benchmark.reporting == "per-shot":
+            pairs = [(m, m.per_shot(aggregation)) for m in members]
+            shots[aggregation] = shot_table(pairs, datasets)
+            continue
+        tables[aggregation] = _table(members, datasets, aggregation, ddof, reference)
+        if benchmark.reporting == "base-to-novel":
+            base_novel[aggregation] = base_novel_table(members, datasets, aggregation, ddof)
+    return ProtocolSection(
+        protocol=protocol,
+        description=protocol_description(protocol),
+        anchor=anchor,
+        methods=members,
+        tables=tables,
+        reference=reference,
+        base_novel=base_novel,
+        shots=shots,
+        transductive=_table(apart, datasets, "hpe", ddof, None) if apart else [],
+        unverified=_table(unverified, datasets, "hpe", ddof, None) if unverified else [],
+    )
+
+
 def build_site_data(
     store: LeaderboardStore,
     local_runs: list[Path] | None = None,
     entries: Iterable[LoadedEntry] | None = None,
 ) -> SiteData:
     """Derive tables, comparisons and dataset views of every submission (plus local runs).
+
+    A benchmark's entries are ranked within their HPE protocol only: one
+    :class:`~fewtrans_board.website.views.ProtocolSection` per protocol present.
 
     Args:
         store: the leaderboard store.
@@ -257,38 +323,19 @@ def build_site_data(
         unverified = [m for m in listed if not m.ranked]
         first = (members or apart or unverified)[0] if listed else None
         datasets = _columns(benchmark, first.runs) if first is not None else []
-        reference = next(
-            (m for m in members if m.meta.adapter == benchmark.reference_adapter), None
-        )
-        tables: dict[str, list[TableRow]] = {}
-        base_novel: dict[str, list[BaseNovelRow]] = {}
-        shots: dict[str, list[ShotRow]] = {}
-        for aggregation in COLUMN_SETS if members else ():
-            if benchmark.reporting == "per-shot":
-                pairs = [(m, m.per_shot(aggregation)) for m in members]
-                shots[aggregation] = shot_table(pairs, datasets)
-                continue
-            tables[aggregation] = _table(
-                members, datasets, aggregation, benchmark.statistic_ddof, reference
+        sections = [
+            protocol_section(
+                benchmark, protocol, listed, datasets, "" if i == 0 else f"-{protocol}"
             )
-            if benchmark.reporting == "base-to-novel":
-                base_novel[aggregation] = base_novel_table(
-                    members, datasets, aggregation, benchmark.statistic_ddof
-                )
+            for i, protocol in enumerate(protocols_of(benchmark, listed))
+        ]
         view = BenchmarkView(
             benchmark,
             datasets,
             members,
-            tables,
-            reference,
+            sections,
             reported.get(name, []),
-            base_novel,
-            shots,
-            _table(apart, datasets, "hpe", benchmark.statistic_ddof, None) if apart else [],
             {k: r.dataset for k, r in first.runs.items()} if first is not None else {},
-            _table(unverified, datasets, "hpe", benchmark.statistic_ddof, None)
-            if unverified
-            else [],
         )
         views.append(view)
         for method in listed:

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.hpe.protocols import get_hpe_protocol
 from fewtrans_board.leaderboard.meta import SubmissionMeta
 from fewtrans_board.leaderboard.sub_benchmarks import SubBenchmark
 from fewtrans_board.results.load import RunResults
@@ -74,6 +76,14 @@ class MethodRun:
         return per_shot(episodes, self.aggregations[aggregation], self.pairs)
 
 
+def protocol_description(name: str) -> str:
+    """An HPE protocol's description, or ``""`` for a name no protocol has (an old run)."""
+    try:
+        return get_hpe_protocol(name).description
+    except FewtransError:
+        return ""
+
+
 @dataclass
 class MethodView:
     """A stored submission; ``runs`` are keyed by column (see :func:`column_keys`)."""
@@ -103,9 +113,27 @@ class MethodView:
         return [d for d in datasets if isinstance(d, dict)] if isinstance(datasets, list) else []
 
     @property
-    def label(self) -> str:
-        """Human label of the method."""
+    def protocol(self) -> str:
+        """The HPE protocol the submission ran under (entries are ranked within one)."""
+        return self.meta.hpe_protocol
+
+    @property
+    def protocol_description(self) -> str:
+        """The HPE protocol's one-paragraph description (see :func:`protocol_description`)."""
+        return protocol_description(self.protocol)
+
+    @property
+    def name(self) -> str:
+        """The method and its model, without the protocol (where the context names it)."""
         return f"{self.meta.method} ({self.meta.model})"
+
+    @property
+    def label(self) -> str:
+        """Human label of the method, naming its HPE protocol: ``CoOp (model) · published``.
+
+        Entries of one method under two protocols are different entries, ranked apart.
+        """
+        return f"{self.name} · {self.protocol}"
 
     @property
     def transductive(self) -> bool:
@@ -175,36 +203,77 @@ class ReportedTable:
 
 
 @dataclass
-class BenchmarkView:
-    """A sub-benchmark page.
+class ProtocolSection:
+    """A benchmark's entries under one HPE protocol, ranked only among themselves.
 
-    Columns are keyed by :func:`column_keys` (the dataset, or ``dataset@variant`` when the
-    benchmark has several manifests of one dataset); ``dataset_of`` maps a key to its
-    dataset. ``tables`` summarise each column as a mean ± CI over episodes (base classes);
+    Results under different HPE protocols are not comparable (``fewtrans-board compare``
+    refuses to mix them), so a benchmark page has one section per protocol present, each
+    with its own tables, CIs, rank intervals and significance flags against the reference
+    adapter's entry under the same protocol (``reference``; ``None`` if it has none).
+
+    ``tables`` summarise each column as a mean ± CI over episodes (base classes);
     base-to-novel benchmarks add ``base_novel`` tables, per-shot (CLIP k-shot) benchmarks
     have ``shots`` tables instead, per aggregation. Methods that declare transductive
     inference are left out of those and ranked apart in ``transductive`` (headline
     aggregation); stored entries that were never verified are listed in ``unverified``
     and ranked with nobody.
+
+    Attributes:
+        protocol: the HPE protocol's name.
+        description: its description (``HPE_PROTOCOLS[name].description``).
+        anchor: suffix of the section's HTML ids: ``""`` for a page's first section (so
+            ``#table-hpe`` links keep working), ``-<protocol>`` for the others.
+        methods: the ranked (verified or local, inductive) entries.
+    """
+
+    protocol: str
+    description: str
+    anchor: str
+    methods: list[MethodView]
+    tables: dict[str, list[TableRow]]
+    reference: MethodView | None
+    base_novel: dict[str, list[BaseNovelRow]] = field(default_factory=dict)
+    shots: dict[str, list[ShotRow]] = field(default_factory=dict)
+    transductive: list[TableRow] = field(default_factory=list)
+    unverified: list[TableRow] = field(default_factory=list)
+
+    @property
+    def leader(self) -> TableRow | None:
+        """The top-ranked row under the headline aggregation (mean ± CI tables)."""
+        rows = self.tables.get("hpe", [])
+        return rows[0] if rows else None
+
+    @property
+    def entries(self) -> int:
+        """How many entries the section lists (ranked, transductive and unverified)."""
+        return len(self.methods) + len(self.transductive) + len(self.unverified)
+
+
+@dataclass
+class BenchmarkView:
+    """A sub-benchmark page.
+
+    Columns are keyed by :func:`column_keys` (the dataset, or ``dataset@variant`` when the
+    benchmark has several manifests of one dataset); ``dataset_of`` maps a key to its
+    dataset. Entries are ranked within their HPE protocol only: ``sections`` holds one
+    :class:`ProtocolSection` per protocol present, in the benchmark's ``hpe_protocols``
+    order (others after, by name).
+
+    Attributes:
+        methods: every ranked entry of every protocol (for analyses that rank nothing).
     """
 
     benchmark: SubBenchmark
     datasets: list[str]
     methods: list[MethodView]
-    tables: dict[str, list[TableRow]]
-    reference: MethodView | None
+    sections: list[ProtocolSection]
     reported: list[ReportedTable]
-    base_novel: dict[str, list[BaseNovelRow]] = field(default_factory=dict)
-    shots: dict[str, list[ShotRow]] = field(default_factory=dict)
-    transductive: list[TableRow] = field(default_factory=list)
     dataset_of: dict[str, str] = field(default_factory=dict)
-    unverified: list[TableRow] = field(default_factory=list)
 
     @property
-    def leader(self) -> TableRow | None:
-        """The top-ranked row under the headline aggregation."""
-        rows = self.tables.get("hpe", [])
-        return rows[0] if rows else None
+    def section(self) -> dict[str, ProtocolSection]:
+        """The sections by protocol name."""
+        return {s.protocol: s for s in self.sections}
 
 
 @dataclass
