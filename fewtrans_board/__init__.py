@@ -6,6 +6,8 @@ torch; heavy libraries are imported inside ``load()`` / ``fit()`` only.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
 
 from fewtrans_board.api.adapter import (
@@ -22,6 +24,11 @@ from fewtrans_board.api.model_spec import ModelSpec
 from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.blocks.lockstep import PlannedAdapter, TrainingPlan
 from fewtrans_board.core import moved as _moved
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pyarrow as pa
 
 __all__ = [
     "Adapter",
@@ -41,6 +48,43 @@ __all__ = [
     "__version__",
     "hookimpl",
     "hparam",
+    "load_leaderboard",
 ]
+
+
+def load_leaderboard(source: str | Path) -> pa.Table:
+    """The whole leaderboard as a pyarrow Table: a row per entry x dataset x aggregation.
+
+    The table ``site build`` writes as ``leaderboard.parquet`` and ``leaderboard.csv``,
+    with provenance columns (entry id, benchmark, HPE protocol, status, method, model,
+    adapter, manifest file and sha256, episodes, mean, ci95, ddof, n, plugin pins, run id,
+    the fewtrans-board version that wrote it); the columns are
+    ``fewtrans_board.leaderboard.table.COLUMNS``. With pandas installed,
+    ``load_leaderboard(...).to_pandas()`` gives a DataFrame (pandas is not a dependency).
+
+    Example::
+
+        import pyarrow.compute as pc
+
+        import fewtrans_board
+
+        table = fewtrans_board.load_leaderboard("https://example.org/leaderboard.parquet")
+        hpe = table.filter(pc.field("aggregation") == "hpe")
+
+    Args:
+        source: a leaderboard store folder (computed from its per-episode rows, without
+            building the site), a built site's folder, the ``leaderboard.parquet`` or
+            ``leaderboard.csv`` file, a ``file://`` URL of any of these, or an
+            ``http(s)://`` URL of the Parquet file (of the CSV when it ends in ``.csv``;
+            of a site when it ends in ``/``).
+
+    Raises:
+        LeaderboardTableError: the source is none of these, or unreadable.
+        SubmissionError: a store entry is unreadable (named).
+    """
+    from fewtrans_board.leaderboard.table import load_leaderboard as load  # imports pyarrow
+
+    return load(source)
+
 
 _moved.install()  # release 0.1's import paths keep working, with a warning

@@ -12,14 +12,27 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from fewtrans_board import __version__
 from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, get_hpe_protocol
-from fewtrans_board.leaderboard.entries import entry_errors
+from fewtrans_board.leaderboard.entries import entry_errors, load_entries
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import CLIP_SETTINGS
+from fewtrans_board.leaderboard.table import (
+    CSV_NAME,
+    PARQUET_NAME,
+    leaderboard_table,
+    write_leaderboard,
+)
 from fewtrans_board.stats.base_novel import harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
 from fewtrans_board.website.analyses import analysis_pages
+from fewtrans_board.website.badges import badges, site_url
 from fewtrans_board.website.clip_settings import comparisons
 from fewtrans_board.website.data import COLUMN_SETS, build_site_data, site_files_dir
+from fewtrans_board.website.downloads import (
+    Download,
+    benchmark_downloads,
+    dataset_download,
+    settings_downloads,
+)
 from fewtrans_board.website.plots import ci_bars, heatmap, histogram
 from fewtrans_board.website.reporting import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, shots_of
 from fewtrans_board.website.views import BenchmarkView, MethodRun, SiteData
@@ -104,13 +117,15 @@ def _benchmark_context(view: BenchmarkView) -> dict[str, Any]:
                 rows, title=f"{view.benchmark.title}: {dataset} ({section.protocol})"
             )
     shot_rows = [row for s in view.sections for row in s.shots.get("hpe", [])]
+    shot_values = shots_of(shot_rows) if shot_rows else []
     return {
         "view": view,
         "column_sets": COLUMN_SETS,
         "aggregation_titles": AGGREGATION_TITLES,
         "bootstrap_seed": BOOTSTRAP_SEED,
         "ci_plots": plots,
-        "shot_values": shots_of(shot_rows) if shot_rows else [],
+        "shot_values": shot_values,
+        "tables": benchmark_downloads(view, shot_values),
     }
 
 
@@ -159,8 +174,15 @@ def build_site(
     registry: Any | None = None,
     local_runs: list[Path] | None = None,
     oracle_check: dict[str, Any] | None = None,
+    base_url: str | None = None,
 ) -> list[Path]:
     """Build the static site for a leaderboard store into ``out``.
+
+    Besides the pages: every table's CSV and JSON next to its page
+    (:mod:`~fewtrans_board.website.downloads`), the whole leaderboard as
+    ``leaderboard.parquet`` and ``leaderboard.csv`` at the root
+    (:mod:`~fewtrans_board.leaderboard.table`) and a badge per verified entry in
+    ``badges/`` (:mod:`~fewtrans_board.website.badges`).
 
     Args:
         leaderboard: the store folder.
@@ -170,12 +192,20 @@ def build_site(
         oracle_check: the inductive miniature's oracle verdicts (``{"models", "rows",
             "margin"}``, rows as ``InductiveDemoResult.oracle_rows``), shown on
             ``oracle-check.html``.
+        base_url: the site's address, for the badge Markdown on method pages; ``None``
+            reads ``$FEWTRANS_SITE_URL`` (unset: relative links).
 
     Returns:
         The written HTML pages.
+
+    Raises:
+        SubmissionError: a stored entry or local run is unreadable (named).
+        SiteUrlError: ``base_url`` is not an http(s) URL.
     """
+    base = site_url(base_url)
     store = LeaderboardStore(leaderboard)
-    data = build_site_data(store, local_runs)
+    stored = list(load_entries(store))  # one load: the pages and the leaderboard files
+    data = build_site_data(store, local_runs, stored)
     files = site_files_dir()
     env = environment(files / "templates")
     out.mkdir(parents=True, exist_ok=True)
@@ -187,6 +217,12 @@ def build_site(
         path.write_text(env.get_template(template).render(**context), encoding="utf-8")
         written.append(path)
 
+    def publish(tables: dict[str, Download]) -> dict[str, Download]:
+        for download in tables.values():
+            download.write(out)
+        return tables
+
+    write_leaderboard(leaderboard_table(store, stored), out)
     settings = comparisons(data.benchmarks)
     render(
         "index.html",
@@ -195,6 +231,7 @@ def build_site(
         datasets=sorted(data.datasets),
         clip_settings=settings,
         oracle_check=oracle_check,
+        leaderboard_files={"parquet": PARQUET_NAME, "csv": CSV_NAME},
     )
     if oracle_check is not None:
         render("oracle-check.html", "oracle-check.html", check=oracle_check)
@@ -204,6 +241,7 @@ def build_site(
             f"clip-settings-{cmp.inductive.benchmark.name}.html",
             cmp=cmp,
             settings=CLIP_SETTINGS,
+            tables=publish(settings_downloads(cmp)),
         )
     analyses = analysis_pages(data.benchmarks, leaderboard)
     env.globals["analysis_pages"] = sorted(analyses)  # benchmark pages link to theirs
@@ -216,9 +254,14 @@ def build_site(
                 sections=analyses[view.benchmark.name],
             )
     for view in data.benchmarks:
-        render(
-            "benchmark.html", f"benchmark-{view.benchmark.name}.html", **_benchmark_context(view)
-        )
+        context = _benchmark_context(view)
+        publish(context["tables"])
+        render("benchmark.html", f"benchmark-{view.benchmark.name}.html", **context)
+    badge_of = badges(data)
+    if badge_of:
+        (out / "badges").mkdir(exist_ok=True)
+    for badge in badge_of.values():
+        (out / badge.path).write_text(badge.svg(), encoding="utf-8")
     for method in data.methods:
         with entry_errors(method.id):
             render(
@@ -230,6 +273,8 @@ def build_site(
                     for d, r in method.runs.items()
                 },
                 heatmaps={d: _heatmaps(r) for d, r in method.runs.items()},
+                entry_badge=badge_of.get(method.id),
+                site_url=base,
             )
     for name in sorted(data.datasets):
         spec = (
@@ -253,6 +298,7 @@ def build_site(
             spec=spec,
             entries=entries,
             ci_plot=plot,
+            table=publish({"entries": dataset_download(name, entries)})["entries"],
         )
     render(
         "protocol.html",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from fewtrans_board.leaderboard.sub_benchmarks import (
     SubBenchmark,
     statistic_ddof_of_run,
 )
+from fewtrans_board.leaderboard.table import column_keys
 from fewtrans_board.results.load import find_runs
 from fewtrans_board.results.summary import summarize
 from fewtrans_board.stats.bootstrap import (
@@ -49,37 +49,6 @@ from fewtrans_board.website.views import (
 )
 
 COLUMN_SETS = ("hpe", "vote", "oracle")
-
-
-def _manifest_dataset(filename: str) -> str:
-    """The dataset of a ``<variant>--<dataset>.parquet`` file name (frozen naming)."""
-    return filename.removesuffix(".parquet").rsplit("--", 1)[-1]
-
-
-def column_keys(benchmark: SubBenchmark, datasets: dict[str, str]) -> dict[str, str]:
-    """The column key of each of a benchmark's manifests.
-
-    A benchmark's columns are its manifests. A column is named after its dataset, or
-    ``dataset@variant`` when the benchmark holds several manifests of that dataset
-    (BSCD-FSL's 5-, 20- and 50-shot manifests of each dataset), so no run hides another.
-
-    Args:
-        benchmark: the sub-benchmark.
-        datasets: dataset of each frozen manifest by file name (others are read from
-            the ``<variant>--<dataset>.parquet`` naming).
-
-    Returns:
-        ``{manifest file name: column key}``.
-    """
-    of = {m: datasets.get(m) or _manifest_dataset(m) for m in benchmark.manifests}
-    counts = Counter(of.values())
-    keys = {}
-    for manifest, dataset in of.items():
-        stem = manifest.removesuffix(".parquet")
-        keys[manifest] = (
-            dataset if counts[dataset] == 1 else f"{dataset}@{stem.removesuffix('--' + dataset)}"
-        )
-    return keys
 
 
 def _columns(benchmark: SubBenchmark, runs: dict[str, MethodRun]) -> list[str]:
