@@ -55,7 +55,7 @@ def test_adapters_listing_json_and_options(invoke) -> None:  # type: ignore[no-u
     mine = next(r for r in rows if r["name"] == "test-centroid")
     assert mine["plugin"] == "mine" and mine["options"][0]["name"] == "scale"
     text = invoke(["adapters", "test-*", "--options"], pm=pm).output
-    assert "--scale (float, default 1.0): Logit scale." in text
+    assert "    scale (float, default 1.0): Logit scale." in text
 
 
 def test_unknown_adapter_prints_suggestion(invoke) -> None:  # type: ignore[no-untyped-def]

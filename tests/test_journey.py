@@ -168,8 +168,8 @@ def centre(journey: Journey, tmp_path_factory: pytest.TempPathFactory) -> Path:
         ridge = next(p for p in journey.json("plugins") if p["name"] == "ridge")
         assert (ridge["distribution"], ridge["version"]) == ("fewtrans-ridge", "0.1.0")
         options = journey.ok("adapters list ridge-head --options").output
-        assert "--lr (float, default 0.5, > 0) [HPE lr]" in options
-        assert "--weight_decay (float, default 0.001, >= 0)" in options
+        assert "    lr (float, default 0.5, > 0) [HPE lr]" in options
+        assert "    weight_decay (float, default 0.001, >= 0)" in options
         report = journey.json(f"preflight {RUN} --manifest {{search}} --episodes 1")
         assert "importing fewtrans_ridge does not import torch" in report["checks"]
         journey.ok(

@@ -108,9 +108,9 @@ def test_options_listing_and_json_show_the_ranges(invoke) -> None:  # type: igno
         entry_points=False, extra_plugins={"ranged": adapter_plugin(RangedAdapter)}
     )
     text = invoke(["adapters", "list", "ranged", "--options"], pm=pm).output
-    assert "--lr (float, default 0.1, > 0) [HPE lr]: Learning rate." in text
-    assert "--dropout (float, default 0.1, in [0, 1)): Dropout." in text
-    assert "--free (float, default -3.0): Any finite number." in text
+    assert "    lr (float, default 0.1, > 0) [HPE lr]: Learning rate." in text
+    assert "    dropout (float, default 0.1, in [0, 1)): Dropout." in text
+    assert "    free (float, default -3.0): Any finite number." in text
     rows = json.loads(invoke(["adapters", "list", "ranged", "--json"], pm=pm).output)
     ranges = {o["name"]: o["range"] for o in rows[0]["options"]}
     assert ranges == {

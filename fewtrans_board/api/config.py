@@ -23,7 +23,7 @@ from fewtrans_board.api.ranges import (
     bound_problem,
     out_of_range,
 )
-from fewtrans_board.core.errors import ConfigError
+from fewtrans_board.core.errors import ConfigError, close_names
 
 HpeRole = Literal["lr", "epochs"]
 C = TypeVar("C", bound="AdapterConfig")
@@ -182,7 +182,8 @@ class AdapterConfig:
         unknown = sorted(set(values) - set(fields))
         if unknown:
             raise ConfigError(
-                f"{cls.__qualname__}: unknown option(s) {', '.join(unknown)}; "
+                f"{cls.__qualname__}: unknown option(s) "
+                f"{', '.join(_with_suggestion(key, fields) for key in unknown)}; "
                 f"valid options: {', '.join(fields) or '(none)'}"
             )
         # Report the first bad value in the caller's order; construction checks the rest.
@@ -201,6 +202,12 @@ class AdapterConfig:
     def digest(self) -> str:
         """Short sha256 of the canonical JSON of the values (stable across runs)."""
         return config_digest(self.to_dict())
+
+
+def _with_suggestion(key: str, fields: Sequence[str] | Mapping[str, Any]) -> str:
+    """``key``, and the fields it may be a typo of (``lr_haed (did you mean 'lr_head'?)``)."""
+    close = close_names(key, fields)
+    return f"{key} (did you mean {', '.join(repr(c) for c in close)}?)" if close else key
 
 
 def checked_value(owner: str, info: ConfigField, value: Any) -> Any:

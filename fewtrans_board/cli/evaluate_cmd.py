@@ -306,13 +306,22 @@ def results_group() -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def results_summary(paths: tuple[Path, ...], ddof: int | None, as_json: bool) -> None:
-    """Mean ± 95% CI per dataset and aggregation for the runs under PATHS."""
+    """Mean ± 95% CI per dataset and aggregation for the runs under PATHS.
+
+    Unfinished runs (shards still missing) are not summarised: each is listed in one line
+    with its shards present / total (on stderr with --json, whose list holds the finished
+    runs' summaries).
+    """
     from fewtrans_board.leaderboard.sub_benchmarks import statistic_ddof_of_run
-    from fewtrans_board.results.load import find_runs, load_run
+    from fewtrans_board.results.load import find_runs, load_run, run_progress
     from fewtrans_board.results.summary import summarize
 
-    summaries = []
+    summaries, unfinished = [], []
     for path in find_runs(list(paths)):
+        progress = run_progress(path)
+        if not progress.finished:
+            unfinished.append(progress.unfinished())
+            continue
         run = load_run(path)
         run_ddof = (
             statistic_ddof_of_run(run.provenance.manifest.to_json()) if ddof is None else ddof
@@ -320,10 +329,7 @@ def results_summary(paths: tuple[Path, ...], ddof: int | None, as_json: bool) ->
         summaries.append(summarize(run, ddof=run_ddof))
     if as_json:
         echo_json(summaries)
-        return
-    print_summaries(summaries)
-    incomplete = [s["path"] for s in summaries if not s["complete"]]
-    if incomplete:
-        click.echo(
-            "incomplete runs (summaries cover finished shards only): " + ", ".join(incomplete)
-        )
+    elif summaries:
+        print_summaries(summaries)
+    for line in unfinished:
+        click.echo(f"Warning: {line}" if as_json else line, err=as_json)

@@ -26,7 +26,7 @@ class DefaultGroup(click.Group):
     """A group that runs a default subcommand when the first argument is not a command.
 
     ``fewtrans-board datasets 'cifar*' --json`` runs ``datasets list 'cifar*' --json``
-    while ``fewtrans-board datasets check ...`` still reaches ``check``.
+    while ``fewtrans-board datasets scan ...`` still reaches ``scan``.
     """
 
     def __init__(self, *args: Any, default_command: str = "list", **kwargs: Any) -> None:
@@ -115,6 +115,7 @@ def _print_summary_table(summaries: list[dict[str, Any]]) -> None:
                 s["model"],
                 s["adapter"],
                 s["dataset"],
+                s["hpe_protocol"],
                 s["configurations"],
                 f"{cell(a['hpe'])} ({s['headline']})",
                 cell(a["vote"]),
@@ -129,6 +130,7 @@ def _print_summary_table(summaries: list[dict[str, Any]]) -> None:
             "model",
             "adapter",
             "dataset",
+            "HPE protocol",
             "configs",
             "HPE % (95% CI)",
             "vote",

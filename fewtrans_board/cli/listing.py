@@ -133,7 +133,8 @@ def adapters_group() -> None:
     "--options",
     "show_options",
     is_flag=True,
-    help="Show each Config field and the adapter's published recipes.",
+    help="Show each hyperparameter (set with --config NAME=VALUE): type, default, valid "
+    "range, HPE role; and the adapter's published recipes.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @pass_app
@@ -163,12 +164,16 @@ def adapters_list(app: App, pattern: str, show_options: bool, as_json: bool) -> 
         click.echo(f"{e.name}: {e.obj.description} [{_provenance(e)}]")
         if e.obj.paper:
             click.echo(f"  paper: {e.obj.paper}")
-        for f in e.obj.Config.fields_info():
+        fields = e.obj.Config.fields_info()
+        if fields:
+            # Hyperparameters are not flags: each is set as '--config NAME=VALUE'.
+            click.echo("  options (set each with --config NAME=VALUE):")
+        else:
+            click.echo("  (no options)")
+        for f in fields:
             role = f" [HPE {f.hpe}]" if f.hpe else ""
             valid = f", {f.valid.text()}" if f.range else ""
-            click.echo(f"  --{f.name} ({f.type}, default {f.default!r}{valid}){role}: {f.help}")
-        if not e.obj.Config.fields_info():
-            click.echo("  (no options)")
+            click.echo(f"    {f.name} ({f.type}, default {f.default!r}{valid}){role}: {f.help}")
         for recipe in e.obj.own_recipes():
             _echo_recipe(e.obj, recipe)
 

@@ -10,6 +10,7 @@ from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import (
     THREADS_HELP,
     adapter_option,
+    centre_option,
     config_option,
     device_option,
     echo_json,
@@ -21,6 +22,7 @@ from fewtrans_board.cli.groups import (
     parse_config_options,
     resolve_device,
     root_option,
+    show_progress,
     threads_option,
     weights_option,
 )
@@ -33,6 +35,10 @@ from fewtrans_board.cli.groups import (
 @manifest_option("Manifest to run on (default: the frozen digits fewtrans-varied manifest).")
 @root_option("Dataset copy for --manifest.")
 @hpe_option("HPE protocol.")
+@centre_option(
+    "Check the grid around the centre found by 'fewtrans-board hpe search' (as evaluate "
+    "--centre does)."
+)
 @config_option("Centre override (repeatable).")
 @click.option(
     "--episodes", type=click.IntRange(1, 50), default=3, show_default=True, help="Episodes to run."
@@ -41,6 +47,7 @@ from fewtrans_board.cli.groups import (
 @threads_option(THREADS_HELP)
 @isolation_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
 @pass_app
 def preflight_command(
     app: App,
@@ -50,12 +57,14 @@ def preflight_command(
     manifest: Path | None,
     root: Path | None,
     hpe: str,
+    centre_file: Path | None,
     config: tuple[str, ...],
     episodes: int,
     device: str | None,
     threads: int | None,
     isolation: str,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """Check a model + adapter before submitting: contract, HPE run, re-runnability, no label use.
 
@@ -64,7 +73,8 @@ def preflight_command(
     identical), once more with the queries in another order (predictions must not change),
     query subsets in a separate episode process (each query is predicted on its own), and
     fit() against fit_many() in accuracy; and that importing the plugin does not import
-    torch. Exits 1 with the reason on the first failure.
+    torch. Exits 1 with the reason on the first failure. A progress bar per check goes
+    to stderr (none with --json or --quiet).
     """
     from fewtrans_board.runner.preflight import run_preflight
     from fewtrans_board.runner.spec import RunSpec
@@ -77,18 +87,21 @@ def preflight_command(
         weights=optional_str(weights),
         root=optional_str(root),
         config=parse_config_options(config),
+        centre_file=optional_str(centre_file),
         limit=episodes,
         device=resolve_device(device),
         threads=threads,
         isolation=isolation,
     )
-    report = run_preflight(run, app.registry)
+    report = run_preflight(run, app.registry, progress=show_progress(not (quiet or as_json)))
     if as_json:
         echo_json(report)
     else:
         for check in report["checks"]:
             click.echo(f"  ok  {check}")
+        around = f" around the centre of {centre_file}" if centre_file else ""
         click.echo(
-            f"validated {adapter} on {model}: {report['configurations']} configurations x "
-            f"{report['episodes']} episodes, mean HPE accuracy {report['hpe_accuracy']:.2f}%"
+            f"validated {adapter} on {model}: {report['configurations']} configurations"
+            f"{around} x {report['episodes']} episodes, mean HPE accuracy "
+            f"{report['hpe_accuracy']:.2f}%"
         )

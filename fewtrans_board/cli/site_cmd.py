@@ -30,14 +30,24 @@ def site_group() -> None:
     "results",
     multiple=True,
     type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="Also show these local result folders as unsubmitted entries (repeatable).",
+    help="Also show these local result folders as unsubmitted entries (repeatable); "
+    "unfinished runs and runs evaluated with --limit are left out, one line each.",
 )
 @pass_app
 def site_build(app: App, leaderboard: Path, out: Path, results: tuple[Path, ...]) -> None:
     """Render tables with CIs, significance flags, method and dataset pages, plots. No JS needed."""
+    from fewtrans_board.leaderboard.runs import unshowable_run
+    from fewtrans_board.results.load import find_runs
     from fewtrans_board.website.build import build_site
 
     if not leaderboard.is_dir():
         raise click.ClickException(f"leaderboard folder {leaderboard} does not exist")
-    pages = build_site(leaderboard, out, app.registry, list(results))
+    shown = []
+    for path in find_runs(list(results)) if results else []:
+        reason = unshowable_run(path)
+        if reason is None:
+            shown.append(path)
+        else:  # a table compares runs over every episode of the manifest
+            click.echo(f"Warning: not shown: {reason}", err=True)
+    pages = build_site(leaderboard, out, app.registry, shown)
     click.echo(f"wrote {len(pages)} pages to {out}; open {out / 'index.html'}")

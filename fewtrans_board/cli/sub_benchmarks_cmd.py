@@ -65,4 +65,6 @@ def sub_benchmarks_command(as_json: bool) -> None:
         click.echo(f"  HPE protocols: {', '.join(row['hpe_protocols'])}")
         click.echo(f"  centre search on: {', '.join(row['held_out'])} (fewtrans-search tasks)")
         click.echo(f"  significance against: {row['reference_adapter']}")
-    click.echo("Build a manifest with the command in 'fewtrans-board benchmarks --json' (build).")
+    click.echo(
+        "Build a manifest with the command in 'fewtrans-board sub-benchmarks --json' (build)."
+    )

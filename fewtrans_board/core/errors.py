@@ -7,7 +7,10 @@ what is wrong, where (file, episode, field, plugin), and how to fix it.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
+from typing import Any
 
 
 class FewtransError(Exception):
@@ -39,15 +42,37 @@ class UnknownNameError(FewtransError, LookupError):
         self.kind = kind
         self.name = name
         self.suggestions = suggestions
-        hint = f" Did you mean {', '.join(repr(s) for s in suggestions)}?" if suggestions else ""
         super().__init__(
-            f"unknown {kind} {name!r}.{hint} "
+            f"unknown {kind} {name!r}.{did_you_mean(suggestions)} "
             f"Run 'fewtrans-board {kind}s' to list the registered {kind}s."
         )
 
     def __str__(self) -> str:
         # LookupError would otherwise repr() the message (KeyError-style quoting).
         return str(self.args[0])
+
+
+def natural_key(text: str) -> list[Any]:
+    """Sort key that orders ``vit-b16`` before ``vit-b32`` and ``x2`` before ``x10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def close_names(name: str, names: Iterable[str], n: int = 3) -> list[str]:
+    """Up to ``n`` of ``names`` close to a mistyped ``name``: near spellings, then containers.
+
+    The one rule for every "did you mean" of the command line (registered datasets, models
+    and adapters, adapter hyperparameters).
+    """
+    known = list(names)
+    close = difflib.get_close_matches(name, known, n=n, cutoff=0.6)
+    contains = [k for k in known if name and name in k and k not in close]
+    return (close + sorted(contains, key=natural_key))[:n]
+
+
+def did_you_mean(suggestions: Iterable[str]) -> str:
+    """`` Did you mean 'a', 'b'?`` (with a leading space), or ``""`` without suggestions."""
+    shown_names = ", ".join(repr(s) for s in suggestions)
+    return f" Did you mean {shown_names}?" if shown_names else ""
 
 
 class ConfigError(FewtransError):

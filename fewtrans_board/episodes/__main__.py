@@ -14,7 +14,7 @@ Manifests, not seeds, define the benchmark. Each file lists the exact items of e
 (relative paths and labels) with a sha256 over its content; `<file>.sha256` holds the file's
 byte hash (`sha256sum -c` works). Images are never redistributed: build a manifest from your
 own copy with the command below (set `DATA` to the folder holding your datasets, laid out as
-`fewtrans-board datasets check NAME --root PATH` expects), then check it with
+`fewtrans-board datasets scan NAME --root PATH` expects), then check it with
 `fewtrans-board manifest verify FILE --root PATH`.
 
 Files marked *committed* are built from embedded data and live in this folder; a test rebuilds

@@ -115,7 +115,7 @@ def build_manifest(
     if empty:
         raise FewtransError(
             f"dataset {spec.name!r} at {root}: {len(empty)} class(es) have no items, e.g. "
-            f"{', '.join(repr(e) for e in empty[:5])}. Run 'fewtrans-board datasets check "
+            f"{', '.join(repr(e) for e in empty[:5])}. Run 'fewtrans-board datasets scan "
             f"{spec.name} --root {root}' for a full report."
         )
     meta: dict[str, Any] = {

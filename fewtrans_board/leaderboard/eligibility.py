@@ -78,7 +78,7 @@ def _benchmarks_of(
     if not benchmarks:
         return [], (
             f"manifest {path.name} is not a frozen manifest of any sub-benchmark "
-            "(see 'fewtrans-board benchmarks')"
+            "(see 'fewtrans-board sub-benchmarks')"
         )
     frozen_copy = store.manifests_dir / name if store is not None else None
     if frozen_copy is not None and frozen_copy.is_file():

@@ -17,7 +17,7 @@ from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.core.errors import describe
 from fewtrans_board.leaderboard.errors import SubmissionError, shown
 from fewtrans_board.leaderboard.shapes import load_json
-from fewtrans_board.results.load import RunResults, load_run
+from fewtrans_board.results.load import RunResults, load_run, run_progress
 from fewtrans_board.results.provenance import SHARED_PROVENANCE, RunProvenance, RunRecord
 from fewtrans_board.results.shards import CorruptShardError, ResultsError, shard_file_name
 
@@ -92,6 +92,34 @@ def load_checked_run(
     if consistent:
         check_consistent(run, where)
     return run
+
+
+def unshowable_run(path: Path) -> str | None:
+    """Why a local run cannot stand beside complete entries (``site build --results``).
+
+    A table compares runs episode by episode over the whole frozen manifest, so an
+    unfinished run (shards missing) or a limited one (``evaluate --limit``) has no place in
+    it. Such a run is still read where it has shards, so a damaged shard is named rather
+    than hidden behind the reason.
+
+    Args:
+        path: the run folder.
+
+    Returns:
+        One line naming the run, why it is left out and how to complete it; ``None`` for
+        a complete run.
+
+    Raises:
+        SubmissionError: ``run.json`` or a shard is damaged (named).
+    """
+    try:
+        progress = run_progress(path)
+    except ResultsError as exc:
+        raise SubmissionError("bad-results", str(exc)) from exc
+    reason = progress.limited() if progress.finished else progress.unfinished()
+    if reason is not None and progress.shards_present:
+        load_checked_run(path, str(path), intake=False)
+    return reason
 
 
 def _shard_name(meta: dict[str, Any]) -> str:

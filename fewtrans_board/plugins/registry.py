@@ -8,7 +8,6 @@ hard error naming both plugins; nothing is ever silently overwritten.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import re
 from collections.abc import Callable, Iterator
@@ -25,6 +24,8 @@ from fewtrans_board.core.errors import (
     PluginError,
     RegistrationError,
     UnknownNameError,
+    close_names,
+    natural_key,
 )
 from fewtrans_board.plugins.loading import PluginManager, PluginSelection, PluginSource
 
@@ -68,10 +69,6 @@ def validate_name(kind: str, name: object) -> str:
             f"invalid {kind} name {name!r}: longer than {MAX_NAME_LENGTH} characters"
         )
     return name
-
-
-def _natural_key(text: str) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
 @dataclass(frozen=True)
@@ -152,15 +149,12 @@ class Catalog(Generic[T]):
 
     def suggest(self, name: str) -> list[str]:
         """Return up to three registered names close to ``name``."""
-        names = list(self._entries)
-        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-        contains = [n for n in names if name and name in n and n not in close]
-        return (close + sorted(contains, key=_natural_key))[:3]
+        return close_names(name, self._entries)
 
     def list(self, pattern: str = "*") -> list[Registered[T]]:
         """Return entries whose name matches the fnmatch ``pattern``, naturally sorted."""
         hits = [e for n, e in self._entries.items() if fnmatch.fnmatchcase(n, pattern)]
-        return sorted(hits, key=lambda e: _natural_key(e.name))
+        return sorted(hits, key=lambda e: natural_key(e.name))
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

@@ -187,6 +187,60 @@ def find_runs(paths: list[Path]) -> list[Path]:
     return found
 
 
+@dataclass(frozen=True)
+class RunProgress:
+    """How far a run folder got, read from ``run.json`` and its shard file names only.
+
+    Attributes:
+        path: the run folder.
+        shards_present: finished shards (files named as a shard of this run's count).
+        shards_total: the run's shard count.
+        limit: ``evaluate --limit``, if the run evaluated only the first episodes.
+    """
+
+    path: Path
+    shards_present: int
+    shards_total: int
+    limit: int | None
+
+    @property
+    def finished(self) -> bool:
+        """Whether every shard of the run is there."""
+        return self.shards_present >= self.shards_total
+
+    def unfinished(self) -> str:
+        """One line naming the run, its shards present / total and how to finish it."""
+        return (
+            f"{self.path}: unfinished, {self.shards_present}/{self.shards_total} shards "
+            "present; run the command that made it again to finish it (finished shards "
+            "are kept)"
+        )
+
+    def limited(self) -> str | None:
+        """One line naming a run evaluated with ``--limit`` (``None`` for a full run)."""
+        if self.limit is None:
+            return None
+        return (
+            f"{self.path}: evaluated only the first {self.limit} episodes of its manifest "
+            "(evaluate --limit); evaluate every episode, without --limit"
+        )
+
+
+def run_progress(path: Path) -> RunProgress:
+    """How far the run in ``path`` got, without reading its shards.
+
+    Raises:
+        ResultsError: ``run.json`` is missing or damaged.
+    """
+    record = read_run_record(path)
+    identity = record["identity"]
+    count = int(identity["shards"])
+    names = {shard_file_name(i, count) for i in range(count)}
+    present = sum(1 for f in (path / "shards").glob("shard-*.parquet") if f.name in names)
+    limit = identity.get("limit")
+    return RunProgress(path, present, count, limit if isinstance(limit, int) else None)
+
+
 def read_run_record(path: Path) -> dict[str, Any]:
     """Read and check ``run.json`` of a run folder.
 

@@ -129,7 +129,8 @@ def _provenance(require_schema: bool) -> Record:
         "distribution": Nullable(DISTRIBUTION),
         "version": Nullable(VERSION),
     }
-    optional: dict[str, Any] = {}
+    # Runs evaluated before the digest of the plugin's files was recorded have none.
+    optional: dict[str, Any] = {"files_sha256": HEX64}
     (adapter if require_schema else optional)["schema"] = ADAPTER_SCHEMA
     return Record(
         {
@@ -144,7 +145,7 @@ def _provenance(require_schema: bool) -> Record:
                     "version": Nullable(VERSION),
                     "weights_id": Nullable(LABEL),
                 },
-                {"info": Mapping(ANY, max_items=200)},
+                {"info": Mapping(ANY, max_items=200), "files_sha256": HEX64},
             ),
             "adapter": Record(adapter, optional),
             "hpe": Record(
@@ -358,6 +359,9 @@ class ModelRef(_Document):
     version: str | None
     weights_id: str | None
     info: dict[str, Any] | None = None
+    files_sha256: str | None = None
+    """sha256 of the installed files of ``distribution`` at evaluate time
+    (:mod:`fewtrans_board.plugins.files`; runs from before it was recorded have none)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """``family`` and whatever the loader's provenance adds."""
 
@@ -378,6 +382,8 @@ class AdapterRef(_Document):
     version: str | None
     schema: dict[str, Any] | None = None
     """The adapter schema recorded at evaluate time (stored entries may predate it)."""
+    files_sha256: str | None = None
+    """sha256 of the installed files of ``distribution`` at evaluate time (see ``ModelRef``)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -228,6 +228,10 @@ class PluginWorker:
                 device=str(header.get("device") or self.settings.device),
                 isolation=str(header.get("isolation") or ""),
                 batches=bool(header.get("batches")),
+                files={
+                    str(k): None if v is None else str(v)
+                    for k, v in (header.get("files") or {}).items()
+                },
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise WorkerError(f"the plugin worker's info is malformed: {exc}") from exc

@@ -18,8 +18,10 @@ re-runs it. The plugin runs in the same kind of worker as in ``evaluate`` and ve
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +64,54 @@ def _logits(outcomes: list[ConfigOutcome]) -> list[np.ndarray]:
     return [o.logits for o in outcomes]
 
 
-def run_preflight(spec: RunSpec, registry: Registry) -> dict[str, Any]:
+Tick = Callable[[], None]
+"""Advances the current step's progress bar by one episode."""
+
+
+class Steps:
+    """A progress bar per check on stderr (tqdm, as ``evaluate`` shows its episodes).
+
+    Each bar is named ``preflight I/N: what`` and counts the episodes the check has run;
+    closed bars stay on the terminal, so the finished steps read as one line each.
+
+    Args:
+        total: the number of steps.
+        show: draw the bars (``False``: silent, e.g. under ``--json``).
+    """
+
+    def __init__(self, total: int, show: bool) -> None:
+        self.total = total
+        self.show = show
+        self.done = 0
+
+    @contextlib.contextmanager
+    def step(self, what: str, episodes: int = 0) -> Iterator[Tick]:
+        """A bar for one check of ``episodes`` episodes (0: a check without episodes)."""
+        from tqdm import tqdm
+
+        self.done += 1
+        bar = tqdm(
+            total=episodes or None,
+            desc=f"preflight {self.done}/{self.total}: {what}",
+            unit="episode",
+            disable=not self.show,
+            # a check without episodes shows its name and how long it has taken
+            bar_format=None if episodes else "{desc} ({elapsed})",
+        )
+        try:
+            yield lambda: bar.update(1)
+        finally:
+            bar.close()
+
+
+def run_preflight(spec: RunSpec, registry: Registry, progress: bool = False) -> dict[str, Any]:
     """Run the preflight checks of a model + adapter pair; return a report or raise :class:`PreflightError`.
 
     Args:
-        spec: what to validate; an empty ``manifest`` means the frozen digits manifest.
+        spec: what to validate; an empty ``manifest`` means the frozen digits manifest;
+            ``centre_file`` an ``hpe search`` result whose centre the grid is built around.
         registry: the registry.
+        progress: show a progress bar per check on stderr.
     """
     from fewtrans_board.episodes.embedded import digits_manifest
 
@@ -78,43 +122,61 @@ def run_preflight(spec: RunSpec, registry: Registry) -> dict[str, Any]:
             )
         ctx = RunContext(spec, registry)
         try:
-            return _preflight(ctx, spec, registry)
+            return _preflight(ctx, spec, registry, progress)
         finally:
             ctx.close()
 
 
-def _preflight(ctx: RunContext, spec: RunSpec, registry: Registry) -> dict[str, Any]:
+def _preflight(
+    ctx: RunContext, spec: RunSpec, registry: Registry, progress: bool
+) -> dict[str, Any]:
     checks: list[str] = []
-    try:
-        check_adapter(ctx.adapter_cls)
-        checks.append(f"adapter contract ({ctx.adapter_entry.name})")
-        backbone = ctx.backbone
-        check_backbone(backbone, f"model {ctx.model.name!r}")
-        checks.append(f"model contract ({ctx.model.name}, {backbone.feature_dim}-d features)")
-    except ContractError as exc:
-        raise PreflightError(str(exc)) from exc
+    modules = plugin_modules(ctx)
+    batches = ctx.adapter_cls.overrides_fit_many()
+    inductive = not ctx.adapter_cls.transductive
+    steps = Steps(4 + int(batches) + int(inductive) + int(bool(modules)), progress)
+    n = len(ctx.episodes)
+    with steps.step("adapter and model contracts"):
+        try:
+            check_adapter(ctx.adapter_cls)
+            checks.append(f"adapter contract ({ctx.adapter_entry.name})")
+            backbone = ctx.backbone
+            check_backbone(backbone, f"model {ctx.model.name!r}")
+            checks.append(f"model contract ({ctx.model.name}, {backbone.feature_dim}-d features)")
+        except ContractError as exc:
+            raise PreflightError(str(exc)) from exc
     inline = ctx.isolation is Isolation.INLINE
     adapter = ctx.adapter_cls() if inline else None
     first: Logits = []
     hpe: list[float] = []
     labels: list[np.ndarray] = []
-    for episode in ctx.episodes:
-        inputs = ctx.inputs(episode)
-        outcomes = ctx.outcomes(inputs, adapter)
-        rows = episode_rows("validate", ctx.manifest.dataset, ctx.manifest.sha256, inputs, outcomes)
-        hpe.append(next(r["accuracy"] for r in rows if r["aggregation"] == ctx.hpe.aggregation))
-        first.append(_logits(outcomes))
-        labels.append(inputs.query_labels)
+    with steps.step(f"the grid's {len(ctx.grid)} configuration(s)", n) as tick:
+        for episode in ctx.episodes:
+            inputs = ctx.inputs(episode)
+            outcomes = ctx.outcomes(inputs, adapter)
+            rows = episode_rows(
+                "validate", ctx.manifest.dataset, ctx.manifest.sha256, inputs, outcomes
+            )
+            hpe.append(next(r["accuracy"] for r in rows if r["aggregation"] == ctx.hpe.aggregation))
+            first.append(_logits(outcomes))
+            labels.append(inputs.query_labels)
+            tick()
     checks.append(f"logits finite and shaped (queries x ways), {len(ctx.grid)} configurations")
-    _check_rerun(ctx, spec, registry, first)
+    with steps.step("re-run in a fresh worker", n) as tick:
+        _check_rerun(ctx, spec, registry, first, tick)
     checks.append("identical results when re-run with the same seeds in a fresh worker")
-    _check_order(ctx, adapter, first)
+    with steps.step("queries in another order", n) as tick:
+        _check_order(ctx, adapter, first, tick)
     checks.append(
         "predictions independent of query order"
         + (" and hidden labels" if inline else " (labels never reach the worker)")
     )
-    if ctx.adapter_cls.overrides_fit_many():
-        looped = [_logits(ctx.outcomes(ctx.inputs(e), adapter, loop=True)) for e in ctx.episodes]
+    if batches:
+        looped = []
+        with steps.step("fit() against fit_many()", n) as tick:
+            for e in ctx.episodes:
+                looped.append(_logits(ctx.outcomes(ctx.inputs(e), adapter, loop=True)))
+                tick()
         gain, bound = fit_many_gain(first, looped, labels)
         if bound > FIT_MANY_MARGIN:
             raise PreflightError(
@@ -124,23 +186,26 @@ def _preflight(ctx: RunContext, spec: RunSpec, registry: Registry) -> dict[str, 
                 "computes for each configuration, only faster"
             )
         checks.append(f"fit_many matches fit in accuracy (gain {gain:+.2f} points)")
-    if ctx.adapter_cls.transductive:
+    if not inductive:
         checks.append("inductiveness not required: the adapter declares transductive = True")
     else:
-        _check_inductive(ctx, adapter, first)
+        with steps.step("query subsets on their own", n) as tick:
+            _check_inductive(ctx, adapter, first, tick)
         checks.append("inductive: each query's logits independent of the other queries")
-    modules = plugin_modules(ctx)
     if modules:
-        try:
-            check_import_is_light(*modules)
-        except ContractError as exc:
-            raise PreflightError(str(exc)) from exc
+        with steps.step("plugin import without torch"):
+            try:
+                check_import_is_light(*modules)
+            except ContractError as exc:
+                raise PreflightError(str(exc)) from exc
         checks.append(f"importing {', '.join(modules)} does not import torch")
     return {
         "model": ctx.model.name,
         "adapter": ctx.adapter_entry.name,
         "manifest_sha256": ctx.manifest.sha256,
         "hpe": ctx.hpe.name,
+        "centre": ctx.centre.to_dict(),
+        "centre_file": spec.centre_file,
         "configurations": len(ctx.grid),
         "episodes": len(ctx.episodes),
         "hpe_accuracy": float(np.mean(hpe)),
@@ -149,15 +214,22 @@ def _preflight(ctx: RunContext, spec: RunSpec, registry: Registry) -> dict[str, 
     }
 
 
-def _check_rerun(ctx: RunContext, spec: RunSpec, registry: Registry, first: Logits) -> None:
+def _check_rerun(
+    ctx: RunContext, spec: RunSpec, registry: Registry, first: Logits, tick: Tick
+) -> None:
     """The same requests in a fresh worker (another process state) give the same logits."""
+    second: Logits = []
     if ctx.isolation is Isolation.INLINE:
         adapter = ctx.adapter_cls()
-        second = [_logits(ctx.outcomes(ctx.inputs(e), adapter)) for e in ctx.episodes]
+        for episode in ctx.episodes:
+            second.append(_logits(ctx.outcomes(ctx.inputs(episode), adapter)))
+            tick()
     else:
         again = RunContext(spec, registry, check_items=False)
         try:
-            second = [_logits(again.outcomes(again.inputs(e), None)) for e in again.episodes]
+            for episode in again.episodes:
+                second.append(_logits(again.outcomes(again.inputs(episode), None)))
+                tick()
         finally:
             again.close()
     mismatch = _first_mismatch(first, second)
@@ -171,7 +243,7 @@ def _check_rerun(ctx: RunContext, spec: RunSpec, registry: Registry, first: Logi
         )
 
 
-def _check_order(ctx: RunContext, adapter: Any, first: Logits) -> None:
+def _check_order(ctx: RunContext, adapter: Any, first: Logits, tick: Tick) -> None:
     """Queries presented in another order (and, inline, shuffled hidden labels)."""
     for e, episode in enumerate(ctx.episodes):
         shuffled = ctx.inputs(episode, salt="validate")
@@ -188,9 +260,10 @@ def _check_order(ctx: RunContext, adapter: Any, first: Logits) -> None:
                     "adapter reads query positions or labels. Adapters may use the support set "
                     "and class names only."
                 )
+        tick()
 
 
-def _check_inductive(ctx: RunContext, adapter: Any, first: Logits) -> None:
+def _check_inductive(ctx: RunContext, adapter: Any, first: Logits, tick: Tick) -> None:
     """Predict query subsets on their own and compare with the whole set's logits.
 
     In a worker the subsets go to a separate episode process (fitted the same way), so
@@ -226,6 +299,7 @@ def _check_inductive(ctx: RunContext, adapter: Any, first: Logits) -> None:
                     "adapter class (transductive methods are ranked apart), or predict each "
                     "query on its own."
                 )
+        tick()
 
 
 def plugin_modules(ctx: RunContext) -> list[str]:

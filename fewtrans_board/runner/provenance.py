@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board import __version__
 from fewtrans_board.hpe.protocols import hpe_roles
+from fewtrans_board.plugins.files import files_record
 from fewtrans_board.runner.spec import cpu_flags_digest, cpu_model, resolved_threads
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ def run_provenance(ctx: RunContext) -> dict[str, Any]:
         "model": {
             "name": ctx.model.name,
             **ctx.model.provenance(),
+            # the installed code behind the pin, checked again at verification
+            **files_record(ctx.model.distribution),
             "weights_id": ctx.model_facts.weights_id,
             "info": ctx.model_facts.info,
             "family": ctx.model.obj.family,
@@ -43,6 +46,7 @@ def run_provenance(ctx: RunContext) -> dict[str, Any]:
         "adapter": {
             "name": ctx.adapter_entry.name,
             **ctx.adapter_entry.provenance(),
+            **files_record(ctx.adapter_entry.distribution),
             "centre": ctx.centre.to_dict(),
             "paper": ctx.adapter_cls.paper,
             "schema": ctx.adapter_cls.schema(),

@@ -185,9 +185,12 @@ class Session:
 
     def info(self) -> dict[str, Any]:
         """What the caller needs to know before it sends episodes."""
+        from fewtrans_board.plugins.files import files_sha256
+
         backbone = self.backbone
         return {
             "installed": self.installed,
+            "files": {d: files_sha256(d) for d in self.settings.get("pins") or []},
             "schema": self.adapter_cls.schema(),
             "image_size": int(backbone.image_size),
             "weights_id": backbone.weights_id,

@@ -114,6 +114,8 @@ class WorkerInfo:
         device: the backbone's device.
         isolation: how episode processes are kept apart (``namespaces``, or why not).
         batches: the adapter batches its configurations (overrides ``fit_many``).
+        files: sha256 of the installed files of each pinned distribution, as the episode
+            process sees them (``None``: not found; :mod:`fewtrans_board.plugins.files`).
     """
 
     installed: dict[str, str | None]
@@ -126,6 +128,7 @@ class WorkerInfo:
     device: str = "cpu"
     isolation: str = ""
     batches: bool = False
+    files: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass

@@ -55,6 +55,7 @@ from fewtrans_board.runner.worker_messages import WorkerError, WorkerInfo
 __all__ = [
     "VerificationOptions",
     "check_pins_installed",
+    "check_plugin_files",
     "preload_judge_modules",
     "verify_contents",
 ]
@@ -102,6 +103,42 @@ def check_pins_installed(pins: dict[str, str], installed: dict[str, str | None])
             f"(pip install {' '.join(f'{d}=={v}' for d, v in pins.items())}) to verify this "
             "submission",
         )
+
+
+def check_plugin_files(run: RunResults, files: dict[str, str | None]) -> None:
+    """Refuse to verify a run whose model or adapter code differs from the installed one.
+
+    A pin names a release; the run's provenance also records a digest of the files of the
+    distribution that provided its model and adapter (:mod:`fewtrans_board.plugins.files`,
+    built-ins: ``fewtrans-board``, recorded but not compared: see below). Runs evaluated
+    before digests were recorded carry none and are judged on their pin alone; a recorded
+    digest of a plugin distribution must match.
+
+    Args:
+        run: the run to verify.
+        files: the digest of each pinned distribution as the plugin worker sees it.
+    """
+    installed = {d.lower().replace("_", "-"): v for d, v in files.items()}
+    for role, ref in (("model", run.provenance.model), ("adapter", run.provenance.adapter)):
+        recorded = ref.files_sha256
+        if recorded is None or not ref.distribution:
+            continue
+        if ref.distribution.lower().replace("_", "-") == "fewtrans-board":
+            # The judge's own code is the rules, not a contestant: built-ins evaluated with a
+            # release are re-run here with this checkout's code (the re-run compares their
+            # predictions); refusing every checkout that differs from the release would
+            # refuse honest built-in submissions whenever main has moved on.
+            continue
+        found = installed.get(ref.distribution.lower().replace("_", "-"))
+        if found != recorded:
+            raise SubmissionError(
+                "plugin-files-mismatch",
+                f"{run.dataset}: the {role}'s code differs from what produced the results: "
+                f"{ref.distribution} {ref.version} installed in the plugin worker has files "
+                f"sha256 {found[:16] + '…' if found else '(none found)'}, the run recorded "
+                f"{recorded[:16]}…; install the unmodified release the run was evaluated "
+                "with, or evaluate again with the installed code",
+            )
 
 
 def _check_schema(run: RunResults, info: WorkerInfo, adapter: str) -> dict[str, Any]:
@@ -155,6 +192,7 @@ def _verify_run(
     try:
         info = worker.start()
         check_pins_installed(meta.plugins, info.installed)
+        check_plugin_files(run, info.files)
         schema = _check_schema(run, info, meta.adapter)
         protocol = get_hpe_protocol(meta.hpe_protocol)
         centre = typed_values(run.provenance.adapter.centre, schema["fields"])
