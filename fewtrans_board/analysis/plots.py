@@ -10,6 +10,14 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 from markupsafe import Markup, escape
 
+from fewtrans_board.analysis.svg import (
+    fit_text,
+    nice_axis,
+    place_label,
+    text_width,
+    ticks_with_text,
+)
+
 PALETTE = ("#3366cc", "#dc3912", "#109618", "#ff9900", "#990099", "#0099c6", "#dd4477", "#66aa00")
 WIDTH, HEIGHT = 520, 320
 LEFT, RIGHT, TOP, BOTTOM = 60, 20, 30, 45
@@ -18,7 +26,11 @@ LEFT, RIGHT, TOP, BOTTOM = 60, 20, 30, 45
 def _scale(
     values: np.ndarray, start: float, end: float
 ) -> tuple[float, float, Callable[[float], float]]:
-    """Padded axis range of ``values`` (``[0, 1]`` when empty) and its map to pixels."""
+    """Padded axis range of ``values`` and its map to pixels.
+
+    ``[0, 1]`` when empty; extended down to a round tick
+    (:func:`~fewtrans_board.analysis.svg.nice_axis`).
+    """
     low = float(values.min()) if values.size else 0.0
     high = float(values.max()) if values.size else 1.0
     if not np.isfinite(low) or not np.isfinite(high):
@@ -26,7 +38,7 @@ def _scale(
     if high - low < 1e-12:
         low, high = low - 0.5, high + 0.5
     pad = 0.05 * (high - low)
-    low, high = low - pad, high + pad
+    low, high, _ = nice_axis(low - pad, high + pad)
 
     def to_px(value: float) -> float:
         return start + (value - low) / (high - low) * (end - start)
@@ -38,20 +50,36 @@ def _frame(title: str, x_title: str, y_title: str) -> list[str]:
     return [
         f'<svg class="plot" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
         f'height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
-        f'<text x="{WIDTH / 2:.0f}" y="16" text-anchor="middle" class="label">{escape(title)}</text>',
+        f'<text x="{WIDTH / 2:.0f}" y="16" text-anchor="middle" class="label">{escape(fit_text(title, WIDTH - 16))}</text>',
         f'<line x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH - RIGHT}" y2="{HEIGHT - BOTTOM}" stroke="#444"/>',
         f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{HEIGHT - BOTTOM}" stroke="#444"/>',
-        f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{HEIGHT - 8}" text-anchor="middle" class="label">{escape(x_title)}</text>',
+        f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{HEIGHT - 8}" text-anchor="middle" class="label">{escape(fit_text(x_title, WIDTH - LEFT - RIGHT))}</text>',
         f'<text x="14" y="{(TOP + HEIGHT - BOTTOM) / 2:.0f}" text-anchor="middle" class="label" '
-        f'transform="rotate(-90 14 {(TOP + HEIGHT - BOTTOM) / 2:.0f})">{escape(y_title)}</text>',
+        f'transform="rotate(-90 14 {(TOP + HEIGHT - BOTTOM) / 2:.0f})">{escape(fit_text(y_title, HEIGHT - TOP - BOTTOM))}</text>',
     ]
 
 
+def _in_range(low: float, high: float) -> list[tuple[float, str]]:
+    """The round ticks (1-2-5 steps) that lie on an axis from ``low`` to ``high``."""
+    span = high - low
+    return [
+        (t, text)
+        for t, text in ticks_with_text(low, high)
+        if low - 1e-9 * span <= t <= high + 1e-9 * span
+    ]
+
+
+def _centred(x: float, label: str) -> float:
+    """``x`` moved so that a centred ``label`` stays inside the figure."""
+    half = text_width(label) / 2
+    return min(max(x, half + 2), WIDTH - half - 2)
+
+
 def _y_ticks(parts: list[str], low: float, high: float, to_px: Callable[[float], float]) -> None:
-    for tick in np.linspace(low, high, 5):
+    for tick, text in _in_range(low, high):
         y = to_px(tick)
         parts.append(
-            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">{tick:.3g}</text>'
+            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">{text}</text>'
         )
 
 
@@ -79,9 +107,9 @@ def scatter(
     x_low, x_high, px = _scale(xs, LEFT, WIDTH - RIGHT)
     y_low, y_high, py = _scale(ys, HEIGHT - BOTTOM, TOP)
     _y_ticks(parts, y_low, y_high, py)
-    for tick in np.linspace(x_low, x_high, 5):
+    for tick, text in _in_range(x_low, x_high):
         parts.append(
-            f'<text x="{px(tick):.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle" class="tick">{tick:.3g}</text>'
+            f'<text x="{px(tick):.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle" class="tick">{text}</text>'
         )
     if fit_line and xs.size >= 2 and np.ptp(xs) > 0:
         slope, intercept = np.polyfit(xs, ys, 1)
@@ -90,15 +118,20 @@ def scatter(
             f'<line x1="{px(x0):.1f}" y1="{py(slope * x0 + intercept):.1f}" x2="{px(x1):.1f}" '
             f'y2="{py(slope * x1 + intercept):.1f}" stroke="#dc3912" stroke-dasharray="4,3"/>'
         )
+    placed: list[tuple[float, float, float, float]] = []
+    frame = (2.0, float(TOP), float(WIDTH - 2), float(HEIGHT - BOTTOM))
     for i, (label, x, y) in enumerate(finite):
         parts.append(
             f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="{PALETTE[i % len(PALETTE)]}">'
             f"<title>{escape(label)}: ({x:.4g}, {y:.4g})</title></circle>"
         )
         if len(finite) <= 12:
-            short = label if len(label) <= 24 else label[:23] + "…"
+            # Inside the frame, apart from the labels already written (see analysis/svg.py).
+            tx, ty, anchor, short = place_label(
+                px(x), py(y) - 8, fit_text(label, 200), frame, placed
+            )
             parts.append(
-                f'<text x="{px(x) + 6:.1f}" y="{py(y) - 6:.1f}" class="tick">{escape(short)}</text>'
+                f'<text x="{tx:.1f}" y="{ty:.1f}" text-anchor="{anchor}" class="tick">{escape(short)}</text>'
             )
     parts.append("</svg>")
     return Markup("".join(parts))
@@ -133,7 +166,7 @@ def layer_lines(
     _y_ticks(parts, y_low, y_high, py)
     for i, label in enumerate(x_labels):
         parts.append(
-            f'<text x="{px(i):.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle" class="tick">{escape(label)}</text>'
+            f'<text x="{_centred(px(i), label):.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle" class="tick">{escape(label)}</text>'
         )
     for k, (name, ys) in enumerate(series.items()):
         colour = PALETTE[k % len(PALETTE)]
@@ -150,7 +183,7 @@ def layer_lines(
                     f"<title>{escape(name)}, {escape(x_labels[i])}: {y:.4g}</title></circle>"
                 )
         parts.append(
-            f'<text x="{WIDTH - RIGHT - 4}" y="{TOP + 14 * (k + 1)}" text-anchor="end" class="tick" fill="{colour}">{escape(name)}</text>'
+            f'<text x="{WIDTH - RIGHT - 4}" y="{TOP + 14 * (k + 1)}" text-anchor="end" class="tick" fill="{colour}">{escape(fit_text(name, WIDTH - LEFT - RIGHT))}</text>'
         )
     parts.append("</svg>")
     return Markup("".join(parts))
@@ -201,7 +234,7 @@ def grouped_bars(
     for i, label in enumerate(labels):
         if i % step == 0:
             parts.append(
-                f'<text x="{LEFT + (i + 0.5) * slot:.1f}" y="{HEIGHT - BOTTOM + 14}" '
+                f'<text x="{_centred(LEFT + (i + 0.5) * slot, label):.1f}" y="{HEIGHT - BOTTOM + 14}" '
                 f'text-anchor="middle" class="tick">{escape(label)}</text>'
             )
     for k, (name, ys) in enumerate(series.items()):
@@ -218,7 +251,7 @@ def grouped_bars(
             )
         parts.append(
             f'<text x="{WIDTH - RIGHT - 4}" y="{TOP + 14 * (k + 1)}" text-anchor="end" '
-            f'class="tick" fill="{colour}">{escape(name)}</text>'
+            f'class="tick" fill="{colour}">{escape(fit_text(name, WIDTH - LEFT - RIGHT))}</text>'
         )
     parts.append("</svg>")
     return Markup("".join(parts))

@@ -121,6 +121,18 @@ PEAK_MEMORY = Record(
 )
 """A shard's peak memory (``fewtrans_board.runner.memory`` says what each measure is)."""
 
+_COUNT = Number(integer=True, low=0, high=10**13)
+TRAINABLE_PARAMETERS = Record(
+    {
+        "measure": Text(100),
+        "episodes": Number(integer=True, low=1),
+        "total": Items(_COUNT, max_items=MAX_GRID, min_items=1),
+        "max": Items(_COUNT, max_items=MAX_GRID, min_items=1),
+    }
+)
+"""A shard's trainable parameter counts per configuration (``fewtrans_board.runner.trainable``
+says what is counted); display-only provenance."""
+
 
 def _provenance(require_schema: bool) -> Record:
     adapter: dict[str, Any] = {
@@ -171,7 +183,7 @@ def _provenance(require_schema: bool) -> Record:
                     "index": Number(integer=True, low=0),
                     "count": Number(integer=True, low=1, high=99_999),
                 },
-                {"peak_memory": PEAK_MEMORY},
+                {"peak_memory": PEAK_MEMORY, "trainable_parameters": TRAINABLE_PARAMETERS},
             ),
         }
     )
@@ -460,6 +472,25 @@ class PeakMemory(_Document):
 
 
 @dataclass(frozen=True)
+class TrainableParameters(_Document):
+    """How many parameters each configuration's fit trained, over a shard's episodes.
+
+    ``shard.trainable_parameters``; :mod:`fewtrans_board.runner.trainable` says what is
+    counted (``measure``: ``optimised-tensors``). Counted in the process that ran the
+    adapter, so display-only: nothing scores, ranks or verifies with it.
+    """
+
+    measure: str
+    episodes: int
+    """The shard's episodes that were counted."""
+    total: tuple[int, ...]
+    """Per configuration (grid order), the sum of its counts over those episodes."""
+    max: tuple[int, ...]
+    """Per configuration, its largest count on one episode."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ShardRef(_Document):
     """Which shard of the run this is (``shard``), and what computing it cost."""
 
@@ -467,6 +498,8 @@ class ShardRef(_Document):
     count: int
     peak_memory: PeakMemory | None = None
     """Where recorded (runs from before it was measured have none)."""
+    trainable_parameters: TrainableParameters | None = None
+    """Where recorded (runs from before it was counted have none)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -13,7 +13,14 @@ from fewtrans_board.results.provenance import AdapterRef, ShardRef
 from fewtrans_board.stats.base_novel import harmonic_mean, harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
 
-__all__ = ["AGGREGATIONS", "adapter_configuration", "harmonic_mean", "peak_memory", "summarize"]
+__all__ = [
+    "AGGREGATIONS",
+    "adapter_configuration",
+    "harmonic_mean",
+    "peak_memory",
+    "summarize",
+    "trainable_parameters",
+]
 
 AGGREGATIONS = ("hpe", "logit-mean", "vote", "oracle", "mean-single")
 
@@ -69,6 +76,43 @@ def peak_memory(run: RunResults) -> dict[str, Any] | None:
     }
 
 
+def trainable_parameters(run: RunResults) -> dict[str, Any] | None:
+    """Trainable parameters per fit over the shards that counted them (display only).
+
+    Args:
+        run: the loaded run.
+
+    Returns:
+        ``{measure, per_configuration, max, per_fit, largest, episodes, shards,
+        shards_counted}``: per configuration (grid order) the mean count over the counted
+        episodes and the largest; ``per_fit`` their mean over configurations and episodes,
+        ``largest`` the largest of all. ``None`` when no shard counted (runs evaluated before
+        counts were recorded). See :mod:`fewtrans_board.runner.trainable`.
+    """
+    recorded = [
+        ShardRef.of(meta["shard"]).trainable_parameters
+        for meta in run.shard_meta
+        if isinstance(meta.get("shard"), dict)
+    ]
+    counts = [c for c in recorded if c is not None]
+    sizes = {len(c.total) for c in counts}
+    if not counts or len(sizes) != 1:
+        return None
+    episodes = sum(c.episodes for c in counts)
+    totals = [sum(c.total[i] for c in counts) for i in range(sizes.pop())]
+    largest = [max(c.max[i] for c in counts) for i in range(len(totals))]
+    return {
+        "measure": counts[0].measure,
+        "per_configuration": [t / episodes for t in totals],
+        "max": largest,
+        "per_fit": sum(totals) / (episodes * len(totals)),
+        "largest": max(largest),
+        "episodes": episodes,
+        "shards": len(run.shard_meta),
+        "shards_counted": len(counts),
+    }
+
+
 def summarize(
     run: RunResults, ddof: int = 1, manifest: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -87,7 +131,8 @@ def summarize(
         ``harmonic_mean`` per aggregation, each ``{mean, ci95, n, ddof}``; k-shot (CLIP)
         runs add ``per_shot`` per aggregation: per K the seeds' accuracies, their mean and
         spread, and the average over shots (their headline). Runs that recorded
-        their peak memory add ``peak_memory`` (:func:`peak_memory`).
+        their peak memory add ``peak_memory`` (:func:`peak_memory`), runs that counted
+        their trainable parameters ``trainable_parameters`` (:func:`trainable_parameters`).
     """
     aggregations = run.aggregations()
     _, matrix, _ = run.config_matrix()
@@ -114,6 +159,9 @@ def summarize(
     peak = peak_memory(run)
     if peak is not None:  # runs from before peaks were measured keep the summary they had
         summary["peak_memory"] = peak
+    trainable = trainable_parameters(run)
+    if trainable is not None:  # the same for runs from before counts were recorded
+        summary["trainable_parameters"] = trainable
     if run.has_novel:
         novel = run.aggregations("novel")
         summary["novel"] = {

@@ -47,6 +47,7 @@ from fewtrans_board.runner.spec import (
     resolved_threads,
     run_identity,
 )
+from fewtrans_board.runner.trainable import TrainableTally
 from fewtrans_board.runner.worker_messages import FitReply, WorkerSettings
 
 EPISODES_PER_SHARD = 50
@@ -125,6 +126,8 @@ class RunContext:
         # The peak-memory measurement of the shard being computed (episode processes'
         # reported peaks are folded into it), if one is.
         self.memory: PeakMemory | None = None
+        # The trainable parameter counts of the shard being computed (display only), if any.
+        self.trainable: TrainableTally | None = None
 
     def _isolation(self) -> Isolation:
         """The run's isolation.
@@ -468,6 +471,8 @@ class RunContext:
         records = {str(o.index): o.record for o in outcomes if o.record is not None}
         if records:
             self.adapter_records[str(episode.index)] = records
+        if self.trainable is not None:
+            self.trainable.add([o.trainable for o in outcomes])
         return episode_rows(
             self.run_id(), self.manifest.dataset, self.manifest.sha256, inputs, outcomes
         )

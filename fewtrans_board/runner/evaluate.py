@@ -56,6 +56,8 @@ class ConfigOutcome:
     novel_logits: np.ndarray | None = None
     probe_logits: list[np.ndarray] = field(default_factory=list)
     record: dict[str, Any] | None = None
+    trainable: int | None = None
+    """Trainable parameters of the fit (display only; ``None``: not counted)."""
 
 
 def predictor_record(predictor: Any) -> dict[str, Any] | None:
@@ -170,6 +172,7 @@ def fit_predictors(
     *,
     loop: bool = False,
     options: FitOptions | None = None,
+    trainable: list[int | None] | None = None,
 ) -> Iterator[tuple[int, Any, float]]:
     """Fit every configuration; yield ``(index, predictor, fit seconds)`` in grid order.
 
@@ -189,18 +192,31 @@ def fit_predictors(
             ``fit_many`` (whose results must equal the loop's).
         options: the run's batching settings, for a ``fit_many`` that declares ``options``
             (see :func:`call_fit_many`).
+        trainable: a list as long as ``configs`` to fill, before each configuration is
+            yielded, with its trainable parameter count (display-only provenance: see
+            :mod:`~fewtrans_board.runner.trainable`); ``None`` counts nothing.
 
     Raises:
         EvaluationError: the adapter raised a :class:`FewtransError`.
         PluginCallError: the adapter raised any other exception.
     """
+    import contextlib
+
     import torch
+
+    from fewtrans_board.runner.trainable import counting
+
+    def count() -> contextlib.AbstractContextManager[Any]:
+        return counting() if trainable is not None else contextlib.nullcontext()
 
     subject = f"adapter {getattr(adapter, 'name', type(adapter).__name__)!r}"
     if adapter.overrides_fit_many() and not loop:
         start = time.perf_counter()
         try:
-            with plugin_code(subject, "fit_many", where(0), owner=type(adapter)):
+            with (
+                count() as counter,
+                plugin_code(subject, "fit_many", where(0), owner=type(adapter)),
+            ):
                 predictors = call_fit_many(
                     adapter, backbone, support, class_names, configs, seeds, options
                 )
@@ -214,6 +230,8 @@ def fit_predictors(
                 f"{len(configs)} configurations"
             )
         seconds = (time.perf_counter() - start) / max(len(configs), 1)
+        if trainable is not None:  # measured as a whole: an equal share each
+            trainable[:] = [round(counter.total / max(len(configs), 1))] * len(configs)
         for i, predictor in enumerate(predictors):
             yield i, predictor, seconds
         return
@@ -221,12 +239,14 @@ def fit_predictors(
         start = time.perf_counter()
         torch.manual_seed(seed)
         try:
-            with plugin_code(subject, "fit", where(i), owner=type(adapter)):
+            with count() as counter, plugin_code(subject, "fit", where(i), owner=type(adapter)):
                 predictor = adapter.fit(backbone, support, class_names, config)
         except (EvaluationError, PluginCallError):
             raise
         except FewtransError as exc:
             raise EvaluationError(f"{where(i)}: {exc}") from exc
+        if trainable is not None:
+            trainable[i] = counter.total
         yield i, predictor, time.perf_counter() - start
         del predictor
 
@@ -278,6 +298,7 @@ def evaluate_episode(
 
     position = np.argsort(inputs.query_order)  # manifest query -> presented position
     outcomes = []
+    trainable: list[int | None] = [None] * len(configs)
     fitted = fit_predictors(
         adapter,
         backbone,
@@ -288,6 +309,7 @@ def evaluate_episode(
         where,
         loop=loop,
         options=options,
+        trainable=trainable,
     )
     for i, predictor, fit_seconds in fitted:
         start = time.perf_counter()
@@ -326,6 +348,7 @@ def evaluate_episode(
                 novel,
                 probe_logits,
                 predictor_record(predictor),
+                trainable[i],
             )
         )
         if observe is not None:

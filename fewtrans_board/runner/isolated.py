@@ -33,6 +33,7 @@ import numpy as np
 from fewtrans_board.core.sandbox import Isolation, sandbox_argv, worker_policy
 from fewtrans_board.models.unlearned_records import sidecar
 from fewtrans_board.runner.frames import FrameError, read_frame, write_frame
+from fewtrans_board.runner.trainable import checked_counts
 from fewtrans_board.runner.worker_messages import (
     FitReply,
     FitRequest,
@@ -431,6 +432,7 @@ class PluginWorker:
             [float(s) if isinstance(s, int | float) else 0.0 for s in seconds],
             [r if isinstance(r, dict) else None for r in records],
             int(reply.get("peak_bytes") or 0),
+            checked_counts(reply.get("trainable"), n),
         )
 
     @staticmethod

@@ -264,6 +264,7 @@ def outcomes_from_reply(
                 novel,
                 [],
                 reply.records[i],
+                reply.trainable[i] if i < len(reply.trainable) else None,
             )
         )
     return outcomes

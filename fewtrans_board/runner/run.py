@@ -34,6 +34,7 @@ from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.memory import PeakMemory
 from fewtrans_board.runner.run_folder import claim_shards, shard_path, unwritable
 from fewtrans_board.runner.spec import RunSpec, environment_differences, resolved_threads
+from fewtrans_board.runner.trainable import TrainableTally
 
 ProgressCallback = Callable[[int], None]
 
@@ -62,6 +63,8 @@ def run_shard(
     rows: list[dict[str, Any]] = []
     episodes = ctx.shard_episodes(index)
     # Peak memory of the fitting (FewTrans Table IX): see runner/memory.py for what it is.
+    # Trainable parameters per configuration (display only): see runner/trainable.py.
+    ctx.trainable = TrainableTally(len(ctx.grid))
     with PeakMemory(ctx.device, in_process=inline) as memory:
         ctx.memory = memory
         try:
@@ -71,6 +74,7 @@ def run_shard(
                     progress(1)
         finally:
             ctx.memory = None
+    trainable, ctx.trainable = ctx.trainable.record(), None
     shard: dict[str, Any] = {
         "index": index,
         "count": ctx.shard_count,
@@ -80,6 +84,8 @@ def run_shard(
     peak = memory.record()
     if peak is not None:
         shard["peak_memory"] = peak
+    if trainable is not None:
+        shard["trainable_parameters"] = trainable
     metadata = {**ctx.provenance(), "shard": shard}
     records = {
         key: ctx.adapter_records.pop(key)

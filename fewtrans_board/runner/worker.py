@@ -245,6 +245,8 @@ class Session:
         out: dict[str, np.ndarray] = {}
         seconds: list[float] = [0.0] * len(configs)
         records: list[dict[str, Any] | None] = [None] * len(configs)
+        # Display-only provenance (runner/trainable.py): nothing scores with it.
+        trainable: list[int | None] = [None] * len(configs)
         fitted = fit_predictors(
             self.adapter,
             self.backbone,
@@ -255,6 +257,7 @@ class Session:
             where,
             loop=bool(request.get("loop")),
             options=self.options,
+            trainable=trainable,
         )
         peaks = contextlib.ExitStack()
         # Lockstep's memory probe resets the CUDA peak: fold what came before it in.
@@ -275,7 +278,12 @@ class Session:
                 seconds[i] = fit_seconds + time.perf_counter() - start
                 records[i] = predictor_record(predictor)
         peak = max(folded[0], _peak_bytes(device))
-        reply = {"seconds": seconds, "records": records, "peak_bytes": peak}
+        reply = {
+            "seconds": seconds,
+            "records": records,
+            "peak_bytes": peak,
+            "trainable": trainable,
+        }
         return reply, {k: v.astype(np.float32) for k, v in out.items()}
 
 

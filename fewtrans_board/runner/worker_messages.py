@@ -170,6 +170,9 @@ class FitReply:
         seconds: fit and predict seconds per configuration.
         records: what each predictor asked to keep (``predictor.record``), or ``None``.
         peak_bytes: the episode process's peak memory (CUDA allocator or resident set).
+        trainable: each configuration's trainable parameter count as the episode process
+            reported it (``None``: not reported or malformed); display-only provenance
+            (:mod:`~fewtrans_board.runner.trainable`).
     """
 
     query: list[list[np.ndarray]]
@@ -177,3 +180,4 @@ class FitReply:
     seconds: list[float] = field(default_factory=list)
     records: list[dict[str, Any] | None] = field(default_factory=list)
     peak_bytes: int = 0
+    trainable: list[int | None] = field(default_factory=list)

@@ -26,6 +26,7 @@ from fewtrans_board.stats.intervals import mean_ci
 from fewtrans_board.website.analyses import analysis_pages
 from fewtrans_board.website.badges import badges, site_url
 from fewtrans_board.website.clip_settings import comparisons
+from fewtrans_board.website.cost import cost_and_stability, entry_cost
 from fewtrans_board.website.data import COLUMN_SETS, build_site_data, site_files_dir
 from fewtrans_board.website.downloads import (
     Download,
@@ -34,6 +35,14 @@ from fewtrans_board.website.downloads import (
     settings_downloads,
 )
 from fewtrans_board.website.plots import ci_bars, heatmap, histogram
+from fewtrans_board.website.regimes import (
+    FEW_EPISODES,
+    SHOT_RULE,
+    SOURCE_RULE,
+    WAY_RULE,
+    regime_downloads,
+    regime_page_data,
+)
 from fewtrans_board.website.reporting import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, shots_of
 from fewtrans_board.website.views import BenchmarkView, MethodRun, SiteData
 
@@ -125,7 +134,14 @@ def _benchmark_context(view: BenchmarkView) -> dict[str, Any]:
         "bootstrap_seed": BOOTSTRAP_SEED,
         "ci_plots": plots,
         "shot_values": shot_values,
-        "tables": benchmark_downloads(view, shot_values),
+        "tables": {**benchmark_downloads(view, shot_values), **regime_downloads(view)},
+        "regime_data": regime_page_data(view),
+        "regime_rules": {
+            "shots": SHOT_RULE,
+            "ways": WAY_RULE,
+            "source": SOURCE_RULE,
+            "few": FEW_EPISODES,
+        },
     }
 
 
@@ -255,6 +271,7 @@ def build_site(
             )
     for view in data.benchmarks:
         context = _benchmark_context(view)
+        context.update(cost_and_stability(view, context["tables"]))
         publish(context["tables"])
         render("benchmark.html", f"benchmark-{view.benchmark.name}.html", **context)
     badge_of = badges(data)
@@ -274,6 +291,7 @@ def build_site(
                 },
                 heatmaps={d: _heatmaps(r) for d, r in method.runs.items()},
                 entry_badge=badge_of.get(method.id),
+                cost=entry_cost(method),
                 site_url=base,
             )
     for name in sorted(data.datasets):

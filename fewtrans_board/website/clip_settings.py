@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from markupsafe import Markup, escape
 
+from fewtrans_board.analysis.svg import nice_axis, place_label, ticks_with_text
 from fewtrans_board.models.unlearned_names import split_name
 from fewtrans_board.results.per_shot import PerShot, average_over_datasets
 
@@ -194,7 +195,7 @@ def scatter(points: list[tuple[str, float, float]], size: int = 420) -> Markup:
         return Markup("")
     left, top, span = 50, 20, size - 80
     values = [v for _, x, y in points for v in (x, y)]
-    low, high = max(0.0, min(values) - 5), min(100.0, max(values) + 5)
+    low, high, _ = nice_axis(max(0.0, min(values) - 5), min(100.0, max(values) + 5))
     scale = span / max(high - low, 1e-6)
 
     def sx(v: float) -> float:
@@ -210,26 +211,23 @@ def scatter(points: list[tuple[str, float, float]], size: int = 420) -> Markup:
         f'<line x1="{sx(low)}" y1="{sy(low)}" x2="{sx(high)}" y2="{sy(high)}" stroke="#ccc" stroke-dasharray="4"/>',
         f'<text x="{left + span / 2}" y="{size - 25}" text-anchor="middle" font-size="12">inductive (unlearned CLIP), %</text>',
         f'<text x="14" y="{top + span / 2}" transform="rotate(-90 14 {top + span / 2})" text-anchor="middle" font-size="12">original CLIP, %</text>',
-        f'<text x="{left}" y="{size - 40}" font-size="10">{low:.0f}</text>',
-        f'<text x="{left + span}" y="{size - 40}" font-size="10" text-anchor="end">{high:.0f}</text>',
     ]
-    placed: list[tuple[float, float, float]] = []  # (x from, x to, baseline) of each label
+    for tick, text in ticks_with_text(low, high):
+        if tick > high + 1e-9:
+            continue
+        parts.append(
+            f'<text x="{sx(tick):.1f}" y="{top + span + 14}" font-size="10" text-anchor="middle">{text}</text>'
+            f'<text x="{left - 4}" y="{sy(tick) + 3:.1f}" font-size="10" text-anchor="end">{text}</text>'
+        )
+    # Each label inside the frame and apart from the others (analysis/svg.py's rule).
+    placed: list[tuple[float, float, float, float]] = []
+    frame = (float(left), float(top), float(left + span), float(top + span))
     for label, x, y in points:
-        name = escape(label)
-        # Labels of points in the right half go to their left, so none runs past the frame;
-        # a label that would overprint an earlier one moves down a line.
-        right = sx(x) > left + span / 2
-        width = 5.5 * len(label)  # about 5.5 px per character at font size 10
-        tx, ty = (sx(x) - 7, sy(y) + 4) if right else (sx(x) + 7, sy(y) + 4)
-        x0, x1 = (tx - width, tx) if right else (tx, tx + width)
-        while any(abs(ty - py) < 11 and x0 < p1 and p0 < x1 for p0, p1, py in placed):
-            ty += 11
-        placed.append((x0, x1, ty))
-        anchor = ' text-anchor="end"' if right else ""
+        tx, ty, anchor, short = place_label(sx(x), sy(y), label, frame, placed, size=10)
         parts.append(
             f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="5" fill="#3366cc">'
-            f"<title>{name}: inductive {x:.1f}, original {y:.1f}</title></circle>"
-            f'<text x="{tx:.1f}" y="{ty:.1f}" font-size="10"{anchor}>{name}</text>'
+            f"<title>{escape(label)}: inductive {x:.1f}, original {y:.1f}</title></circle>"
+            f'<text x="{tx:.1f}" y="{ty:.1f}" font-size="10" text-anchor="{anchor}">{escape(short)}</text>'
         )
     parts.append("</svg>")
     return Markup("".join(parts))

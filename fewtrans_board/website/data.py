@@ -28,6 +28,7 @@ from fewtrans_board.stats.bootstrap import (
 )
 from fewtrans_board.stats.intervals import mean_ci
 from fewtrans_board.stats.tests import cohens_d_paired
+from fewtrans_board.website.regimes import EpisodeProfiles, regime_views
 from fewtrans_board.website.reporting import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
@@ -265,7 +266,8 @@ def build_site_data(
     """Derive tables, comparisons and dataset views of every submission (plus local runs).
 
     A benchmark's entries are ranked within their HPE protocol only: one
-    :class:`~fewtrans_board.website.views.ProtocolSection` per protocol present.
+    :class:`~fewtrans_board.website.views.ProtocolSection` per protocol present, each with
+    its regime tables (:mod:`~fewtrans_board.website.regimes`).
 
     Args:
         store: the leaderboard store.
@@ -281,6 +283,7 @@ def build_site_data(
     local = local_methods(local_runs, of_manifest) if local_runs else []
     methods = _stored_methods(loaded, of_manifest) + local
     reported = load_reported(store)
+    profiles = EpisodeProfiles(store.frozen)
     views = []
     datasets_index: dict[str, list[tuple[BenchmarkView, MethodView, str]]] = {}
     for name, benchmark in SUB_BENCHMARKS.items():
@@ -298,6 +301,8 @@ def build_site_data(
             )
             for i, protocol in enumerate(protocols_of(benchmark, listed))
         ]
+        for section in sections:
+            section.regimes = regime_views(benchmark, section, datasets, profiles)
         view = BenchmarkView(
             benchmark,
             datasets,

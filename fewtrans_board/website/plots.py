@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import numpy as np
 from markupsafe import Markup, escape
 
+from fewtrans_board.analysis.svg import fit_text, longest, nice_axis, text_width, tick_text
+
 PALETTE = ("#3366cc", "#dc3912", "#109618", "#ff9900", "#990099", "#0099c6", "#dd4477", "#66aa00")
 
 
@@ -30,9 +32,13 @@ def ci_bars(
     if not rows:
         return Markup("")
     height = 26 * len(rows) + 30
-    left, right = 170, width - 20
-    low = max(0.0, min(m - c for _, m, c in rows) - 5)
-    high = min(100.0, max(m + c for _, m, c in rows) + 5)
+    # The label column is as wide as the longest label (at most 45% of the plot; longer
+    # labels are shortened to fit it, never cut by the frame).
+    left = min(max(longest([label for label, _, _ in rows]) + 16, 60), 0.45 * width)
+    right = width - 20
+    low, high, ticks = nice_axis(
+        max(0.0, min(m - c for _, m, c in rows) - 2), min(100.0, max(m + c for _, m, c in rows) + 2)
+    )
     span = max(high - low, 1e-6)
 
     def x(value: float) -> float:
@@ -44,7 +50,7 @@ def ci_bars(
     ]
     for i, (label, mean, ci) in enumerate(rows):
         y = 15 + i * 26
-        short = label if len(label) <= 28 else label[:27] + "…"
+        short = fit_text(label, left - 12)
         parts.append(
             f'<text x="{left - 8}" y="{y + 13}" text-anchor="end" class="label">{escape(short)}</text>'
         )
@@ -58,9 +64,17 @@ def ci_bars(
             f'<circle cx="{x(mean):.1f}" cy="{y + 10}" r="3.5" fill="#222"><title>{escape(label)}: {mean:.2f} ± {ci:.2f}</title></circle>'
         )
     axis_y = height - 12
-    for tick in np.linspace(low, high, 5):
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+    for tick in ticks:
+        label = tick_text(tick, step)
+        # The last tick's label may not pass the frame's right edge.
+        at = min(x(tick), width - 2 - text_width(label) / 2)
+        parts.insert(  # grid lines under the bars
+            1,
+            f'<line x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="10" y2="{axis_y - 12}" stroke="#eee"/>',
+        )
         parts.append(
-            f'<text x="{x(tick):.1f}" y="{axis_y}" text-anchor="middle" class="tick">{_fmt(tick)}</text>'
+            f'<text x="{at:.1f}" y="{axis_y}" text-anchor="middle" class="tick">{label}</text>'
         )
     parts.append("</svg>")
     return Markup("".join(parts))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from fewtrans_board.results.per_shot import PerShot, per_shot, shot_seed_pairs
 from fewtrans_board.stats.bootstrap import BootstrapCI
 from fewtrans_board.stats.intervals import MeanCI
 from fewtrans_board.website.reporting import BaseNovelRow, ShotRow
+
+if TYPE_CHECKING:
+    from fewtrans_board.website.regimes import RegimeViews
 
 
 @dataclass
@@ -224,6 +227,8 @@ class ProtocolSection:
         anchor: suffix of the section's HTML ids: ``""`` for a page's first section (so
             ``#table-hpe`` links keep working), ``-<protocol>`` for the others.
         methods: the ranked (verified or local, inductive) entries.
+        regimes: the headline table per shot and way regime
+            (:func:`~fewtrans_board.website.regimes.regime_views`).
     """
 
     protocol: str
@@ -236,6 +241,7 @@ class ProtocolSection:
     shots: dict[str, list[ShotRow]] = field(default_factory=dict)
     transductive: list[TableRow] = field(default_factory=list)
     unverified: list[TableRow] = field(default_factory=list)
+    regimes: RegimeViews | None = None
 
     @property
     def leader(self) -> TableRow | None:
