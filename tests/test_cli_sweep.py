@@ -215,6 +215,7 @@ BASELINES: dict[str, tuple[str, str]] = {
         "--no-index",
     ),
     "leaderboard rebuild": ("", "--leaderboard {root}/store --check"),
+    "leaderboard migrate-blobs": ("", "--leaderboard {root}/store"),
     "sub-benchmarks": ("", ""),
     "compare": ("{root}/runs/a {root}/runs/b", "--seed 0"),
     "site build": ("", "--leaderboard {root}/store --out {root}/new --results {root}/runs/a"),

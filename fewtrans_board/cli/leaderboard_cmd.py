@@ -249,17 +249,28 @@ def leaderboard_add(bundle: Path, leaderboard: Path, as_json: bool, **options: A
 @verification_options(
     root_help="Local dataset copies.",
     switch="--verify",
-    switch_help="Also re-run the entry (see 'submission verify').",
+    switch_help="Also re-run the entry (see 'submission verify'; fetches its logits blobs).",
 )
-def leaderboard_check(ident: str, leaderboard: Path, as_json: bool, **options: Any) -> None:
-    """Re-validate (and with --verify re-run) a stored entry; writes nothing."""
+@click.option(
+    "--with-logits",
+    is_flag=True,
+    help="Fetch the entry's logits blobs (hash-checked) and recheck its logit-mean fusions.",
+)
+def leaderboard_check(
+    ident: str, leaderboard: Path, as_json: bool, with_logits: bool, **options: Any
+) -> None:
+    """Re-validate (and with --verify re-run) a stored entry; writes nothing.
+
+    Without --with-logits (and without --verify) the entry is read from git alone: every
+    accuracy and vote ensemble is recomputed, its logit-mean fusions are not.
+    """
     from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import check_entry
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
     verification = verification_from(options)
     try:
-        result = check_entry(ident, LeaderboardStore(leaderboard), verification)
+        result = check_entry(ident, LeaderboardStore(leaderboard), verification, with_logits)
     except SubmissionError as exc:
         _fail(exc, as_json)
     if as_json:
@@ -428,13 +439,23 @@ def leaderboard_fetch_plugins(
     is_flag=True,
     help="Exit 1 if the committed index.json is out of date; write nothing.",
 )
-def leaderboard_rebuild(leaderboard: Path, check: bool) -> None:
-    """Derive leaderboard/index.json from the raw per-episode rows."""
+@click.option(
+    "--with-logits",
+    is_flag=True,
+    help="Fetch every entry's logits blobs (hash-checked) and recheck the logit-mean fusions.",
+)
+def leaderboard_rebuild(leaderboard: Path, check: bool, with_logits: bool) -> None:
+    """Derive leaderboard/index.json from the raw per-episode rows.
+
+    Every accuracy and vote ensemble is recomputed from the rows in git; --with-logits
+    also fetches every entry's logits blobs (hash-checked) and rechecks the logit-mean
+    fusions.
+    """
     from fewtrans_board.leaderboard.index import build_index, index_difference
     from fewtrans_board.leaderboard.store import LeaderboardStore, index_text
 
     store = LeaderboardStore(leaderboard)
-    index = build_index(store)
+    index = build_index(store, with_logits=with_logits)
     if check:
         if not store.index_path.is_file():
             raise click.ClickException(
@@ -457,3 +478,22 @@ def leaderboard_rebuild(leaderboard: Path, check: bool) -> None:
         return
     store.write_index(index)
     click.echo(f"wrote {store.index_path}: {len(index['submissions'])} submissions")
+
+
+@leaderboard_group.command("migrate-blobs")
+@leaderboard_option
+def leaderboard_migrate_blobs(leaderboard: Path) -> None:
+    """Move the logits of stored entries into content-addressed blobs (idempotent).
+
+    Each entry's shards are split (the logits to a blob in the store's blob location,
+    blobs.toml or blobs/; the rest stays in the shard, which names the blob by sha256),
+    read back with their blobs and checked against the seals they had, and swapped in
+    atomically per entry. Running it again changes nothing.
+    """
+    from fewtrans_board.leaderboard.migrate import migrate_store
+    from fewtrans_board.leaderboard.store import LeaderboardStore
+
+    store = LeaderboardStore(leaderboard)
+    done = migrate_store(store, lambda outcome: click.echo(outcome.line()))
+    split = sum(o.report.shards for o in done)
+    click.echo(f"{len(done)} entries, {split} shard(s) split now; blobs at {store.blobs.location}")

@@ -41,6 +41,7 @@ class BundleContents:
         names: each run folder's name in the bundle layout (``results/<run>``), for messages.
         files: every file of the bundle or entry by its layout name (``status.json`` of a
             store entry excluded: it is the store's verdict, not submitted data).
+        stored: a store entry (its shards are split: their logits are in blobs).
     """
 
     meta: SubmissionMeta
@@ -48,18 +49,33 @@ class BundleContents:
     runs: list[Path]
     names: dict[Path, str] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
+    stored: bool = False
 
     def name(self, run: Path) -> str:
         """How messages name a run folder (``results/<run>``)."""
         return self.names.get(run, f"results/{run.name}")
 
     def file_hashes(self) -> dict[str, str]:
-        """sha256 of every file by layout name (read now: compare two calls to detect change)."""
-        return {
-            name: hashlib.sha256(path.read_bytes()).hexdigest()
-            for name, path in sorted(self.files.items())
-            if not name.endswith("/")
-        }
+        """sha256 of every file by layout name (read now: compare two calls to detect change).
+
+        A stored entry's split shard counts as the shard file it was split from (the sha256
+        its sealed metadata records), so an entry's digest is its bundle's.
+        """
+        from fewtrans_board.results.blobs import read_record
+
+        hashes = {}
+        for name, path in sorted(self.files.items()):
+            if name.endswith("/"):
+                continue
+            source = (
+                read_record(path).get("source_sha256")
+                if self.stored and (name.endswith(".parquet"))
+                else None
+            )
+            hashes[name] = (
+                source if isinstance(source, str) else hashlib.sha256(path.read_bytes()).hexdigest()
+            )
+        return hashes
 
     def digest(self) -> str:
         """One sha256 over every file of the contents: what verification draws its sample after."""
@@ -169,7 +185,7 @@ def read_contents(folder: Path, results: Path | None = None) -> BundleContents:
         raise SubmissionError("no-results", f"{orphans[0]} has shards but no run.json")
     if not runs:
         raise SubmissionError("no-results", "the bundle has no results/<run>/run.json")
-    return BundleContents(meta, centre, list(runs), dict(runs), dict(files))
+    return BundleContents(meta, centre, list(runs), dict(runs), dict(files), results is not None)
 
 
 def run_centre_record(runs: list[Path]) -> dict[str, object] | None:

@@ -23,7 +23,7 @@ from fewtrans_board.leaderboard.columns import check_columns
 from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
 from fewtrans_board.leaderboard.rows import check_rows
-from fewtrans_board.leaderboard.runs import load_checked_run
+from fewtrans_board.leaderboard.runs import GIT_ONLY, fetching, load_checked_run
 from fewtrans_board.leaderboard.shapes import load_json
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
@@ -106,8 +106,15 @@ def read_status(store: LeaderboardStore, ident: str) -> str:
     return str(read_status_record(store, ident)["status"])
 
 
-def read_entry(store: LeaderboardStore, ident: str) -> StoredEntry:
+def read_entry(store: LeaderboardStore, ident: str, with_logits: bool = False) -> StoredEntry:
     """Read a stored entry for the index or the site.
+
+    Args:
+        store: the store.
+        ident: the entry's id.
+        with_logits: also fetch the entry's logits blobs (checked against their hashes) and
+            recheck its logit-mean fusions; without, the runs' ``logits`` column is null and
+            everything else is checked.
 
     Raises:
         SubmissionError: naming the entry and what is wrong with it.
@@ -128,7 +135,9 @@ def read_entry(store: LeaderboardStore, ident: str) -> StoredEntry:
         )
         for path in contents.runs:
             where = contents.name(path)
-            run = load_checked_run(path, where, intake=False)
+            run = load_checked_run(
+                path, where, intake=False, logits=fetching(store.blobs) if with_logits else GIT_ONLY
+            )
             frozen = store.frozen.get(run.provenance.manifest.sha256)
             if frozen is None:
                 raise SubmissionError(
@@ -145,7 +154,7 @@ def read_entry(store: LeaderboardStore, ident: str) -> StoredEntry:
                 )
             check_columns(run, where, manifest.dataset)
             # Every reader recomputes what it shows: accuracies and ensembles from the
-            # stored predictions and logits against the frozen labels.
+            # stored predictions (and, with the blobs, logits) against the frozen labels.
             check_rows(run, manifest, list(run.provenance.identity.grid))
             entry.runs.append(StoredRun(run, filename, manifest.dataset, manifest.meta))
         return entry
@@ -227,11 +236,13 @@ def _check_no_foreign_folders(store: LeaderboardStore, idents: list[str]) -> Non
         )
 
 
-def load_entries(store: LeaderboardStore) -> Iterator[LoadedEntry]:
+def load_entries(store: LeaderboardStore, with_logits: bool = False) -> Iterator[LoadedEntry]:
     """Every stored submission, sorted by id, each run loaded once and summarised once.
 
     Entries are produced one at a time so a caller that keeps only the summaries never
     holds every run in memory at once; a caller that needs them twice keeps the list.
+    ``with_logits`` fetches each entry's logits blobs and rechecks its logit-mean fusions
+    (see :func:`read_entry`); the summaries are the same either way.
 
     Raises:
         SubmissionError: a stored entry is unreadable (named; nothing is skipped).
@@ -246,7 +257,7 @@ def load_entries(store: LeaderboardStore) -> Iterator[LoadedEntry]:
             )
     superseded = _superseded(metas)
     for ident in idents:
-        stored = read_entry(store, ident)
+        stored = read_entry(store, ident, with_logits)
         ddof = SUB_BENCHMARKS[stored.meta.benchmark].statistic_ddof
         entry = LoadedEntry(
             ident, stored.meta, stored.status, stored, superseded_by=superseded.get(ident)

@@ -61,7 +61,9 @@ def index_record(entry: LoadedEntry) -> dict[str, Any]:
 
 
 def build_index(
-    store: LeaderboardStore, entries: Iterable[LoadedEntry] | None = None
+    store: LeaderboardStore,
+    entries: Iterable[LoadedEntry] | None = None,
+    with_logits: bool = False,
 ) -> dict[str, Any]:
     """Summaries of every stored submission, grouped by benchmark; deterministic.
 
@@ -70,11 +72,13 @@ def build_index(
         entries: the store's entries as already loaded by
             :func:`~fewtrans_board.leaderboard.entries.load_entries` (a build that also
             renders the site passes them, so no run is read twice); default: load them.
+        with_logits: when loading them, fetch their logits blobs and recheck the logit-mean
+            fusions (the index is the same either way).
 
     Raises:
         SubmissionError: a stored entry is unreadable (named; nothing is skipped).
     """
-    loaded = load_entries(store) if entries is None else entries
+    loaded = load_entries(store, with_logits) if entries is None else entries
     submissions = [index_record(entry) for entry in loaded]
     return {
         "schema_version": 1,

@@ -31,6 +31,7 @@ from fewtrans_board.leaderboard.bundle import (
 from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.index import build_index
 from fewtrans_board.leaderboard.meta import read_meta
+from fewtrans_board.leaderboard.runs import GIT_ONLY, fetching
 from fewtrans_board.leaderboard.store import LeaderboardStore, index_text
 from fewtrans_board.leaderboard.validate import ValidationReport, validate_contents
 from fewtrans_board.leaderboard.verification import VerificationOptions, verify_contents
@@ -179,15 +180,31 @@ def add_bundle(bundle: Path, store: LeaderboardStore, verification: Verification
     return result
 
 
-def check_entry(ident: str, store: LeaderboardStore, verification: Verification) -> CheckResult:
+def check_entry(
+    ident: str, store: LeaderboardStore, verification: Verification, with_logits: bool = False
+) -> CheckResult:
     """Re-validate (and, unless switched off, verify) a stored entry; writes nothing.
 
+    Args:
+        ident: the entry.
+        store: the store.
+        verification: whether and how to re-run it.
+        with_logits: fetch the entry's logits blobs (checked against their hashes) and
+            recheck its logit-mean fusions; verification always does.
+
     Raises:
-        SubmissionError: the entry does not pass.
+        SubmissionError: the entry does not pass (``missing-blob``/``corrupt-blob`` naming
+            the shard, the blob and where it was looked for).
     """
+    logits = fetching(store.blobs) if with_logits or verification.enabled else GIT_ONLY
     with fail_closed(f"stored entry {ident}"):
         contents = store.entry_contents(ident)
-        report = validate_contents(contents, store)
+        try:
+            report = validate_contents(contents, store, logits)
+        except SubmissionError as exc:
+            if exc.code not in ("missing-blob", "corrupt-blob"):
+                raise
+            raise SubmissionError(exc.code, f"stored entry {ident}: {exc.message}") from exc
     return CheckResult(report, _verify(contents, store, report, verification))
 
 
@@ -246,10 +263,12 @@ def fetch_pull_request_plugins(
         SubmissionError: the pull request changes more than new entries' data, a pin has
             no wheel hash, or pip refused a pin.
     """
-    from fewtrans_board.leaderboard.pr import changed_paths, classify
+    from fewtrans_board.leaderboard.pr import blob_folder_of, changed_paths, classify
     from fewtrans_board.leaderboard.wheels import install_pins
 
-    changes = classify(changed_paths(repo, base, head), leaderboard)
+    changes = classify(
+        changed_paths(repo, base, head), leaderboard, blob_folder_of(repo / leaderboard)
+    )
     store = LeaderboardStore(repo / leaderboard)
     installed = {}
     for ident in changes.ids:
@@ -277,11 +296,20 @@ def check_pull_request(
         SubmissionError: the pull request changes anything but new entries' data.
     """
     from fewtrans_board.leaderboard.errors import SubmissionError
-    from fewtrans_board.leaderboard.pr import changed_paths, check_status_claims, classify
+    from fewtrans_board.leaderboard.pr import (
+        blob_folder_of,
+        changed_paths,
+        check_added_blobs,
+        check_status_claims,
+        classify,
+    )
 
-    changes = classify(changed_paths(repo, base, head), leaderboard)
+    changes = classify(
+        changed_paths(repo, base, head), leaderboard, blob_folder_of(repo / leaderboard)
+    )
     store = LeaderboardStore(repo / leaderboard)
     check_status_claims(store.root, changes.ids, verified_here=verification.enabled)
+    check_added_blobs(store.root, changes.ids, changes.blobs)
     report = PullRequestReport(changes.ids, {}, {})
     for ident in changes.ids:
         entry_verification = verification
@@ -294,7 +322,8 @@ def check_pull_request(
                 ),
             )
         try:
-            report.results[ident] = check_entry(ident, store, entry_verification)
+            # Only the new entries' blobs are fetched, each checked against its hash.
+            report.results[ident] = check_entry(ident, store, entry_verification, with_logits=True)
         except SubmissionError as exc:
             report.failures[ident] = (exc.code, str(exc))
     if changes.index_changed and not report.failures:

@@ -1,8 +1,10 @@
 """What a submission pull request may change: its own new entry's data, nothing else.
 
 CI accepts data, not code. A pull request may only add files under
-``leaderboard/submissions/<id>/`` and ``leaderboard/results/<id>/`` for new ids (and update
-the derived ``index.json``, which must then equal a rebuild); any other path (code,
+``leaderboard/submissions/<id>/`` and ``leaderboard/results/<id>/`` for new ids, the logits
+blobs their shards name when the store keeps its blobs in its own folder
+(``leaderboard/blobs/<aa>/<sha256>``; each must be named by a new entry and hash to its name)
+(and update the derived ``index.json``, which must then equal a rebuild); any other path (code,
 workflows, manifests, another entry) is refused by name, and entries already on the base
 branch are immutable. The caller (``fewtrans-board
 leaderboard check-pr``) runs this code from the base branch's installation and validates
@@ -30,11 +32,13 @@ class PullRequestChanges:
         paths: every added path, relative to the repository.
         index_changed: the pull request also updates the derived ``index.json`` (allowed
             only if it equals what the base branch's code derives from the new store).
+        blobs: the sha256 of every logits blob it adds to the store's blob folder.
     """
 
     ids: list[str] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     index_changed: bool = False
+    blobs: list[str] = field(default_factory=list)
 
 
 def changed_paths(repo: Path, base: str, head: str = "HEAD") -> list[tuple[str, str]]:
@@ -72,13 +76,17 @@ def changed_paths(repo: Path, base: str, head: str = "HEAD") -> list[tuple[str, 
 
 
 def classify(
-    changes: list[tuple[str, str]], leaderboard: str = "leaderboard"
+    changes: list[tuple[str, str]],
+    leaderboard: str = "leaderboard",
+    blob_folder: str | None = "blobs",
 ) -> PullRequestChanges:
     """Check that a pull request only adds new entries' data.
 
     Args:
         changes: ``(status, path)`` pairs from :func:`changed_paths`.
         leaderboard: the store folder, relative to the repository root.
+        blob_folder: the store's blob folder relative to it (``None``: blobs live
+            elsewhere, at a URL, and the pull request adds none).
 
     Raises:
         SubmissionError: a path outside an entry's folders (``pr-touches-code``), a change
@@ -93,6 +101,15 @@ def classify(
             result.index_changed = True
             continue
         parts = path.relative_to(root).parts if path.is_relative_to(root) else ()
+        if blob_folder is not None and _blob_name(parts, blob_folder):
+            if status != "A":
+                raise SubmissionError(
+                    "immutable",
+                    f"{raw} is {'deleted' if status == 'D' else 'modified'}; stored blobs are "
+                    "immutable (content-addressed)",
+                )
+            result.blobs.append(parts[-1])
+            continue
         if len(parts) < 3 or parts[0] not in ("submissions", "results"):
             raise SubmissionError(
                 "pr-touches-code",
@@ -115,6 +132,59 @@ def classify(
         result.paths.append(raw)
     result.ids = sorted(ids)
     return result
+
+
+def _blob_name(parts: tuple[str, ...], blob_folder: str) -> bool:
+    """Whether a store-relative path is ``<blob folder>/<aa>/<sha256>``."""
+    import re
+
+    folder = PurePosixPath(blob_folder).parts
+    rest = parts[len(folder) :]
+    return (
+        parts[: len(folder)] == folder
+        and len(rest) == 2
+        and re.fullmatch(r"[0-9a-f]{64}", rest[1]) is not None
+        and rest[0] == rest[1][:2]
+    )
+
+
+def blob_folder_of(store_root: Path) -> str | None:
+    """The store's blob folder relative to it, or ``None`` (a URL, or outside the store)."""
+    from fewtrans_board.results.blobs import BlobStore
+    from fewtrans_board.results.shards import ResultsError
+
+    try:
+        blobs = BlobStore.for_store(store_root)
+    except ResultsError:  # a pull request that edits blobs.toml is refused by classify
+        return None
+    if blobs.is_url:
+        return None
+    try:
+        return Path(blobs.location).resolve().relative_to(store_root.resolve()).as_posix()
+    except ValueError:
+        return None
+
+
+def check_added_blobs(store_root: Path, ids: list[str], added: list[str]) -> None:
+    """Every blob a pull request adds is named by a shard of one of its new entries.
+
+    Raises:
+        SubmissionError: ``unreferenced-blob`` naming the first blob no new entry names.
+    """
+    from fewtrans_board.results.blobs import read_record
+
+    named = {
+        read_record(shard).get("sha256")
+        for ident in ids
+        for shard in (store_root / "results" / ident).rglob("shards/shard-*.parquet")
+    }
+    extra = sorted(set(added) - named)
+    if extra:
+        raise SubmissionError(
+            "unreferenced-blob",
+            f"blob {extra[0]} is named by no shard of the new entries ({', '.join(ids)}); a "
+            "pull request adds only its entries' logits blobs",
+        )
 
 
 def check_status_claims(store_root: Path, ids: list[str], verified_here: bool) -> None:

@@ -2,7 +2,12 @@
 
 Rows are checked against the frozen manifest's labels and the protocol's grid, never against
 anything else the bundle says: a stored accuracy must equal the one its predictions give, a
-stored ensemble prediction the fusion of the stored member logits.
+configuration's predictions must be the argmax of its logits, a stored ensemble prediction
+the fusion of the stored members (vote: their predictions; logit-mean: their logits).
+
+A stored entry read without its logits blobs (``RunResults.blobs`` not empty) is checked
+for everything but what needs logits: accuracies, completeness, the grid and the vote
+ensembles; its logit-mean rows are rechecked when the blobs are fetched.
 """
 
 from __future__ import annotations
@@ -68,15 +73,20 @@ class _Columns:
         return self.logits[self.logit_offsets[i] : self.logit_offsets[i + 1]]
 
 
-def check_rows(run: RunResults, manifest: Manifest, grid: list[dict[str, Any]]) -> None:
+def check_rows(run: RunResults, manifest: Manifest, grid: list[dict[str, Any]]) -> bool:
     """Check every (episode, split) group of a run against the manifest and the grid.
+
+    Returns:
+        Whether the logits were checked too (``False``: a stored run read without its
+        blobs, whose logit-mean fusions were not recomputed).
 
     Raises:
         SubmissionError: ``incomplete``, ``duplicate-episode``, ``bad-predictions``,
             ``accuracy-mismatch``, ``grid-mismatch``, ``bad-logits``,
-            ``ensemble-mismatch`` or ``bad-rows`` (a stream index that is not the
-            manifest's), naming the episode and row.
+            ``prediction-mismatch``, ``ensemble-mismatch`` or ``bad-rows`` (a stream index
+            that is not the manifest's), naming the episode and row.
     """
+    with_logits = run.logits_present
     columns = _Columns.of(run)
     rows = columns.rows
     episodes = manifest.episodes()
@@ -115,7 +125,9 @@ def check_rows(run: RunResults, manifest: Manifest, grid: list[dict[str, Any]]) 
             labels,
             ways,
             expected_configs,
+            with_logits,
         )
+    return with_logits
 
 
 def _check_group(
@@ -126,8 +138,13 @@ def _check_group(
     labels: np.ndarray,
     ways: int,
     expected_configs: list[str],
+    with_logits: bool = True,
 ) -> None:
-    """Check one episode's rows of one split: completeness, predictions, accuracies, ensembles."""
+    """Check one episode's rows of one split: completeness, predictions, accuracies, ensembles.
+
+    Without logits (``with_logits=False``) the logit checks and the logit-mean fusion are
+    left out.
+    """
     rows = columns.rows
     config_rows = [i for i in row_ids if rows["kind"][i] == CONFIG_KIND]
     ensemble_ids = [i for i in row_ids if rows["kind"][i] == ENSEMBLE_KIND]
@@ -175,15 +192,25 @@ def _check_group(
                 "grid-mismatch",
                 f"{where}: configuration {rows['config'][i]} is not grid point {c} {expected_configs[c]}",
             )
+        member_predictions[c] = pred
+        if not with_logits:
+            continue
         values = columns.logit(i)
         if not columns.logit_valid[i] or len(values) != q * w or not np.isfinite(values).all():
             raise SubmissionError(
                 "bad-logits", f"{where}: {len(values)} logits (expected {q}x{w} finite values)"
             )
         member_logits[c] = values.reshape(q, w)
-        member_predictions[c] = pred
-    stacked_logits, stacked_predictions = np.stack(member_logits), np.stack(member_predictions)
-    for aggregation in ENSEMBLES:
+        # The runner predicts the argmax of the logits before storing them as float16; the
+        # rounding is monotone, so a stored prediction is among the stored row's maxima.
+        if (member_logits[c][np.arange(q), pred] != member_logits[c].max(axis=1)).any():
+            raise SubmissionError(
+                "prediction-mismatch",
+                f"{where}: stored predictions are not the argmax of the stored logits",
+            )
+    stacked_predictions = np.stack(member_predictions)
+    stacked_logits = np.stack(member_logits) if with_logits else np.zeros((0, q, w))
+    for aggregation in ENSEMBLES if with_logits else ("vote",):
         recomputed, _ = fuse(
             aggregation, logits=stacked_logits, predictions=stacked_predictions, n_way=w
         )
@@ -191,5 +218,5 @@ def _check_group(
             raise SubmissionError(
                 "ensemble-mismatch",
                 f"{dataset}: {name}, {aggregation} predictions differ from the ones recomputed "
-                "from the stored member logits",
+                f"from the stored member {'logits' if aggregation == 'logit-mean' else 'predictions'}",
             )

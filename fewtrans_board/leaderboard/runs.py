@@ -10,6 +10,7 @@ the identity consistent with the provenance. Anything wrong is one
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,37 @@ from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.core.errors import describe
 from fewtrans_board.leaderboard.errors import SubmissionError, shown
 from fewtrans_board.leaderboard.shapes import load_json
-from fewtrans_board.results.load import RunResults, load_run, run_progress
+from fewtrans_board.results.blobs import BlobStore
+from fewtrans_board.results.load import RunResults, ShardBlobError, load_run, run_progress
 from fewtrans_board.results.provenance import SHARED_PROVENANCE, RunProvenance, RunRecord
 from fewtrans_board.results.shards import CorruptShardError, ResultsError, shard_file_name
+
+
+@dataclass(frozen=True)
+class LogitSource:
+    """Where a reader takes the logits of a run from.
+
+    Attributes:
+        stored: the run is a stored entry's, whose shards keep their logits in blobs
+            (a bundle's shards must carry theirs: :data:`BUNDLE`).
+        blobs: fetch those blobs from here (each checked against its hash and the shard
+            rebuilt against its seal); ``None`` reads the git side only.
+    """
+
+    stored: bool = False
+    blobs: BlobStore | None = None
+
+
+BUNDLE = LogitSource()
+"""A bundle (or local runs): every shard carries its logits."""
+GIT_ONLY = LogitSource(stored=True)
+"""A stored entry read from git alone: logit-mean fusions are not rechecked."""
+
+
+def fetching(blobs: BlobStore) -> LogitSource:
+    """A stored entry whose logits are fetched from ``blobs``."""
+    return LogitSource(stored=True, blobs=blobs)
+
 
 MAX_SHARD_ROWS = 10_000_000
 MAX_SHARD_DECODED_BYTES = 8 << 30
@@ -48,19 +77,40 @@ def _check_footers(path: Path, where: str) -> None:
             )
 
 
-def _load(path: Path, where: str) -> RunResults:
+def _load(path: Path, where: str, logits: LogitSource) -> RunResults:
     try:
-        return load_run(path)
+        run = load_run(path, logits.blobs)
+    except ShardBlobError as exc:
+        blob = exc.blob
+        raise SubmissionError(
+            "missing-blob" if blob.missing else "corrupt-blob",
+            f"{where}/shards/{exc.path.name}: logits blob {blob.sha256} {blob.problem} "
+            f"(looked for at {blob.where})",
+        ) from exc
     except CorruptShardError as exc:
         raise SubmissionError(
             "corrupt-shard", f"{where}/shards/{exc.path.name} is corrupt: {exc.reason}"
         ) from exc
     except ResultsError as exc:
         raise SubmissionError("bad-results", str(exc).replace(str(path), where)) from exc
+    if run.blobs and not logits.stored:
+        name = sorted(run.blobs)[0]
+        raise SubmissionError(
+            "split-shard",
+            f"{where}/shards/{name} carries no logits (they are in blob "
+            f"{run.blobs[name]['sha256'][:16]}...); a bundle's shards carry their logits: "
+            "pack the run folder 'fewtrans-board evaluate' wrote",
+        )
+    return run
 
 
 def load_checked_run(
-    path: Path, where: str, *, intake: bool = True, consistent: bool = True
+    path: Path,
+    where: str,
+    *,
+    intake: bool = True,
+    consistent: bool = True,
+    logits: LogitSource = BUNDLE,
 ) -> RunResults:
     """Load a run folder of a bundle (or store entry) and check its metadata.
 
@@ -71,13 +121,17 @@ def load_checked_run(
             ``False`` checks what the index and the site read (:data:`~fewtrans_board.results.provenance.PROVENANCE`).
         consistent: also run :func:`check_consistent` (validation runs it last, so that a
             forged run is refused for what it forged rather than for a side effect).
+        logits: where the logits come from (:data:`BUNDLE`: in every shard; a stored
+            entry's: in blobs, fetched or not).
 
     Returns:
         The loaded run; its ``meta`` and every shard's match the schema.
 
     Raises:
         SubmissionError: ``bad-run-meta``, ``corrupt-shard``, ``bad-results`` or
-            ``too-large``, naming the member.
+            ``too-large``, naming the member; ``split-shard`` (a bundle shard without
+            its logits), ``missing-blob`` or ``corrupt-blob`` naming the shard, the blob
+            and where it was looked for.
     """
     record_name = f"{where}/run.json"
     try:
@@ -86,7 +140,7 @@ def load_checked_run(
         raise SubmissionError("bad-results", f"{record_name} cannot be read ({exc})") from exc
     RunRecord.from_json(load_json(data, record_name, "bad-run-meta"), record_name)
     _check_footers(path, where)
-    run = _load(path, where)
+    run = _load(path, where, logits)
     for meta in run.shard_meta:
         RunProvenance.from_json(meta, f"{where}/shards/{_shard_name(meta)} metadata", intake=intake)
     if consistent:

@@ -6,11 +6,15 @@ Layout (under ``leaderboard/``)::
     submissions/<id>/submission.toml          metadata with pinned plugins
     submissions/<id>/centre-search.json       the HPE centre search log
     submissions/<id>/status.json              validated / verified, verification report
-    results/<id>/<dataset>/run.json, shards/  per-episode Parquet rows
+    results/<id>/<dataset>/run.json, shards/  per-episode Parquet rows, logits split out
+    blobs.toml                                where logits blobs live (default: blobs/)
+    blobs/<aa>/<sha256>                       the local blob folder, one blob per shard
     reported/*.json                           numbers transcribed from papers
     index.json                                derived by 'leaderboard rebuild'
 
 Entries are immutable: a new submission may supersede an old one, never overwrite it.
+A stored shard keeps everything but its logits, which go to a content-addressed blob its
+sealed metadata names by sha256 (:mod:`fewtrans_board.results.blobs`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.leaderboard.bundle import BundleContents, read_contents
 from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.meta import read_meta
+from fewtrans_board.results.blobs import BlobStore
 
 
 class LeaderboardStore:
@@ -43,6 +48,20 @@ class LeaderboardStore:
         self.results_dir = root / "results"
         self.reported_dir = root / "reported"
         self.index_path = root / "index.json"
+
+    @cached_property
+    def blobs(self) -> BlobStore:
+        """Where this store's logits blobs live (``blobs.toml``, default ``blobs/``).
+
+        Raises:
+            SubmissionError: ``bad-blob-config`` for a malformed ``blobs.toml``.
+        """
+        from fewtrans_board.results.shards import ResultsError
+
+        try:
+            return BlobStore.for_store(self.root)
+        except ResultsError as exc:
+            raise SubmissionError("bad-blob-config", str(exc)) from exc
 
     @cached_property
     def frozen(self) -> dict[str, tuple[str, Manifest]]:
@@ -83,6 +102,10 @@ class LeaderboardStore:
         expected: dict[str, str] | None = None,
     ) -> None:
         """Copy a validated, extracted bundle into the store (atomically visible).
+
+        The staged copy is checked against the validated hashes, then its shards are split:
+        each shard's logits go to a blob in :attr:`blobs` (written and read back first), the
+        shard keeps the rest and names the blob; only then does the entry appear.
 
         Args:
             extracted: the extracted bundle folder.
@@ -133,6 +156,7 @@ class LeaderboardStore:
             shutil.copytree(extracted / "results", staging / "results")
             if expected is not None:
                 _check_staged(staging, expected)
+            split_staged(staging / "results", self.blobs)
             # Results first: an entry is visible only once its submission folder appears.
             (staging / "results").rename(self.results_dir / ident)
             meta_dir.rename(self.submissions_dir / ident)
@@ -152,6 +176,22 @@ class LeaderboardStore:
     def write_index(self, index: dict[str, Any]) -> None:
         """Write ``index.json`` atomically (see :func:`index_text`)."""
         write_bytes_atomic(self.index_path, index_text(index).encode())
+
+
+def split_staged(results: Path, blobs: BlobStore) -> None:
+    """Split every shard of a staged (checked) results folder into git side and blob.
+
+    Raises:
+        SubmissionError: ``blob-store`` naming the blob and where it was to go.
+    """
+    from fewtrans_board.results.blobs import BlobError, split_results_folder
+
+    try:
+        split_results_folder(results, blobs)
+    except BlobError as exc:
+        raise SubmissionError(
+            "blob-store", f"the logits could not be stored, nothing was stored: {exc}"
+        ) from exc
 
 
 def _check_staged(staging: Path, expected: dict[str, str]) -> None:

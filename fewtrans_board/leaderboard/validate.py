@@ -22,7 +22,7 @@ from fewtrans_board.leaderboard.errors import SubmissionError, shown
 from fewtrans_board.leaderboard.meta import SubmissionMeta
 from fewtrans_board.leaderboard.recipe_rule import check_recipe
 from fewtrans_board.leaderboard.rows import check_rows
-from fewtrans_board.leaderboard.runs import check_consistent, load_checked_run
+from fewtrans_board.leaderboard.runs import BUNDLE, LogitSource, check_consistent, load_checked_run
 from fewtrans_board.leaderboard.schema import check_centre_values
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS, SubBenchmark
@@ -44,6 +44,8 @@ class ValidationReport:
         transductive: whether the adapter declares transductive inference.
         loaded: the validated runs, in ``contents.runs`` order (kept so verification does
             not read the Parquet files again; not part of :meth:`to_dict`).
+        logits_checked: whether the logits were checked (``False``: a stored entry whose
+            logits blobs were not fetched; its logit-mean fusions were not recomputed).
     """
 
     meta: SubmissionMeta
@@ -52,6 +54,7 @@ class ValidationReport:
     configuration: dict[str, Any] = field(default_factory=dict)
     transductive: bool = False
     loaded: list[RunResults] = field(default_factory=list, repr=False)
+    logits_checked: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -333,11 +336,19 @@ def _frozen_manifest(
     return filename, manifest
 
 
-def validate_contents(contents: BundleContents, store: LeaderboardStore) -> ValidationReport:
+def validate_contents(
+    contents: BundleContents, store: LeaderboardStore, logits: LogitSource = BUNDLE
+) -> ValidationReport:
     """Validate extracted bundle contents against the store's frozen manifests.
 
     The grid, its axes and the headline aggregation are derived from the HPE protocol and
     the adapter schema recorded at evaluate time, never from free metadata.
+
+    Args:
+        contents: a bundle's, or a stored entry's.
+        store: the store whose frozen manifests judge it.
+        logits: where the runs' logits are (a bundle: in its shards, the default; a
+            stored entry: in blobs, fetched or not).
 
     Raises:
         SubmissionError: the first fault found, with its code.
@@ -356,7 +367,7 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
     covered: set[str] = set()
     for path in contents.runs:
         where = contents.name(path)
-        run = load_checked_run(path, where, consistent=False)
+        run = load_checked_run(path, where, consistent=False, logits=logits)
         filename, manifest = _frozen_manifest(run, store, benchmark, where)
         if filename in covered:
             raise SubmissionError(
@@ -404,7 +415,7 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
             check_recipe(run, schema, benchmark, report.loaded[0] if report.loaded else None)
         elif report.loaded:
             _check_same_configuration(report.loaded[0], run)
-        check_rows(run, manifest, grid)
+        report.logits_checked &= check_rows(run, manifest, grid)
         if protocol.centre_rule != "recipe":
             _check_centre_search(meta, benchmark, contents.centre_search, run, roles, store)
         check_consistent(run, where)
@@ -433,7 +444,12 @@ def validate_contents(contents: BundleContents, store: LeaderboardStore) -> Vali
         "manifest hashes are frozen ones; every episode exactly once",
         f"grid, axes and aggregation derived from the {protocol.name} protocol and the "
         "recorded adapter schema",
-        "accuracies and ensembles recomputed from stored predictions and logits",
+        (
+            "accuracies and ensembles recomputed from stored predictions and logits"
+            if report.logits_checked
+            else "accuracies and vote ensembles recomputed from stored predictions; logit-mean "
+            "ensembles not rechecked (the logits blobs were not fetched: --with-logits)"
+        ),
         (
             f"each dataset runs the adapter's published recipe {benchmark.recipe!r} as declared"
             if protocol.centre_rule == "recipe"

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,6 +14,9 @@ from fewtrans_board.core.errors import describe
 from fewtrans_board.results.provenance import RunProvenance
 from fewtrans_board.results.schema import CONFIG_KIND, ENSEMBLE_KIND, ENSEMBLES
 from fewtrans_board.results.shards import ResultsError, read_shard, shard_file_name
+
+if TYPE_CHECKING:
+    from fewtrans_board.results.blobs import BlobError, BlobStore
 
 
 @dataclass
@@ -30,6 +33,9 @@ class RunResults:
         shards_present: shard indices found.
         shards_total: shard count of the run.
         shard_meta: the metadata of every shard, in file order (``meta`` is the first's).
+        blobs: the logits blob record of every shard whose logits were not fetched (a
+            stored, split shard read without its blob: its ``logits`` column is null), by
+            shard file name; empty when every row holds its logits.
     """
 
     path: Path
@@ -38,12 +44,18 @@ class RunResults:
     shards_present: list[int]
     shards_total: int
     shard_meta: list[dict[str, Any]] = field(default_factory=list, repr=False, compare=False)
+    blobs: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False, compare=False)
     _columns: dict[str, np.ndarray] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
     _matrices: dict[str, tuple[np.ndarray, np.ndarray, list[str]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+
+    @property
+    def logits_present(self) -> bool:
+        """Whether every shard's logits are in :attr:`table` (none left in an unfetched blob)."""
+        return not self.blobs
 
     @property
     def complete(self) -> bool:
@@ -274,14 +286,29 @@ def read_run_record(path: Path) -> dict[str, Any]:
     return checked
 
 
-def load_run(path: Path) -> RunResults:
+def load_run(path: Path, blobs: BlobStore | None = None) -> RunResults:
     """Read every shard of a run folder, verifying checksums and that they belong together.
+
+    A stored shard keeps its logits in a blob (:mod:`~fewtrans_board.results.blobs`).
+    Without ``blobs`` such a shard is read as it is in git (``logits`` null, its record in
+    :attr:`RunResults.blobs`); with ``blobs`` its blob is fetched, checked against its
+    hash, and the shard rebuilt and checked against the seal it was validated under, so the
+    run is then exactly the one a bundle carried.
+
+    Args:
+        path: the run folder.
+        blobs: where to fetch logits blobs from (see
+            :func:`~fewtrans_board.results.blobs.blobs_for_run`); ``None`` fetches nothing.
 
     Raises:
         ResultsError: a damaged ``run.json``; a corrupt shard (:class:`CorruptShardError`,
-            naming the file); a shard of another run or with another index than its name.
+            naming the file); a shard of another run or with another index than its name;
+            a missing or damaged blob (:class:`~fewtrans_board.results.blobs.BlobError`,
+            naming the shard file and the blob).
     """
     import pyarrow as pa
+
+    from fewtrans_board.results.blobs import BlobError, check_split, join_shard
 
     marker = read_run_record(path)
     files = sorted((path / "shards").glob("shard-*.parquet"))
@@ -289,8 +316,18 @@ def load_run(path: Path) -> RunResults:
         raise ResultsError(f"{path} has no finished shards yet")
     count = int(marker["identity"]["shards"])
     tables, present, metas = [], [], []
+    unfetched: dict[str, dict[str, Any]] = {}
     for file in files:
         table, shard_meta = read_shard(file)
+        record = check_split(table, shard_meta, file)
+        if record is not None and blobs is None:
+            unfetched[file.name] = record
+        elif record is not None and blobs is not None:
+            try:
+                blob = blobs.get(record["sha256"], record["bytes"])
+                table, shard_meta = join_shard(table, shard_meta, record, blob, file)
+            except BlobError as exc:
+                raise ShardBlobError(file, exc) from exc
         if shard_meta.get("run_id") != marker["run_id"]:
             raise ResultsError(
                 f"{file} belongs to run {shard_meta.get('run_id')}, not {marker['run_id']}; "
@@ -324,4 +361,22 @@ def load_run(path: Path) -> RunResults:
         shards_present=sorted(present),
         shards_total=count,
         shard_meta=metas,
+        blobs=unfetched,
     )
+
+
+class ShardBlobError(ResultsError):
+    """The logits blob of a shard is missing or damaged (one line: shard, blob, where).
+
+    Attributes:
+        path: the shard file.
+        blob: the blob's error.
+    """
+
+    def __init__(self, path: Path, blob: BlobError) -> None:
+        self.path = path
+        self.blob = blob
+        super().__init__(f"{path}: {blob}")
+
+    def __reduce__(self) -> tuple[type[ShardBlobError], tuple[Path, BlobError]]:
+        return (type(self), (self.path, self.blob))
