@@ -143,7 +143,8 @@ def text_box(x: float, y: float, text: str, anchor: str = "start", size: float =
     """The estimated extent of ``<text x y text-anchor>`` (``y`` is the baseline)."""
     width = text_width(text, size)
     left = {"start": x, "middle": x - width / 2, "end": x - width}[anchor]
-    return (left, y - 0.8 * size, left + width, y + 0.25 * size)
+    # A browser's text box is the font's ascent + descent (about 1.2 sizes for sans fonts).
+    return (left, y - 0.95 * size, left + width, y + 0.3 * size)
 
 
 def _overlaps(a: Box, b: Box) -> bool:

@@ -127,8 +127,11 @@ def heatmap(
 ) -> Markup:
     """Per-configuration mean accuracy on a grid (rows x columns), cells annotated."""
     rows, cols = matrix.shape
-    cell_w, cell_h, left, top = 64, 28, 110, 40
-    width, height = left + cols * cell_w + 10, top + rows * cell_h + 30
+    cell_w, cell_h, top = 64, 28, 40
+    # The row title is drawn upright in its own 24 px column, left of the row labels.
+    left = max(110, 24 + longest(row_labels) + 12)
+    width, height = int(left + cols * cell_w + 10), top + rows * cell_h + 30
+    middle = top + rows * cell_h / 2
     finite = matrix[np.isfinite(matrix)]
     low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     span = max(high - low, 1e-6)
@@ -136,11 +139,13 @@ def heatmap(
         f'<svg class="plot" role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
         f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
         f'<text x="{left + cols * cell_w / 2:.0f}" y="14" text-anchor="middle" class="label">{escape(col_title)}</text>',
-        f'<text x="8" y="{top + rows * cell_h / 2:.0f}" class="label">{escape(row_title)}</text>',
+        f'<text x="14" y="{middle:.0f}" text-anchor="middle" class="label" '
+        f'transform="rotate(-90 14 {middle:.0f})">'
+        f"{escape(fit_text(row_title, max(rows * cell_h, 40)))}</text>",
     ]
     for j, label in enumerate(col_labels):
         parts.append(
-            f'<text x="{left + j * cell_w + cell_w / 2:.0f}" y="{top - 6}" text-anchor="middle" class="tick">{escape(label)}</text>'
+            f'<text x="{left + j * cell_w + cell_w / 2:.0f}" y="{top - 6}" text-anchor="middle" class="tick">{escape(fit_text(label, cell_w - 4))}</text>'
         )
     for i, label in enumerate(row_labels):
         parts.append(
