@@ -444,18 +444,28 @@ def leaderboard_fetch_plugins(
     is_flag=True,
     help="Fetch every entry's logits blobs (hash-checked) and recheck the logit-mean fusions.",
 )
-def leaderboard_rebuild(leaderboard: Path, check: bool, with_logits: bool) -> None:
+@click.option(
+    "--no-cache",
+    is_flag=True,
+    help="Summarise every entry again, neither reading nor writing the build cache "
+    "(<leaderboard>/.cache/build or $FEWTRANS_BUILD_CACHE).",
+)
+def leaderboard_rebuild(leaderboard: Path, check: bool, with_logits: bool, no_cache: bool) -> None:
     """Derive leaderboard/index.json from the raw per-episode rows.
 
     Every accuracy and vote ensemble is recomputed from the rows in git; --with-logits
     also fetches every entry's logits blobs (hash-checked) and rechecks the logit-mean
-    fusions.
+    fusions. Entries whose files, frozen manifests and summary format have not changed
+    since the last build reuse their cached summaries (the same index); --check never
+    reads the cache: CI judges the store from the files alone.
     """
     from fewtrans_board.leaderboard.index import build_index, index_difference
     from fewtrans_board.leaderboard.store import LeaderboardStore, index_text
+    from fewtrans_board.leaderboard.summary_cache import SummaryCache, default_root
 
     store = LeaderboardStore(leaderboard)
-    index = build_index(store, with_logits=with_logits)
+    cache = SummaryCache(None if no_cache or check else default_root(store.root))
+    index = build_index(store, with_logits=with_logits, cache=cache)
     if check:
         if not store.index_path.is_file():
             raise click.ClickException(

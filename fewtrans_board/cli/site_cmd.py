@@ -33,10 +33,19 @@ def site_group() -> None:
     help="Also show these local result folders as unsubmitted entries (repeatable); "
     "unfinished runs and runs evaluated with --limit are left out, one line each.",
 )
+@click.option(
+    "--no-cache",
+    is_flag=True,
+    help="Summarise every entry again, neither reading nor writing the build cache "
+    "(<leaderboard>/.cache/build or $FEWTRANS_BUILD_CACHE).",
+)
 @pass_app
-def site_build(app: App, leaderboard: Path, out: Path, results: tuple[Path, ...]) -> None:
+def site_build(
+    app: App, leaderboard: Path, out: Path, results: tuple[Path, ...], no_cache: bool
+) -> None:
     """Render tables with CIs, significance flags, method and dataset pages, plots. No JS needed."""
     from fewtrans_board.leaderboard.runs import unshowable_run
+    from fewtrans_board.leaderboard.summary_cache import SummaryCache, default_root
     from fewtrans_board.results.load import find_runs
     from fewtrans_board.website.build import build_site
 
@@ -49,5 +58,6 @@ def site_build(app: App, leaderboard: Path, out: Path, results: tuple[Path, ...]
             shown.append(path)
         else:  # a table compares runs over every episode of the manifest
             click.echo(f"Warning: not shown: {reason}", err=True)
-    pages = build_site(leaderboard, out, app.registry, shown)
+    cache = SummaryCache(None if no_cache else default_root(leaderboard))
+    pages = build_site(leaderboard, out, app.registry, shown, cache=cache)
     click.echo(f"wrote {len(pages)} pages to {out}; open {out / 'index.html'}")

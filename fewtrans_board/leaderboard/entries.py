@@ -14,19 +14,25 @@ site shows of a run's dataset and manifest comes from the frozen manifest, not t
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fewtrans_board.core.errors import describe
+from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.columns import check_columns
 from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.leaderboard.label_index import LabelIndex, frozen_labels
 from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
 from fewtrans_board.leaderboard.rows import check_rows
 from fewtrans_board.leaderboard.runs import GIT_ONLY, fetching, load_checked_run
 from fewtrans_board.leaderboard.shapes import load_json
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
+from fewtrans_board.leaderboard.summary_cache import SummaryCache, entry_key
+from fewtrans_board.results.digest import RunDigest, digest_bytes, digest_of_bytes
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.provenance import EntryStatus
 from fewtrans_board.results.summary import summarize
@@ -37,13 +43,13 @@ class StoredRun:
     """One run of a stored entry, with what its frozen manifest says.
 
     Attributes:
-        run: the loaded, checked run.
+        run: the loaded, checked run, as builds keep it.
         manifest: the frozen manifest's file name.
         dataset: the frozen manifest's dataset.
         manifest_meta: the frozen manifest's metadata (fixes each k-shot episode's K, seed).
     """
 
-    run: RunResults
+    run: RunDigest
     manifest: str
     dataset: str
     manifest_meta: dict[str, Any]
@@ -106,6 +112,71 @@ def read_status(store: LeaderboardStore, ident: str) -> str:
     return str(read_status_record(store, ident)["status"])
 
 
+def _entry_shell(store: LeaderboardStore, ident: str) -> tuple[StoredEntry, BundleContents]:
+    """A stored entry without its runs, and its contents (files checked against the layout)."""
+    contents = store.entry_contents(ident)
+    if contents.meta.id != ident:
+        raise SubmissionError("bad-store-entry", f"its submission.toml has id {contents.meta.id!r}")
+    record = read_status_record(store, ident)
+    entry = StoredEntry(
+        ident,
+        contents.meta,
+        str(record["status"]),
+        contents.centre_search,
+        verification=record.get("verification"),
+    )
+    return entry, contents
+
+
+def _frozen_of(
+    frozen_manifests: Mapping[str, tuple[str, Any]], run: RunDigest | RunResults, where: str
+) -> tuple[str, Any]:
+    """The frozen manifest a run names: ``(file name, manifest)``, its dataset the run's.
+
+    Args:
+        frozen_manifests: ``{sha256: (file name, manifest or label index)}``.
+        run: the run.
+        where: how messages name the run.
+
+    Raises:
+        SubmissionError: ``unknown-manifest``, ``dataset-mismatch``.
+    """
+    frozen = frozen_manifests.get(run.provenance.manifest.sha256)
+    if frozen is None:
+        raise SubmissionError(
+            "unknown-manifest",
+            f"{where} was evaluated on manifest sha256 "
+            f"{run.provenance.manifest.sha256[:16]}..., which this store has not frozen",
+        )
+    filename, manifest = frozen
+    if run.dataset != manifest.dataset:
+        raise SubmissionError(
+            "dataset-mismatch",
+            f"{where} names dataset {run.dataset!r}, its frozen manifest "
+            f"{filename} is {manifest.dataset!r}'s",
+        )
+    return filename, manifest
+
+
+def _checked_run(
+    store: LeaderboardStore, path: Path, where: str, with_logits: bool
+) -> tuple[RunResults, str, Any]:
+    """Load one stored run and check it against its frozen manifest.
+
+    Returns:
+        ``(run, manifest file name, manifest)``.
+    """
+    run = load_checked_run(
+        path, where, intake=False, logits=fetching(store.blobs) if with_logits else GIT_ONLY
+    )
+    filename, manifest = _frozen_of(store.frozen, run, where)
+    check_columns(run, where, manifest.dataset)
+    # Every reader recomputes what it shows: accuracies and ensembles from the
+    # stored predictions (and, with the blobs, logits) against the frozen labels.
+    check_rows(run, manifest, list(run.provenance.identity.grid))
+    return run, filename, manifest
+
+
 def read_entry(store: LeaderboardStore, ident: str, with_logits: bool = False) -> StoredEntry:
     """Read a stored entry for the index or the site.
 
@@ -120,43 +191,12 @@ def read_entry(store: LeaderboardStore, ident: str, with_logits: bool = False) -
         SubmissionError: naming the entry and what is wrong with it.
     """
     with entry_errors(ident):
-        contents = store.entry_contents(ident)
-        if contents.meta.id != ident:
-            raise SubmissionError(
-                "bad-store-entry", f"its submission.toml has id {contents.meta.id!r}"
-            )
-        record = read_status_record(store, ident)
-        entry = StoredEntry(
-            ident,
-            contents.meta,
-            str(record["status"]),
-            contents.centre_search,
-            verification=record.get("verification"),
-        )
+        entry, contents = _entry_shell(store, ident)
         for path in contents.runs:
-            where = contents.name(path)
-            run = load_checked_run(
-                path, where, intake=False, logits=fetching(store.blobs) if with_logits else GIT_ONLY
+            run, filename, manifest = _checked_run(store, path, contents.name(path), with_logits)
+            entry.runs.append(
+                StoredRun(RunDigest.of(run), filename, manifest.dataset, manifest.meta)
             )
-            frozen = store.frozen.get(run.provenance.manifest.sha256)
-            if frozen is None:
-                raise SubmissionError(
-                    "unknown-manifest",
-                    f"{where} was evaluated on manifest sha256 "
-                    f"{run.provenance.manifest.sha256[:16]}..., which this store has not frozen",
-                )
-            filename, manifest = frozen
-            if run.dataset != manifest.dataset:
-                raise SubmissionError(
-                    "dataset-mismatch",
-                    f"{where} names dataset {run.dataset!r}, its frozen manifest "
-                    f"{filename} is {manifest.dataset!r}'s",
-                )
-            check_columns(run, where, manifest.dataset)
-            # Every reader recomputes what it shows: accuracies and ensembles from the
-            # stored predictions (and, with the blobs, logits) against the frozen labels.
-            check_rows(run, manifest, list(run.provenance.identity.grid))
-            entry.runs.append(StoredRun(run, filename, manifest.dataset, manifest.meta))
         return entry
 
 
@@ -236,17 +276,91 @@ def _check_no_foreign_folders(store: LeaderboardStore, idents: list[str]) -> Non
         )
 
 
-def load_entries(store: LeaderboardStore, with_logits: bool = False) -> Iterator[LoadedEntry]:
+def _run_manifests(paths: list[Path]) -> list[str]:
+    """The manifest sha256 each run's ``run.json`` names (``""`` where it names none)."""
+    shas = []
+    for path in paths:
+        identity = json.loads((path / "run.json").read_bytes()).get("identity", {})
+        shas.append(str(identity.get("manifest_sha256", "")))
+    return shas
+
+
+def summarise_runs(
+    store: LeaderboardStore, entry: StoredEntry, contents: BundleContents, with_logits: bool
+) -> list[dict[str, Any]]:
+    """Load, check and summarise every run of an entry (appended to ``entry.runs``).
+
+    Returns:
+        Each run's :func:`~fewtrans_board.results.summary.summarize` (the benchmark's
+        ``ddof``; dataset and manifest not yet set), aligned with ``entry.runs``.
+    """
+    ddof = SUB_BENCHMARKS[entry.meta.benchmark].statistic_ddof
+    summaries = []
+    for path in contents.runs:
+        run, filename, manifest = _checked_run(store, path, contents.name(path), with_logits)
+        summaries.append(summarize(run, ddof=ddof, manifest=manifest.meta))
+        entry.runs.append(StoredRun(RunDigest.of(run), filename, manifest.dataset, manifest.meta))
+    return summaries
+
+
+def _cache_key(store: LeaderboardStore, entry: StoredEntry, contents: BundleContents) -> str | None:
+    """The entry's summary key (:func:`entry_key`); ``None`` if its files cannot be hashed."""
+    try:
+        return entry_key(
+            [(contents.name(path), path) for path in contents.runs],
+            _run_manifests(contents.runs),
+            SUB_BENCHMARKS[entry.meta.benchmark].statistic_ddof,
+            f"entry={entry.id}",
+        )
+    except (OSError, ValueError, AttributeError, TypeError, RecursionError):
+        return None  # the uncached read names what is wrong
+
+
+def _cached_runs(
+    labels: Mapping[str, tuple[str, LabelIndex]],
+    entry: StoredEntry,
+    contents: BundleContents,
+    payload: bytes,
+) -> list[dict[str, Any]] | None:
+    """The entry's runs and summaries from a cached payload (``None``: unusable, recompute).
+
+    The checks that depend on more than the key (which frozen manifest each run names, and
+    that it is still frozen, with the run's dataset) are made again, as an uncached read
+    makes them.
+    """
+    try:
+        digests, summaries = digest_of_bytes(payload, list(contents.runs))
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+    for path, digest, summary in zip(contents.runs, digests, summaries, strict=True):
+        filename, manifest = _frozen_of(labels, digest, contents.name(path))
+        summary["path"] = str(path)
+        entry.runs.append(StoredRun(digest, filename, manifest.dataset, manifest.meta))
+    return summaries
+
+
+def load_entries(
+    store: LeaderboardStore, with_logits: bool = False, cache: SummaryCache | None = None
+) -> Iterator[LoadedEntry]:
     """Every stored submission, sorted by id, each run loaded once and summarised once.
 
     Entries are produced one at a time so a caller that keeps only the summaries never
     holds every run in memory at once; a caller that needs them twice keeps the list.
     ``with_logits`` fetches each entry's logits blobs and rechecks its logit-mean fusions
-    (see :func:`read_entry`); the summaries are the same either way.
+    (see :func:`read_entry`; never from the cache); the summaries are the same either way.
+
+    Args:
+        store: the store.
+        with_logits: fetch and check the logits blobs.
+        cache: the build cache of summaries (:mod:`~fewtrans_board.leaderboard.summary_cache`;
+            the commands pass the store's); ``None`` reads and writes none. A cached entry
+            gives exactly what an uncached read gives.
 
     Raises:
         SubmissionError: a stored entry is unreadable (named; nothing is skipped).
     """
+    if cache is None:
+        cache = SummaryCache(None)
     idents = store.submission_ids()
     _check_no_foreign_folders(store, idents)
     metas = {}
@@ -256,15 +370,26 @@ def load_entries(store: LeaderboardStore, with_logits: bool = False) -> Iterator
                 (store.submissions_dir / ident / "submission.toml").read_bytes()
             )
     superseded = _superseded(metas)
+    labels: dict[str, tuple[str, LabelIndex]] | None = None
     for ident in idents:
-        stored = read_entry(store, ident, with_logits)
-        ddof = SUB_BENCHMARKS[stored.meta.benchmark].statistic_ddof
+        with entry_errors(ident):
+            if labels is None:  # read once, where an uncached read first reads them
+                labels = frozen_labels(store.manifests_dir, cache)
+            stored, contents = _entry_shell(store, ident)
+            key = _cache_key(store, stored, contents) if cache.enabled and not with_logits else None
+            payload = cache.get(key) if key is not None else None
+            summaries = (
+                _cached_runs(labels, stored, contents, payload) if payload is not None else None
+            )
+            if summaries is None:
+                stored.runs.clear()
+                summaries = summarise_runs(store, stored, contents, with_logits)
+                if key is not None:
+                    cache.put(key, digest_bytes([r.run for r in stored.runs], summaries))
+            for item, summary in zip(stored.runs, summaries, strict=True):
+                summary.update(dataset=item.dataset, manifest=item.manifest)
         entry = LoadedEntry(
             ident, stored.meta, stored.status, stored, superseded_by=superseded.get(ident)
         )
-        with entry_errors(ident):
-            for item in stored.runs:
-                summary = summarize(item.run, ddof=ddof, manifest=item.manifest_meta)
-                summary.update(dataset=item.dataset, manifest=item.manifest)
-                entry.summaries.append(summary)
+        entry.summaries.extend(summaries)
         yield entry

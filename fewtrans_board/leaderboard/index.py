@@ -13,6 +13,7 @@ from typing import Any
 from fewtrans_board.leaderboard.entries import LoadedEntry, load_entries
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
+from fewtrans_board.leaderboard.summary_cache import SummaryCache
 
 VERIFIED_FIELDS = (
     "dataset",
@@ -64,6 +65,7 @@ def build_index(
     store: LeaderboardStore,
     entries: Iterable[LoadedEntry] | None = None,
     with_logits: bool = False,
+    cache: SummaryCache | None = None,
 ) -> dict[str, Any]:
     """Summaries of every stored submission, grouped by benchmark; deterministic.
 
@@ -74,11 +76,13 @@ def build_index(
             renders the site passes them, so no run is read twice); default: load them.
         with_logits: when loading them, fetch their logits blobs and recheck the logit-mean
             fusions (the index is the same either way).
+        cache: when loading them, the build cache of entry summaries (see
+            :func:`~fewtrans_board.leaderboard.entries.load_entries`; default none).
 
     Raises:
         SubmissionError: a stored entry is unreadable (named; nothing is skipped).
     """
-    loaded = load_entries(store, with_logits) if entries is None else entries
+    loaded = load_entries(store, with_logits, cache) if entries is None else entries
     submissions = [index_record(entry) for entry in loaded]
     return {
         "schema_version": 1,

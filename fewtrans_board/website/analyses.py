@@ -12,13 +12,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from markupsafe import Markup
 
 from fewtrans_board.analysis.plots import layer_lines, scatter
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.website.views import BenchmarkView
+
+if TYPE_CHECKING:
+    from fewtrans_board.results.load import RunResults
 
 STORED = ("delta-w", "cka", "zipf")
 
@@ -39,8 +42,9 @@ def _sensitivity(view: BenchmarkView) -> AnalysisSection | None:
     from fewtrans_board.analysis.sensitivity import sensitivity_points, sensitivity_report
 
     method_runs = [r for m in view.methods for r in m.runs.values()]
-    runs = [r.run for r in method_runs]
     summaries = [r.summary for r in method_runs]  # summarised once, when the run was loaded
+    # Given the summaries, the analysis counts the runs and reads nothing else of them.
+    runs = cast("list[RunResults]", [r.run for r in method_runs])
     points = sensitivity_points(runs, summaries)
     if len(points) < 3:
         return None

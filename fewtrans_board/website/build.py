@@ -13,8 +13,10 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from fewtrans_board import __version__
 from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, get_hpe_protocol
 from fewtrans_board.leaderboard.entries import entry_errors, load_entries
+from fewtrans_board.leaderboard.label_index import frozen_labels
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import CLIP_SETTINGS
+from fewtrans_board.leaderboard.summary_cache import SummaryCache
 from fewtrans_board.leaderboard.table import (
     CSV_NAME,
     PARQUET_NAME,
@@ -70,9 +72,8 @@ def _heatmaps(run: MethodRun) -> list[dict[str, Any]]:
     roles = run.roles
     if not roles:
         return []
-    _, matrix, configs = run.run.config_matrix()
-    means = np.nanmean(matrix, axis=0)
-    points = [json.loads(c) for c in configs]
+    means = run.run.config_means
+    points = [json.loads(c) for c in run.run.config_names]
     protocol = get_hpe_protocol(run.run.provenance.hpe.name)
     axes = protocol.axes_for(run.run.provenance.adapter.centre, roles)
     names = list(axes)
@@ -191,6 +192,7 @@ def build_site(
     local_runs: list[Path] | None = None,
     oracle_check: dict[str, Any] | None = None,
     base_url: str | None = None,
+    cache: SummaryCache | None = None,
 ) -> list[Path]:
     """Build the static site for a leaderboard store into ``out``.
 
@@ -210,6 +212,8 @@ def build_site(
             ``oracle-check.html``.
         base_url: the site's address, for the badge Markdown on method pages; ``None``
             reads ``$FEWTRANS_SITE_URL`` (unset: relative links).
+        cache: the build cache of entry summaries (``site build`` passes the store's;
+            default none: every entry is summarised again); the pages are the same either way.
 
     Returns:
         The written HTML pages.
@@ -220,8 +224,9 @@ def build_site(
     """
     base = site_url(base_url)
     store = LeaderboardStore(leaderboard)
-    stored = list(load_entries(store))  # one load: the pages and the leaderboard files
-    data = build_site_data(store, local_runs, stored)
+    stored = list(load_entries(store, cache=cache))  # one load: the pages and the leaderboard files
+    labels = frozen_labels(store.manifests_dir, cache)
+    data = build_site_data(store, local_runs, stored, labels)
     files = site_files_dir()
     env = environment(files / "templates")
     out.mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,6 @@ from fewtrans_board.analysis.svg import (
     text_width,
     ticks_with_text,
 )
-from fewtrans_board.results.schema import CONFIG_KIND
 from fewtrans_board.website.downloads import Download
 from fewtrans_board.website.views import BenchmarkView, MethodRun, MethodView, ProtocolSection
 
@@ -93,15 +92,7 @@ class EntryCost:
 
 def _episode_seconds(run: MethodRun) -> tuple[np.ndarray, int]:
     """Per episode, the recorded seconds summed over its configurations; the grid's size."""
-    table = run.run
-    mask = (table.column("kind") == CONFIG_KIND) & (table.column("split") == "base")
-    episodes = table.column("episode")[mask]
-    seconds = table.column("seconds")[mask].astype(float)
-    configurations = len(np.unique(table.column("config_index")[mask]))
-    unique, inverse = np.unique(episodes, return_inverse=True)
-    sums = np.zeros(len(unique))
-    np.add.at(sums, inverse, seconds)
-    return sums, max(configurations, 1)
+    return run.run.episode_seconds, run.run.configurations
 
 
 def _batching(run: MethodRun) -> str:

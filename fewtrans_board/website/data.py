@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from fewtrans_board.core.errors import describe
 from fewtrans_board.leaderboard.entries import LoadedEntry, entry_errors, load_entries
 from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.leaderboard.label_index import LabelIndex, frozen_labels
 from fewtrans_board.leaderboard.meta import SubmissionMeta
 from fewtrans_board.leaderboard.runs import load_checked_run
 from fewtrans_board.leaderboard.store import LeaderboardStore
@@ -18,6 +19,7 @@ from fewtrans_board.leaderboard.sub_benchmarks import (
     statistic_ddof_of_run,
 )
 from fewtrans_board.leaderboard.table import column_keys
+from fewtrans_board.results.digest import RunDigest
 from fewtrans_board.results.load import find_runs
 from fewtrans_board.results.summary import summarize
 from fewtrans_board.stats.bootstrap import (
@@ -134,7 +136,7 @@ def local_methods(run_dirs: list[Path], datasets: dict[str, str] | None = None) 
             ident, MethodView(ident, meta, "local", None, run.provenance.centre_search)
         )
         view.runs[key] = MethodRun.of(
-            run,
+            RunDigest.of(run),
             manifest,
             summarize(run, ddof=statistic_ddof_of_run(run.provenance.manifest.to_json())),
         )
@@ -262,6 +264,7 @@ def build_site_data(
     store: LeaderboardStore,
     local_runs: list[Path] | None = None,
     entries: Iterable[LoadedEntry] | None = None,
+    labels: Mapping[str, tuple[str, LabelIndex]] | None = None,
 ) -> SiteData:
     """Derive tables, comparisons and dataset views of every submission (plus local runs).
 
@@ -274,16 +277,19 @@ def build_site_data(
         local_runs: result folders to show as unsubmitted local entries.
         entries: the store's entries as already loaded by
             :func:`~fewtrans_board.leaderboard.entries.load_entries`; default: load them.
+        labels: the store's frozen manifests as label indexes
+            (:func:`~fewtrans_board.leaderboard.label_index.frozen_labels`); default: read them.
 
     Raises:
         SubmissionError: a stored entry or local run is unreadable (named).
     """
     loaded = load_entries(store) if entries is None else entries
-    of_manifest = {name: manifest.dataset for name, manifest in store.frozen.values()}
+    frozen = frozen_labels(store.manifests_dir) if labels is None else labels
+    of_manifest = {name: manifest.dataset for name, manifest in frozen.values()}
     local = local_methods(local_runs, of_manifest) if local_runs else []
     methods = _stored_methods(loaded, of_manifest) + local
     reported = load_reported(store)
-    profiles = EpisodeProfiles(store.frozen)
+    profiles = EpisodeProfiles(frozen)
     views = []
     datasets_index: dict[str, list[tuple[BenchmarkView, MethodView, str]]] = {}
     for name, benchmark in SUB_BENCHMARKS.items():

@@ -176,7 +176,7 @@ def _columns(
         runs = [m.runs.get(d) for m in section.methods]
         if any(r is None for r in runs):
             continue
-        episodes = [r.run.config_matrix()[0] for r in runs if r is not None]
+        episodes = [r.run.episodes for r in runs if r is not None]
         shared = sorted(set.intersection(*(set(e.tolist()) for e in episodes)))
         if not shared:
             continue

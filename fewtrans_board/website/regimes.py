@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fewtrans_board.episodes.manifest import Manifest
+from fewtrans_board.leaderboard.label_index import LabelIndex
 from fewtrans_board.leaderboard.sub_benchmarks import SubBenchmark
 from fewtrans_board.stats.bootstrap import averages_and_ranks, holm_paired, pool, tied_with_best
 from fewtrans_board.stats.intervals import mean_ci
@@ -133,8 +134,14 @@ class EpisodeProfile:
     shots: dict[int, int]
 
     @classmethod
-    def of(cls, manifest: Manifest) -> EpisodeProfile:
+    def of(cls, manifest: Manifest | LabelIndex) -> EpisodeProfile:
         """Read from the manifest's support items (see :func:`shot_count`)."""
+        if isinstance(manifest, LabelIndex):
+            index = [int(i) for i in manifest.index]
+            return cls(
+                dict(zip(index, (int(w) for w in manifest.ways), strict=True)),
+                dict(zip(index, (shot_count(s.tolist()) for s in manifest.shots()), strict=True)),
+            )
         episodes = manifest.episodes()
         return cls(
             {e.index: e.ways for e in episodes},
@@ -151,10 +158,11 @@ class EpisodeProfiles:
     """Profiles of a store's frozen manifests by content sha256, each read once, on demand.
 
     Args:
-        frozen: ``LeaderboardStore.frozen`` (``{sha256: (file name, manifest)}``).
+        frozen: ``{sha256: (file name, manifest)}``: ``LeaderboardStore.frozen``, or the
+            label indexes of :func:`~fewtrans_board.leaderboard.label_index.frozen_labels`.
     """
 
-    def __init__(self, frozen: Mapping[str, tuple[str, Manifest]]) -> None:
+    def __init__(self, frozen: Mapping[str, tuple[str, Manifest | LabelIndex]]) -> None:
         self._frozen = frozen
         self._profiles: dict[str, EpisodeProfile] = {}
 
@@ -314,7 +322,7 @@ def regime_views(
             if profile is None:
                 lacking.append(f"{method.id} ({run.manifest})")
                 continue
-            indices, _, _ = run.run.config_matrix()
+            indices = run.run.episodes
             episodes[method.id, column] = indices
             for dimension in ("shots", "ways"):
                 counts[method.id, column, dimension] = profile.counts(dimension, indices)

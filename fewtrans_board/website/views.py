@@ -11,7 +11,7 @@ from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.hpe.protocols import get_hpe_protocol
 from fewtrans_board.leaderboard.meta import SubmissionMeta
 from fewtrans_board.leaderboard.sub_benchmarks import SubBenchmark
-from fewtrans_board.results.load import RunResults
+from fewtrans_board.results.digest import RunDigest
 from fewtrans_board.results.per_shot import PerShot, per_shot, shot_seed_pairs
 from fewtrans_board.stats.bootstrap import BootstrapCI
 from fewtrans_board.stats.intervals import MeanCI
@@ -28,7 +28,7 @@ class MethodRun:
     Attributes:
         dataset: the dataset (the frozen manifest's, for stored entries).
         manifest: the frozen manifest's file name.
-        run: the loaded run.
+        run: the loaded run's digest (its per-episode arrays and provenance).
         aggregations: per-episode base accuracy of every aggregation.
         summary: the run's summary.
         novel: base-to-novel runs: per-episode novel accuracy of every aggregation.
@@ -37,7 +37,7 @@ class MethodRun:
 
     dataset: str
     manifest: str
-    run: RunResults
+    run: RunDigest
     aggregations: dict[str, np.ndarray]
     summary: dict[str, Any]
     novel: dict[str, np.ndarray] = field(default_factory=dict)
@@ -46,7 +46,7 @@ class MethodRun:
     @classmethod
     def of(
         cls,
-        run: RunResults,
+        run: RunDigest,
         manifest: str,
         summary: dict[str, Any],
         manifest_meta: dict[str, Any] | None = None,
@@ -75,8 +75,7 @@ class MethodRun:
         """Per-K results of an aggregation (k-shot runs), else ``None``."""
         if self.pairs is None:
             return None
-        episodes, _, _ = self.run.config_matrix()
-        return per_shot(episodes, self.aggregations[aggregation], self.pairs)
+        return per_shot(self.run.episodes, self.aggregations[aggregation], self.pairs)
 
 
 def protocol_description(name: str) -> str:

@@ -1,0 +1,273 @@
+"""The build cache of entry summaries: same results as without it, never trusted past its key."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fewtrans_board.leaderboard import entries as entries_module
+from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.leaderboard.index import build_index
+from fewtrans_board.leaderboard.store import LeaderboardStore, index_text
+from fewtrans_board.leaderboard.summary_cache import MAGIC, SummaryCache, entry_key
+
+ROOT = Path(__file__).resolve().parents[1]
+ENTRY = "finetune--demo-cnn"
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> Path:
+    """A copy of the committed store (never written in place)."""
+    target = tmp_path / "leaderboard"
+    shutil.copytree(ROOT / "leaderboard", target, ignore=shutil.ignore_patterns(".cache"))
+    return target
+
+
+@pytest.fixture
+def summarised(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """How many times each entry's runs were loaded and summarised (not read from the cache)."""
+    counts: Counter[str] = Counter()
+    original = entries_module.summarise_runs
+
+    def counting(store: Any, entry: Any, contents: Any, with_logits: bool) -> Any:
+        counts[entry.id] += 1
+        return original(store, entry, contents, with_logits)
+
+    monkeypatch.setattr(entries_module, "summarise_runs", counting)
+    return counts
+
+
+def rebuilt(store_dir: Path, cache: SummaryCache | None = None) -> str:
+    """The index of the store as ``index.json`` would hold it (a fresh store object)."""
+    return index_text(build_index(LeaderboardStore(store_dir), cache=cache))
+
+
+def first_shard(store_dir: Path, ident: str = ENTRY) -> Path:
+    return sorted((store_dir / "results" / ident).rglob("shard-*.parquet"))[0]
+
+
+def reseal_with_other_seconds(path: Path) -> None:
+    """Rewrite a stored shard with its recorded seconds doubled, sealed again (still valid)."""
+    import pyarrow as pa
+
+    from fewtrans_board.results.shards import read_shard, seal_table, write_table
+
+    table, meta = read_shard(path)
+    index = table.column_names.index("seconds")
+    config = np.asarray(table.column("kind").cast(pa.string())) == "config"
+    values = np.asarray(table.column("seconds"))
+    seconds = pa.array(np.where(config, values * 2 + 1, values), type=table.schema[index].type)
+    write_table(path, seal_table(table.set_column(index, "seconds", seconds), meta))
+
+
+def test_cached_and_uncached_builds_give_the_same_index_and_pages(
+    store_dir: Path, tmp_path: Path, summarised: Counter[str]
+) -> None:
+    from fewtrans_board.website.build import build_site
+
+    cache = SummaryCache(tmp_path / "cache")
+    uncached = rebuilt(store_dir)
+    ids = LeaderboardStore(store_dir).submission_ids()
+    assert summarised == dict.fromkeys(ids, 1)
+    assert rebuilt(store_dir, cache) == uncached  # cold: computes and writes
+    assert summarised == dict.fromkeys(ids, 2)
+    assert rebuilt(store_dir, cache) == uncached  # warm: reads only
+    assert summarised == dict.fromkeys(ids, 2)
+    build_site(store_dir, tmp_path / "plain")
+    build_site(store_dir, tmp_path / "cached", cache=cache)
+    assert summarised == dict.fromkeys(ids, 3)  # the site's cached build summarised nothing
+    plain = {p.relative_to(tmp_path / "plain"): p for p in (tmp_path / "plain").rglob("*")}
+    cached = {p.relative_to(tmp_path / "cached"): p for p in (tmp_path / "cached").rglob("*")}
+    assert plain.keys() == cached.keys()
+    for name, path in plain.items():
+        if path.is_file():
+            assert path.read_bytes() == cached[name].read_bytes(), name
+
+
+def test_a_resealed_shard_recomputes_its_entry_only(
+    store_dir: Path, tmp_path: Path, summarised: Counter[str]
+) -> None:
+    from fewtrans_board.website.build import build_site
+
+    cache = SummaryCache(tmp_path / "cache")
+    rebuilt(store_dir, cache)
+    summarised.clear()
+    reseal_with_other_seconds(first_shard(store_dir))
+    cached = rebuilt(store_dir, cache)
+    assert summarised == {ENTRY: 1}
+    assert cached == rebuilt(store_dir)
+    summarised.clear()
+    build_site(store_dir, tmp_path / "plain")
+    build_site(store_dir, tmp_path / "cached", cache=cache)
+    page = f"method-{ENTRY}.html"
+    assert (tmp_path / "plain" / page).read_bytes() == (tmp_path / "cached" / page).read_bytes()
+    assert summarised[ENTRY] == 1  # only the uncached build: the cached one reused it
+
+
+def test_a_damaged_shard_is_refused_even_with_a_warm_cache(store_dir: Path, tmp_path: Path) -> None:
+    cache = SummaryCache(tmp_path / "cache")
+    rebuilt(store_dir, cache)
+    shard = first_shard(store_dir)
+    shard.write_bytes(shard.read_bytes()[:-100])  # its footer cut off
+    with pytest.raises(SubmissionError) as uncached:
+        rebuilt(store_dir)
+    with pytest.raises(SubmissionError) as cached:
+        rebuilt(store_dir, cache)
+    assert ENTRY in str(cached.value)
+    assert str(cached.value) == str(uncached.value)
+
+
+def test_a_changed_manifest_changes_the_key_and_is_refused_like_uncached(
+    store_dir: Path, tmp_path: Path
+) -> None:
+    runs = [("results/run", first_shard(store_dir).parents[1])]
+    assert entry_key(runs, ["a" * 64], 1) != entry_key(runs, ["b" * 64], 1)
+    assert entry_key(runs, ["a" * 64], 1) != entry_key(runs, ["a" * 64], 0)
+    cache = SummaryCache(tmp_path / "cache")
+    rebuilt(store_dir, cache)
+    store = LeaderboardStore(store_dir)
+    sha = store.frozen and next(
+        s for s, (name, _) in store.frozen.items() if name.endswith("--digits.parquet")
+    )
+    name = store.frozen[sha][0]
+    for path in store.manifests_dir.glob(f"{name}*"):
+        path.unlink()  # the frozen manifest is gone: its runs name an unknown manifest
+    with pytest.raises(SubmissionError) as uncached:
+        rebuilt(store_dir)
+    with pytest.raises(SubmissionError) as cached:
+        rebuilt(store_dir, cache)
+    assert uncached.value.code == "unknown-manifest"
+    assert str(cached.value) == str(uncached.value)
+
+
+def cache_files(cache: SummaryCache) -> list[Path]:
+    assert cache.root is not None
+    return sorted((cache.root / cache.folder).rglob("*.bin"))
+
+
+def forged(payload: bytes) -> bytes:
+    """The payload with every run's headline mean and per-episode accuracies moved."""
+    import io
+    import json
+
+    with np.load(io.BytesIO(payload)) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    records = json.loads(arrays["records"].tobytes())
+    for record in records:
+        record["extra"]["aggregations"]["hpe"]["mean"] = 99.0
+    arrays["records"] = np.frombuffer(json.dumps(records).encode(), dtype=np.uint8)
+    for name in arrays:
+        if "/base/" in name:
+            arrays[name] = np.full_like(arrays[name], 99.0)
+    out = io.BytesIO()
+    np.savez(out, **arrays)  # type: ignore[arg-type]
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("damage", ["forged-payload", "truncated", "header", "other-key"])
+def test_a_tampered_cache_file_is_detected_and_recomputed(
+    store_dir: Path, tmp_path: Path, summarised: Counter[str], damage: str
+) -> None:
+    from fewtrans_board.website.build import build_site
+
+    cache = SummaryCache(tmp_path / "cache")
+    expected = rebuilt(store_dir, cache)
+    build_site(store_dir, tmp_path / "plain")
+    summarised.clear()
+    ids = LeaderboardStore(store_dir).submission_ids()
+    files = cache_files(cache)
+    assert len(files) == len(ids)
+    for i, path in enumerate(files):
+        data = path.read_bytes()
+        header, _, payload = data[len(MAGIC) :].partition(b"\n")
+        if damage == "forged-payload":  # the payload edited, its recorded hash left
+            path.write_bytes(MAGIC + header + b"\n" + forged(payload))
+        elif damage == "truncated":
+            path.write_bytes(data[: len(data) // 2])
+        elif damage == "header":
+            path.write_bytes(MAGIC + b"{not json\n" + payload)
+        else:  # a valid file of another entry under this one's name
+            other = files[(i + 1) % len(files)].read_bytes() if i == 0 else data
+            path.write_bytes(other)
+    assert rebuilt(store_dir, cache) == expected
+    if damage == "other-key":
+        assert sum(summarised.values()) == 1  # the one file replaced
+    else:
+        assert summarised == dict.fromkeys(ids, 1)
+    build_site(store_dir, tmp_path / "cached", cache=cache)
+    for page in (tmp_path / "plain").glob("*.html"):
+        assert page.read_bytes() == (tmp_path / "cached" / page.name).read_bytes(), page.name
+
+
+def test_adding_one_entry_summarises_only_that_entry(
+    store_dir: Path, tmp_path: Path, summarised: Counter[str]
+) -> None:
+    cache = SummaryCache(tmp_path / "cache")
+    rebuilt(store_dir, cache)
+    summarised.clear()
+    clone = "finetune--demo-cnn-again"
+    shutil.copytree(store_dir / "submissions" / ENTRY, store_dir / "submissions" / clone)
+    toml = store_dir / "submissions" / clone / "submission.toml"
+    toml.write_text(toml.read_text().replace(f'id = "{ENTRY}"', f'id = "{clone}"'))
+    shutil.copytree(store_dir / "results" / ENTRY, store_dir / "results" / clone)
+    cached = rebuilt(store_dir, cache)
+    assert summarised == {clone: 1}
+    assert cached == rebuilt(store_dir)
+    summarised.clear()
+    rebuilt(store_dir, cache)
+    assert not summarised
+
+
+def test_without_a_folder_the_cache_reads_and_writes_nothing(tmp_path: Path) -> None:
+    cache = SummaryCache(None)
+    cache.put("ab" * 32, b"payload")
+    assert cache.get("ab" * 32) is None
+    assert not cache.enabled
+    real = SummaryCache(tmp_path / "c")
+    real.put("ab" * 32, b"payload")
+    assert real.get("ab" * 32) == b"payload"
+    assert real.get("cd" * 32) is None
+
+
+def test_the_label_index_is_what_the_manifest_says(tmp_path: Path) -> None:
+    from fewtrans_board.episodes.manifest import Manifest
+    from fewtrans_board.leaderboard.label_index import frozen_labels, label_index
+
+    cache = SummaryCache(tmp_path / "cache")
+    folder = ROOT / "leaderboard" / "manifests"
+    cold = frozen_labels(folder, cache)
+    warm = frozen_labels(folder, cache)
+    assert cold.keys() == warm.keys() and len(cold) >= 3
+    for path in sorted(folder.glob("*.parquet")):
+        manifest = Manifest.load(path)
+        episodes = manifest.episodes()
+        for index in (cold[manifest.sha256][1], warm[manifest.sha256][1], label_index(path)):
+            assert index.sha256 == manifest.sha256
+            assert index.dataset == manifest.dataset
+            assert index.meta == manifest.meta
+            assert index.index.tolist() == [e.index for e in episodes]
+            assert index.stream_index.tolist() == [e.stream_index for e in episodes]
+            assert index.ways.tolist() == [e.ways for e in episodes]
+            assert [s.tolist() for s in index.shots()] == [e.shots() for e in episodes]
+            assert [q.tolist() for q in index.query_labels()] == [
+                [label for _, label in e.query] for e in episodes
+            ]
+
+
+def test_a_tampered_label_index_is_not_used(tmp_path: Path) -> None:
+    from fewtrans_board.episodes.manifest import Manifest
+    from fewtrans_board.leaderboard.label_index import label_index
+
+    cache = SummaryCache(tmp_path / "cache")
+    path = sorted((ROOT / "leaderboard" / "manifests").glob("*.parquet"))[0]
+    label_index(path, cache)
+    (stored,) = cache_files(cache.sibling("labels"))
+    data = stored.read_bytes()
+    stored.write_bytes(data[:-200] + bytes(200))  # the payload damaged, its hash left
+    again = label_index(path, cache)
+    assert again.ways.tolist() == [e.ways for e in Manifest.load(path).episodes()]
