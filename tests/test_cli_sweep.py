@@ -216,6 +216,8 @@ BASELINES: dict[str, tuple[str, str]] = {
     ),
     "leaderboard rebuild": ("", "--leaderboard {root}/store --check"),
     "leaderboard migrate-blobs": ("", "--leaderboard {root}/store"),
+    "leaderboard export-blobs": ("sweep-entry", "--leaderboard {root}/store --to {root}/new"),
+    "leaderboard publish-blobs": ("", "--repo {root}/repo --store leaderboard --since HEAD"),
     "sub-benchmarks": ("", ""),
     "compare": ("{root}/runs/a {root}/runs/b", "--seed 0"),
     "site build": ("", "--leaderboard {root}/store --out {root}/new --results {root}/runs/a"),
@@ -308,6 +310,13 @@ def free_text_values(ws: Workspace) -> dict[str, list[str]]:
         "verification_seed": ["0", "x" * 16, "0" * 129, ""],
         "secret": ["FEWTRANS_SWEEP_UNSET_VARIABLE", ""],
         "find_links": [ws.path("nothing")],
+        # blob locations: a folder or an fsspec URL; one to read from must exist
+        "blobs_to": ["", "no-such-scheme://x", "://x", ws.path("file.txt")],
+        "to_location": ["", "no-such-scheme://x", ws.path("file.txt")],
+        "blobs_from": ["", ws.path("nothing"), "no-such-scheme://x", ws.path("file.txt")],
+        "from_location": ["", ws.path("nothing"), "no-such-scheme://x"],
+        "since": ["no-such-ref"],
+        "entries": ["no-such-id", "../escape"],
     }
 
 

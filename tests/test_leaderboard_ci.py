@@ -74,3 +74,54 @@ def test_committed_leaderboard_is_valid_and_its_index_current(invoke) -> None:  
         assert result.exit_code == 0, (ident, result.output)
     result = invoke(["leaderboard", "rebuild", "--check", "--leaderboard", str(store)])
     assert result.exit_code == 0, result.output
+
+
+def workflow_jobs() -> dict[str, dict]:  # type: ignore[type-arg]
+    import yaml
+
+    return yaml.safe_load(WORKFLOW.read_text())["jobs"]
+
+
+def test_only_the_publish_job_holds_blob_credentials_and_nothing_reaches_a_shell() -> None:
+    jobs = workflow_jobs()
+    publish = jobs["publish-blobs"]
+    # Runs on a push to main only, on main's code, in its own environment.
+    assert publish["if"] == "github.event_name == 'push'" and "environment" in publish
+    assert publish["permissions"] == {"contents": "read"}
+    text = json.dumps(publish)
+    assert "secrets.BLOBS_" in text and "pull_request" not in text
+    for name, job in jobs.items():
+        secrets = set(re.findall(r"secrets\.(\w+)", json.dumps(job)))
+        allowed = {"VERIFY_SECRET"} if name == "check-submissions" else set()
+        if name == "publish-blobs":
+            allowed = {
+                "BLOBS_AWS_ACCESS_KEY_ID",
+                "BLOBS_AWS_SECRET_ACCESS_KEY",
+                "BLOBS_WRITE_TOKEN",
+            }
+        assert secrets <= allowed, (name, secrets)
+        for step in job["steps"]:
+            # Nothing a pull request writes (its body, branch name, a file's content) is
+            # interpolated into a script: values reach commands through env or as files.
+            for expression in re.findall(r"\$\{\{(.*?)\}\}", step.get("run", "")):
+                assert expression.strip() == "github.event.pull_request.base.sha", (name, step)
+    # The site is built from git alone: no blob is fetched, no credential held.
+    deploy = json.dumps(jobs["deploy-site"])
+    assert "--with-logits" not in deploy and "secrets." not in deploy
+    check = jobs["check-submissions"]["steps"]
+    assert "blob-sources" in WORKFLOW.read_text() and "--blobs-from" not in json.dumps(check)
+    assert all(p in WORKFLOW.read_text() for p in ("leaderboard/blob-sources/**", "blobs.toml"))
+
+
+@pytest.mark.slow  # git
+def test_the_publish_step_runs_on_a_store_keeping_blobs_in_git(invoke) -> None:  # type: ignore[no-untyped-def]
+    """The publish step's command line, as the job runs it, on this repository's store."""
+    (step,) = [
+        s for s in workflow_jobs()["publish-blobs"]["steps"] if "publish-blobs" in s.get("run", "")
+    ]
+    words = step["run"].split()
+    start = next(i for i, w in enumerate(words) if w.endswith("/fewtrans-board"))
+    args = words[start + 1 :]
+    args = [str(ROOT) if a == "." else "HEAD" if a == '"$SINCE"' else a for a in args]
+    result = invoke(args)
+    assert result.exit_code == 0 and "nothing to publish" in result.output, result.output

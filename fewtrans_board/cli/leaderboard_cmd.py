@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from fewtrans_board.cli.groups import OutputPath, echo_json, echo_table
+from fewtrans_board.cli.blob_cmds import leaderboard_export_blobs, leaderboard_publish_blobs
+from fewtrans_board.cli.groups import OutputPath, echo_json
+from fewtrans_board.cli.pr_options import BlobLocation, check_store_folder, pull_request_options
+from fewtrans_board.cli.reports import print_validation, print_verification
 from fewtrans_board.cli.store_options import (
     leaderboard_option,
     verification_from,
@@ -119,31 +121,7 @@ def submission_validate(bundle: Path, leaderboard: Path, as_json: bool) -> None:
         report = validate_bundle(bundle, LeaderboardStore(leaderboard))
     except SubmissionError as exc:
         _fail(exc, as_json)
-    _print_validation(report.to_dict(), as_json)
-
-
-def _print_validation(report: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        echo_json({"ok": True, **report})
-        return
-    sub = report["submission"]
-    click.echo(
-        f"valid: {sub['id']} ({sub['adapter']} on {sub['model']}, benchmark {sub['benchmark']})"
-    )
-    for check in report["checks"]:
-        click.echo(f"  ok  {check}")
-    echo_table(
-        ["dataset", "episodes", "configs", "HPE % (95% CI)"],
-        [
-            [
-                r["dataset"],
-                r["episodes"],
-                r["configurations"],
-                f"{r['hpe']['mean']:.2f} ± {r['hpe']['ci95']:.2f}",
-            ]
-            for r in report["runs"]
-        ],
-    )
+    print_validation(report.to_dict(), as_json)
 
 
 @submission_group.command("verify")
@@ -166,45 +144,7 @@ def submission_verify(bundle: Path, leaderboard: Path, as_json: bool, **options:
         report = verify_bundle(bundle, LeaderboardStore(leaderboard), verification.options)
     except SubmissionError as exc:
         _fail(exc, as_json)
-    _print_verification(report, as_json)
-
-
-def _print_verification(report: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        echo_json({"ok": True, **report})
-        return
-    click.echo(
-        f"verified {report['submission']} (seed {report['seed'][:16]}..., "
-        f"{report['seed_source']}; {report['isolation']} worker)"
-    )
-    echo_table(
-        [
-            "dataset",
-            "mode",
-            "re-run",
-            "claimed",
-            "re-run acc",
-            "claimed - re-run (95% bound)",
-            "catches 5% forgery",
-        ],
-        [
-            [
-                d["dataset"],
-                d["mode"],
-                f"{d['rerun_episodes']} of {d['episodes']}",
-                f"{d['claimed_on_rerun_episodes']:.2f}",
-                f"{d['rerun_accuracy']:.2f}",
-                "identical"
-                if d["mode"] == "exact"
-                else f"{d['difference']:+.2f} (<= {d['difference_bound']:+.2f})"
-                if d["difference_bound"] is not None
-                else f"{d['difference']:+.2f}",
-                f"{d['catch_probability']:.3f}",
-            ]
-            for d in report["datasets"]
-        ],
-    )
-    click.echo(f"reproduce with: {report['reproduce']}")
+    print_verification(report, as_json)
 
 
 @click.group("leaderboard")
@@ -220,26 +160,41 @@ def leaderboard_group() -> None:
     switch="--unsafe-no-verify",
     switch_help="UNSAFE: store the entry without re-running it; it is listed as not verified.",
 )
-def leaderboard_add(bundle: Path, leaderboard: Path, as_json: bool, **options: Any) -> None:
+@click.option(
+    "--blobs-to",
+    type=BlobLocation(exists=False),
+    default=None,
+    help="Write the entry's logits blobs here, not to the store's blob location (a staging "
+    "folder or URL you can write, for a pull request to a store keeping blobs at a URL).",
+)
+def leaderboard_add(
+    bundle: Path, leaderboard: Path, as_json: bool, blobs_to: str | None, **options: Any
+) -> None:
     """Validate and verify a bundle, then merge it into the store. Entries are immutable."""
+    from fewtrans_board.leaderboard.blob_flow import note_for_staging
     from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import add_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
+    from fewtrans_board.results.blobs import BlobStore
 
     verification = verification_from(options)
+    store = LeaderboardStore(leaderboard)
+    staging = None if blobs_to is None else BlobStore(blobs_to)
     try:
-        result = add_bundle(bundle, LeaderboardStore(leaderboard), verification)
+        result = add_bundle(bundle, store, verification, staging)
     except SubmissionError as exc:
         _fail(exc, as_json)
     status = "validated" if result.verification is None else "verified"
     ident = result.validation.meta.id
+    if blobs_to is not None:
+        click.echo(note_for_staging(store.root, ident, blobs_to), err=True)
     if as_json:
         echo_json({"ok": True, "id": ident, "status": status, "verification": result.verification})
     else:
         if result.verification is None:
             click.echo("Warning: stored without verification (--unsafe-no-verify)", err=True)
         else:
-            _print_verification(result.verification, as_json=False)
+            print_verification(result.verification, as_json=False)
         click.echo(f"added {ident} ({status}) to {leaderboard}; index rebuilt")
 
 
@@ -256,8 +211,19 @@ def leaderboard_add(bundle: Path, leaderboard: Path, as_json: bool, **options: A
     is_flag=True,
     help="Fetch the entry's logits blobs (hash-checked) and recheck its logit-mean fusions.",
 )
+@click.option(
+    "--blobs-from",
+    type=BlobLocation(exists=True),
+    default=None,
+    help="Fetch the blobs from here, e.g. where a pull request stages them (implies --with-logits).",
+)
 def leaderboard_check(
-    ident: str, leaderboard: Path, as_json: bool, with_logits: bool, **options: Any
+    ident: str,
+    leaderboard: Path,
+    as_json: bool,
+    with_logits: bool,
+    blobs_from: str | None,
+    **options: Any,
 ) -> None:
     """Re-validate (and with --verify re-run) a stored entry; writes nothing.
 
@@ -267,48 +233,22 @@ def leaderboard_check(
     from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import check_entry
     from fewtrans_board.leaderboard.store import LeaderboardStore
+    from fewtrans_board.results.blobs import BlobStore
 
     verification = verification_from(options)
+    source = None if blobs_from is None else BlobStore(blobs_from)
     try:
-        result = check_entry(ident, LeaderboardStore(leaderboard), verification, with_logits)
+        result = check_entry(
+            ident, LeaderboardStore(leaderboard), verification, with_logits, source
+        )
     except SubmissionError as exc:
         _fail(exc, as_json)
     if as_json:
         echo_json({"ok": True, **result.to_dict()})
         return
-    _print_validation(result.validation.to_dict(), as_json=False)
+    print_validation(result.validation.to_dict(), as_json=False)
     if result.verification is not None:
-        _print_verification(result.verification, as_json=False)
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def pull_request_options(command: F) -> F:
-    """``--repo``, ``--base``, ``--head`` and ``--store`` of the pull-request commands."""
-    options = [
-        click.option(
-            "--repo",
-            type=click.Path(exists=True, file_okay=False, path_type=Path),
-            default=Path("."),
-            show_default=True,
-            help="Checkout of the pull request (its data is read, its code never run).",
-        ),
-        click.option("--base", required=True, help="Git ref of the base branch, e.g. origin/main."),
-        click.option(
-            "--head", default="HEAD", show_default=True, help="Git ref of the pull request."
-        ),
-        click.option(
-            "--store",
-            "store_folder",
-            default="leaderboard",
-            show_default=True,
-            help="The leaderboard folder, relative to --repo.",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+        print_verification(result.verification, as_json=False)
 
 
 @leaderboard_group.command("check-pr")
@@ -319,6 +259,13 @@ def pull_request_options(command: F) -> F:
     default=None,
     help="Folder of per-entry plugin folders made by 'leaderboard fetch-plugins' (each "
     "entry's worker sees its own, read-only).",
+)
+@click.option(
+    "--blobs-from",
+    type=BlobLocation(exists=True),
+    default=None,
+    help="Fetch the new entries' blobs here (default: each entry's blob-sources/ID.txt for "
+    "a store keeping blobs at a URL, else the store's blob folder).",
 )
 @verification_options(
     root_help="Local dataset copies.",
@@ -331,6 +278,7 @@ def leaderboard_check_pr(
     head: str,
     store_folder: str,
     plugins_root: Path | None,
+    blobs_from: str | None,
     as_json: bool,
     **options: Any,
 ) -> None:
@@ -341,34 +289,30 @@ def leaderboard_check_pr(
     """
     from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import check_pull_request
+    from fewtrans_board.results.blobs import BlobStore
 
-    _check_store_folder(repo, store_folder)
+    check_store_folder(repo, store_folder)
     verification = verification_from(options)
+    source = None if blobs_from is None else BlobStore(blobs_from)
     try:
-        report = check_pull_request(repo, base, verification, head, store_folder, plugins_root)
+        report = check_pull_request(
+            repo, base, verification, head, store_folder, plugins_root, source
+        )
     except SubmissionError as exc:
         _fail(exc, as_json)
     if as_json:
         echo_json(report.to_dict())
     else:
         for result in report.results.values():
-            _print_validation(result.validation.to_dict(), as_json=False)
+            print_validation(result.validation.to_dict(), as_json=False)
             if result.verification is not None:
-                _print_verification(result.verification, as_json=False)
+                print_verification(result.verification, as_json=False)
         for ident, (_, message) in report.failures.items():
             click.echo(f"rejected {ident}: {message}", err=True)
         if not report.ids:
             click.echo("the pull request adds no leaderboard entry")
     if not report.ok:
         sys.exit(1)
-
-
-def _check_store_folder(repo: Path, store_folder: str) -> None:
-    folder = (repo / store_folder).resolve()
-    if not folder.is_relative_to(repo.resolve()) or not folder.is_dir():
-        raise click.BadParameter(
-            f"{store_folder!r} is not a folder inside {repo}", param_hint="--store"
-        )
 
 
 def _wheel_sources(
@@ -417,7 +361,7 @@ def leaderboard_fetch_plugins(
     from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import fetch_pull_request_plugins
 
-    _check_store_folder(repo, store_folder)
+    check_store_folder(repo, store_folder)
     pip_options = tuple(a for link in find_links for a in ("--find-links", link))
     if no_index:
         pip_options += ("--no-index",)
@@ -507,3 +451,7 @@ def leaderboard_migrate_blobs(leaderboard: Path) -> None:
     done = migrate_store(store, lambda outcome: click.echo(outcome.line()))
     split = sum(o.report.shards for o in done)
     click.echo(f"{len(done)} entries, {split} shard(s) split now; blobs at {store.blobs.location}")
+
+
+leaderboard_group.add_command(leaderboard_export_blobs)
+leaderboard_group.add_command(leaderboard_publish_blobs)

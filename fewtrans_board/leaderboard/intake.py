@@ -35,6 +35,7 @@ from fewtrans_board.leaderboard.runs import GIT_ONLY, fetching
 from fewtrans_board.leaderboard.store import LeaderboardStore, index_text
 from fewtrans_board.leaderboard.validate import ValidationReport, validate_contents
 from fewtrans_board.leaderboard.verification import VerificationOptions, verify_contents
+from fewtrans_board.results.blobs import BlobStore
 
 NOT_VERIFIED = "not verified: added with --unsafe-no-verify"
 
@@ -142,16 +143,32 @@ def pack_checked(
     return report
 
 
-def add_bundle(bundle: Path, store: LeaderboardStore, verification: Verification) -> CheckResult:
+def add_bundle(
+    bundle: Path,
+    store: LeaderboardStore,
+    verification: Verification,
+    blobs_to: BlobStore | None = None,
+) -> CheckResult:
     """Validate and verify a bundle, store exactly the validated bytes, reindex.
 
     The files' hashes are taken as soon as the bundle is extracted; the store receives a
     copy only if every file still has them right before, and the copy itself is checked
     again, so nothing a plugin worker could have changed is ever stored.
 
+    Args:
+        bundle: the bundle zip.
+        store: the store.
+        verification: whether and how to re-run it.
+        blobs_to: write the entry's logits blobs here instead of the store's blob
+            location (a submitter's staging location, see :mod:`.blob_flow`).
+
     Raises:
         SubmissionError: the bundle is refused; the store is left unchanged.
     """
+    if blobs_to is not None:
+        from fewtrans_board.leaderboard.blob_flow import storing_blobs_at
+
+        store = storing_blobs_at(store, blobs_to)
     with tempfile.TemporaryDirectory() as tmp:
         with fail_closed(bundle.name):
             contents = extract_bundle(bundle, Path(tmp))
@@ -170,7 +187,16 @@ def add_bundle(bundle: Path, store: LeaderboardStore, verification: Verification
                 f"{bundle.name}: the extracted files changed while they were being checked; "
                 "nothing was stored",
             )
-        store.add(Path(tmp), meta.id, status, meta.supersedes, expected=validated)
+        try:
+            store.add(Path(tmp), meta.id, status, meta.supersedes, expected=validated)
+        except SubmissionError as exc:
+            if exc.code != "blob-store" or blobs_to is not None or not store.blobs.is_url:
+                raise
+            raise SubmissionError(
+                exc.code,
+                f"{exc.message}; without write access to the store's blobs, stage them where "
+                "you can write: fewtrans-board leaderboard add BUNDLE --blobs-to FOLDER-OR-URL",
+            ) from exc
     try:
         index = build_index(store)
     except SubmissionError:  # another stored entry is unreadable: leave the store as it was
@@ -181,7 +207,11 @@ def add_bundle(bundle: Path, store: LeaderboardStore, verification: Verification
 
 
 def check_entry(
-    ident: str, store: LeaderboardStore, verification: Verification, with_logits: bool = False
+    ident: str,
+    store: LeaderboardStore,
+    verification: Verification,
+    with_logits: bool = False,
+    blobs: BlobStore | None = None,
 ) -> CheckResult:
     """Re-validate (and, unless switched off, verify) a stored entry; writes nothing.
 
@@ -191,12 +221,15 @@ def check_entry(
         verification: whether and how to re-run it.
         with_logits: fetch the entry's logits blobs (checked against their hashes) and
             recheck its logit-mean fusions; verification always does.
+        blobs: fetch them from here (a staging location) instead of the store's.
 
     Raises:
         SubmissionError: the entry does not pass (``missing-blob``/``corrupt-blob`` naming
             the shard, the blob and where it was looked for).
     """
-    logits = fetching(store.blobs) if with_logits or verification.enabled else GIT_ONLY
+    source = store.blobs if blobs is None else blobs
+    fetch = with_logits or verification.enabled or blobs is not None
+    logits = fetching(source) if fetch else GIT_ONLY
     with fail_closed(f"stored entry {ident}"):
         contents = store.entry_contents(ident)
         try:
@@ -285,6 +318,7 @@ def check_pull_request(
     head: str = "HEAD",
     leaderboard: str = "leaderboard",
     plugins_root: Path | None = None,
+    blobs_from: BlobStore | None = None,
 ) -> PullRequestReport:
     """Check that a pull request only adds entries' data, and check each new entry.
 
@@ -292,24 +326,32 @@ def check_pull_request(
     a plugin worker) by code the pull request cannot change; ``plugins_root/<id>`` holds the
     entry's pins as installed by :func:`fetch_pull_request_plugins`.
 
+    Only the new entries' blobs are fetched, each checked against its hash and its shard's
+    seal: from ``blobs_from`` when given, else (a store keeping its blobs at a URL) from the
+    staging location ``blob-sources/<id>.txt`` names, else from the store's blob location
+    (for a local store, the blobs the pull request adds to its folder).
+
     Raises:
         SubmissionError: the pull request changes anything but new entries' data.
     """
+    from fewtrans_board.leaderboard.blob_flow import source_of
     from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.pr import (
         blob_folder_of,
         changed_paths,
         check_added_blobs,
+        check_entries_split,
         check_status_claims,
         classify,
     )
 
-    changes = classify(
-        changed_paths(repo, base, head), leaderboard, blob_folder_of(repo / leaderboard)
-    )
+    blob_folder = blob_folder_of(repo / leaderboard)
+    changes = classify(changed_paths(repo, base, head), leaderboard, blob_folder)
     store = LeaderboardStore(repo / leaderboard)
     check_status_claims(store.root, changes.ids, verified_here=verification.enabled)
     check_added_blobs(store.root, changes.ids, changes.blobs)
+    if blob_folder is None:  # blobs at a URL: none may enter git
+        check_entries_split(store.root, changes.ids)
     report = PullRequestReport(changes.ids, {}, {})
     for ident in changes.ids:
         entry_verification = verification
@@ -322,8 +364,10 @@ def check_pull_request(
                 ),
             )
         try:
-            # Only the new entries' blobs are fetched, each checked against its hash.
-            report.results[ident] = check_entry(ident, store, entry_verification, with_logits=True)
+            source = blobs_from if blob_folder is not None else source_of(store, ident, blobs_from)
+            report.results[ident] = check_entry(
+                ident, store, entry_verification, with_logits=True, blobs=source
+            )
         except SubmissionError as exc:
             report.failures[ident] = (exc.code, str(exc))
     if changes.index_changed and not report.failures:

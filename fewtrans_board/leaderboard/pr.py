@@ -4,9 +4,11 @@ CI accepts data, not code. A pull request may only add files under
 ``leaderboard/submissions/<id>/`` and ``leaderboard/results/<id>/`` for new ids, the logits
 blobs their shards name when the store keeps its blobs in its own folder
 (``leaderboard/blobs/<aa>/<sha256>``; each must be named by a new entry and hash to its name)
-(and update the derived ``index.json``, which must then equal a rebuild); any other path (code,
-workflows, manifests, another entry) is refused by name, and entries already on the base
-branch are immutable. The caller (``fewtrans-board
+(and update the derived ``index.json``, which must then equal a rebuild); when the store keeps
+its blobs at a URL, a pull request adds none but may name where its entries' blobs are staged
+(``leaderboard/blob-sources/<id>.txt``, one URL per new entry). Any other path (code,
+workflows, manifests, ``blobs.toml``, another entry) is refused by name, and entries already
+on the base branch are immutable. The caller (``fewtrans-board
 leaderboard check-pr``) runs this code from the base branch's installation and validates
 the new entries from the pull request's data.
 """
@@ -33,12 +35,14 @@ class PullRequestChanges:
         index_changed: the pull request also updates the derived ``index.json`` (allowed
             only if it equals what the base branch's code derives from the new store).
         blobs: the sha256 of every logits blob it adds to the store's blob folder.
+        sources: the new entries that name a staging location for their blobs.
     """
 
     ids: list[str] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     index_changed: bool = False
     blobs: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
 
 
 def changed_paths(repo: Path, base: str, head: str = "HEAD") -> list[tuple[str, str]]:
@@ -86,7 +90,8 @@ def classify(
         changes: ``(status, path)`` pairs from :func:`changed_paths`.
         leaderboard: the store folder, relative to the repository root.
         blob_folder: the store's blob folder relative to it (``None``: blobs live
-            elsewhere, at a URL, and the pull request adds none).
+            elsewhere, at a URL; the pull request adds none, and may add
+            ``blob-sources/<id>.txt`` for its new entries instead).
 
     Raises:
         SubmissionError: a path outside an entry's folders (``pr-touches-code``), a change
@@ -110,6 +115,9 @@ def classify(
                 )
             result.blobs.append(parts[-1])
             continue
+        if blob_folder is None and _source_note(parts) is not None and status == "A":
+            result.sources.append(str(_source_note(parts)))
+            continue
         if len(parts) < 3 or parts[0] not in ("submissions", "results"):
             raise SubmissionError(
                 "pr-touches-code",
@@ -131,7 +139,22 @@ def classify(
         ids.add(ident)
         result.paths.append(raw)
     result.ids = sorted(ids)
+    orphans = sorted(set(result.sources) - ids)
+    if orphans:
+        raise SubmissionError(
+            "pr-touches-code",
+            f"{leaderboard}/blob-sources/{orphans[0]}.txt names no new entry of this pull request",
+        )
     return result
+
+
+def _source_note(parts: tuple[str, ...]) -> str | None:
+    """The entry a store-relative path ``blob-sources/<id>.txt`` names, if it is one."""
+    from fewtrans_board.leaderboard.blob_flow import SOURCES_DIR
+
+    if len(parts) == 2 and parts[0] == SOURCES_DIR and parts[1].endswith(".txt"):
+        return parts[1].removesuffix(".txt") or None
+    return None
 
 
 def _blob_name(parts: tuple[str, ...], blob_folder: str) -> bool:
@@ -212,4 +235,23 @@ def check_status_claims(store_root: Path, ids: list[str], verified_here: bool) -
                 "status-claim",
                 f"{ident}: status.json claims {claimed!r}, which this check did not establish; "
                 "run the check with --verify, or commit status 'validated'",
+            )
+
+
+def check_entries_split(store_root: Path, ids: list[str]) -> None:
+    """Every shard of the new entries keeps its logits in a blob, not in git.
+
+    Raises:
+        SubmissionError: ``unsplit-shard`` naming the first shard that carries its logits.
+    """
+    from fewtrans_board.leaderboard.blob_flow import unsplit_shards
+
+    for ident in ids:
+        unsplit = unsplit_shards(store_root, ident)
+        if unsplit:
+            raise SubmissionError(
+                "unsplit-shard",
+                f"results/{ident}/{unsplit[0]} carries its logits in git, but this store keeps "
+                "logits in blobs at a URL; add the bundle with 'fewtrans-board leaderboard add "
+                "BUNDLE --blobs-to FOLDER-OR-URL' and commit what it stores",
             )

@@ -1,0 +1,73 @@
+"""How the submission and leaderboard commands print validation and verification reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from fewtrans_board.cli.groups import echo_json, echo_table
+
+
+def print_validation(report: dict[str, Any], as_json: bool) -> None:
+    """Print a validation report (the checks passed, a table of runs), or its JSON."""
+    if as_json:
+        echo_json({"ok": True, **report})
+        return
+    sub = report["submission"]
+    click.echo(
+        f"valid: {sub['id']} ({sub['adapter']} on {sub['model']}, benchmark {sub['benchmark']})"
+    )
+    for check in report["checks"]:
+        click.echo(f"  ok  {check}")
+    echo_table(
+        ["dataset", "episodes", "configs", "HPE % (95% CI)"],
+        [
+            [
+                r["dataset"],
+                r["episodes"],
+                r["configurations"],
+                f"{r['hpe']['mean']:.2f} ± {r['hpe']['ci95']:.2f}",
+            ]
+            for r in report["runs"]
+        ],
+    )
+
+
+def print_verification(report: dict[str, Any], as_json: bool) -> None:
+    """Print a verification report (per dataset: re-run against claimed), or its JSON."""
+    if as_json:
+        echo_json({"ok": True, **report})
+        return
+    click.echo(
+        f"verified {report['submission']} (seed {report['seed'][:16]}..., "
+        f"{report['seed_source']}; {report['isolation']} worker)"
+    )
+    echo_table(
+        [
+            "dataset",
+            "mode",
+            "re-run",
+            "claimed",
+            "re-run acc",
+            "claimed - re-run (95% bound)",
+            "catches 5% forgery",
+        ],
+        [
+            [
+                d["dataset"],
+                d["mode"],
+                f"{d['rerun_episodes']} of {d['episodes']}",
+                f"{d['claimed_on_rerun_episodes']:.2f}",
+                f"{d['rerun_accuracy']:.2f}",
+                "identical"
+                if d["mode"] == "exact"
+                else f"{d['difference']:+.2f} (<= {d['difference_bound']:+.2f})"
+                if d["difference_bound"] is not None
+                else f"{d['difference']:+.2f}",
+                f"{d['catch_probability']:.3f}",
+            ]
+            for d in report["datasets"]
+        ],
+    )
+    click.echo(f"reproduce with: {report['reproduce']}")
