@@ -218,6 +218,28 @@ def test_export_blobs_copies_checked_blobs_idempotently(tmp_path: Path, invoke) 
     assert not blob_path(again, sha).exists()
 
 
+def test_copy_into_a_memory_store_and_one_that_refuses_writes(tmp_path: Path) -> None:
+    from fewtrans_board.leaderboard.blob_flow import copy_entry_blobs
+    from fewtrans_board.leaderboard.store import LeaderboardStore
+
+    store = LeaderboardStore(COMMITTED)
+    target = BlobStore(f"memory://{tmp_path.name}/blobs")
+    try:
+        assert copy_entry_blobs(store, ENTRY, store.blobs, target).copied == 12
+        assert copy_entry_blobs(store, ENTRY, store.blobs, target).present == 12
+        assert all(target.get(sha) for sha in entry_shas(COMMITTED))
+    finally:
+        import fsspec
+
+        fsspec.filesystem("memory").rm(f"/{tmp_path.name}", recursive=True)
+    (tmp_path / "file").write_text("not a folder")
+    refusing = BlobStore((tmp_path / "file" / "below").as_uri())
+    with pytest.raises(SubmissionError) as caught:
+        copy_entry_blobs(store, ENTRY, store.blobs, refusing)
+    assert str(caught.value).startswith(f"[blob-store] entry {ENTRY}: results/")
+    assert "cannot be written" in str(caught.value) and "\n" not in str(caught.value)
+
+
 def test_the_site_and_the_index_need_no_blob(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     """What the deploy job relies on: rebuild and site build read git alone."""
     store = tmp_path / "leaderboard"

@@ -211,6 +211,15 @@ def _blob_refusal(ident: str, shard: SplitShard, exc: BlobError) -> SubmissionEr
     )
 
 
+def _store_refusal(ident: str, shard: SplitShard, exc: BlobError) -> SubmissionError:
+    """The target store could not be read or written: one line, as :func:`_blob_refusal`."""
+    return SubmissionError(
+        "blob-store",
+        f"entry {ident}: results/{shard.name}: logits blob {shard.sha256} {exc.problem} "
+        f"(at {exc.where})",
+    )
+
+
 def copy_entry_blobs(
     store: LeaderboardStore, ident: str, source: BlobStore, target: BlobStore
 ) -> CopyReport:
@@ -230,7 +239,11 @@ def copy_entry_blobs(
     for shard in split_shards(store, ident):
         sha, size = shard.sha256, int(shard.record["bytes"])
         try:
-            if target.has(sha):
+            there = target.has(sha)
+        except BlobError as exc:
+            raise _store_refusal(ident, shard, exc) from exc
+        try:
+            if there:
                 target.get(sha, size)
                 present += 1
                 continue
@@ -249,11 +262,7 @@ def copy_entry_blobs(
         try:
             target.put(data)
         except BlobError as exc:
-            raise SubmissionError(
-                "blob-store",
-                f"entry {ident}: results/{shard.name}: logits blob {sha} {exc.problem} "
-                f"(at {exc.where})",
-            ) from exc
+            raise _store_refusal(ident, shard, exc) from exc
         copied += 1
         written += len(data)
     return CopyReport(ident, copied, present, written)

@@ -167,11 +167,20 @@ class BlobStore:
         return f"{self.location.rstrip('/')}/{self._relative(sha256)}"
 
     def has(self, sha256: str) -> bool:
-        """Whether a blob of that name exists (its content is not checked)."""
+        """Whether a blob of that name exists (its content is not checked).
+
+        Raises:
+            BlobError: the backend could not tell (refused, unreachable).
+        """
         if not self.is_url:
             return Path(self.where(sha256)).is_file()
-        fs, root = self._fs
-        return bool(fs.exists(f"{root}/{self._relative(sha256)}"))
+        try:
+            fs, root = self._fs
+            return bool(fs.exists(f"{root}/{self._relative(sha256)}"))
+        except Exception as exc:  # any backend error: name the blob, never a traceback
+            raise BlobError(
+                sha256, self.where(sha256), f"cannot be looked up: {describe(exc)}"
+            ) from exc
 
     def get(self, sha256: str, size: int | None = None) -> bytes:
         """The bytes of blob ``sha256``, checked against its name (and ``size``, if given).
