@@ -316,6 +316,17 @@ def _cache_key(store: LeaderboardStore, entry: StoredEntry, contents: BundleCont
         return None  # the uncached read names what is wrong
 
 
+def entry_cache_key(store: LeaderboardStore, ident: str) -> str | None:
+    """The build cache key of a stored entry's summaries (``None``: its files cannot be hashed).
+
+    Raises:
+        SubmissionError: the entry's files are not a stored entry's.
+    """
+    with entry_errors(ident):
+        entry, contents = _entry_shell(store, ident)
+        return _cache_key(store, entry, contents)
+
+
 def _cached_runs(
     labels: Mapping[str, tuple[str, LabelIndex]],
     entry: StoredEntry,

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 """Version of what is cached (the summary's fields, the digest's arrays, the key's inputs).
 
 Bump it whenever :func:`~fewtrans_board.results.summary.summarize`,

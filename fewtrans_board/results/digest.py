@@ -111,44 +111,58 @@ def _episode_seconds(run: RunResults) -> tuple[np.ndarray, int]:
     return sums, max(configurations, 1)
 
 
-def _arrays(prefix: str, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {f"{prefix}/{name}": np.asarray(array) for name, array in values.items()}
+class _Packer:
+    """Arrays of one dtype concatenated into one, each remembered by its ``[start, end)``."""
+
+    def __init__(self, dtype: type) -> None:
+        self.dtype = dtype
+        self.parts: list[np.ndarray] = []
+        self.size = 0
+
+    def add(self, array: np.ndarray) -> list[int]:
+        values: np.ndarray = np.asarray(array, dtype=self.dtype).ravel()
+        self.parts.append(values)
+        self.size += len(values)
+        return [self.size - len(values), self.size]
+
+    def array(self) -> np.ndarray:
+        return np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=self.dtype)
 
 
 def digest_bytes(digests: list[RunDigest], extra: list[dict[str, Any]]) -> bytes:
     """Runs' digests (with a JSON-able record each, e.g. its summary) as one ``.npz`` payload.
 
-    Paths are not stored: :func:`digest_of_bytes` is given the runs' current folders.
+    Every float array is one slice of a single float64 array (episodes of an int64 one), so
+    reading an entry back decodes three arrays, not dozens. Paths are not stored:
+    :func:`digest_of_bytes` is given the runs' current folders.
     """
-    arrays: dict[str, np.ndarray] = {}
+    floats, ints = _Packer(np.float64), _Packer(np.int64)
     records = []
-    for i, (digest, record) in enumerate(zip(digests, extra, strict=True)):
-        arrays.update(
-            {
-                f"{i}/episodes": digest.episodes,
-                f"{i}/config_means": digest.config_means,
-                f"{i}/episode_seconds": digest.episode_seconds,
-                **_arrays(f"{i}/base", digest.base),
-                **_arrays(f"{i}/novel", digest.novel),
-            }
-        )
+    for digest, record in zip(digests, extra, strict=True):
         records.append(
             {
                 "meta": digest.meta,
                 "shards_present": digest.shards_present,
                 "shards_total": digest.shards_total,
                 "config_names": digest.config_names,
-                "base": list(digest.base),
-                "novel": list(digest.novel),
                 "configurations": digest.configurations,
+                "episodes": ints.add(digest.episodes),
+                "config_means": floats.add(digest.config_means),
+                "episode_seconds": floats.add(digest.episode_seconds),
+                "base": {name: floats.add(a) for name, a in digest.base.items()},
+                "novel": {name: floats.add(a) for name, a in digest.novel.items()},
                 "extra": record,
             }
         )
-    text = json.dumps(records, sort_keys=False, allow_nan=True).encode("utf-8")
-    arrays["records"] = np.frombuffer(text, dtype=np.uint8)
+    text = json.dumps(records, allow_nan=True).encode("utf-8")
     buffer = io.BytesIO()
     save: Any = np.savez  # its stubs type keyword arrays as its own options
-    save(buffer, **arrays)
+    save(
+        buffer,
+        records=np.frombuffer(text, dtype=np.uint8),
+        floats=floats.array(),
+        ints=ints.array(),
+    )
     return buffer.getvalue()
 
 
@@ -161,24 +175,33 @@ def digest_of_bytes(
         ValueError: the payload is not such a file, or holds another number of runs.
     """
     with np.load(io.BytesIO(payload), allow_pickle=False) as archive:
-        arrays = {name: archive[name] for name in archive.files}
-    records = json.loads(arrays.pop("records").tobytes().decode("utf-8"))
+        text, floats, ints = archive["records"], archive["floats"], archive["ints"]
+    records = json.loads(text.tobytes().decode("utf-8"))
     if not isinstance(records, list) or len(records) != len(paths):
         raise ValueError(f"the payload holds {len(records)} runs, not {len(paths)}")
+    if floats.dtype != np.float64 or ints.dtype != np.int64:
+        raise ValueError("the payload's arrays have other types")
+
+    def cut(values: np.ndarray, span: list[int]) -> np.ndarray:
+        start, end = span
+        if not 0 <= start <= end <= len(values):
+            raise ValueError(f"a slice [{start}, {end}) outside the payload's arrays")
+        return values[start:end].copy()  # callers own their arrays, as uncached
+
     digests = []
-    for i, (record, path) in enumerate(zip(records, paths, strict=True)):
+    for record, path in zip(records, paths, strict=True):
         digests.append(
             RunDigest(
                 path=path,
                 meta=record["meta"],
                 shards_present=list(record["shards_present"]),
                 shards_total=int(record["shards_total"]),
-                episodes=arrays[f"{i}/episodes"],
+                episodes=cut(ints, record["episodes"]),
                 config_names=list(record["config_names"]),
-                config_means=arrays[f"{i}/config_means"],
-                base={name: arrays[f"{i}/base/{name}"] for name in record["base"]},
-                novel={name: arrays[f"{i}/novel/{name}"] for name in record["novel"]},
-                episode_seconds=arrays[f"{i}/episode_seconds"],
+                config_means=cut(floats, record["config_means"]),
+                base={name: cut(floats, span) for name, span in record["base"].items()},
+                novel={name: cut(floats, span) for name, span in record["novel"].items()},
+                episode_seconds=cut(floats, record["episode_seconds"]),
                 configurations=int(record["configurations"]),
             )
         )
