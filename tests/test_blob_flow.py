@@ -196,6 +196,15 @@ def test_add_to_a_url_store_or_to_a_staging_location(tmp_path: Path, bundle: Pat
     assert result.exit_code == 1 and line.startswith(f"Error: [missing-blob] stored entry {ENTRY}")
     assert f"shard-00000-of-00012.parquet: logits blob {sha} is missing" in line
     assert line.endswith(f"(looked for at {bucket.as_uri()}/{sha[:2]}/{sha})")
+    # Without write access to the store's bucket, add stores nothing and says what to do.
+    store, _ = empty_url_store(tmp_path, "no-access")
+    (tmp_path / "a-file").write_text("not a bucket")
+    use_url(store, (tmp_path / "a-file" / "blobs").as_uri())
+    result = invoke([*add[:-1], str(store)])
+    (line,) = result.output.strip().splitlines()
+    assert result.exit_code == 1 and line.startswith("Error: [blob-store]")
+    assert line.endswith("leaderboard add BUNDLE --blobs-to FOLDER-OR-URL")
+    assert not (store / "submissions").exists() or not any((store / "submissions").iterdir())
 
 
 def test_export_blobs_copies_checked_blobs_idempotently(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
@@ -286,6 +295,25 @@ def test_an_honest_pull_request_is_checked_from_its_staging_location(
     _, sha = flow.first()
     assert code == "missing-blob" and f"logits blob {sha} is missing" in message
     assert message.endswith(f"(looked for at {flow.bucket.as_uri()}/{sha[:2]}/{sha})")
+
+
+@pytest.mark.slow  # git, sandboxed plugin workers
+def test_a_pull_request_is_verified_from_its_staged_blobs(
+    flow: Flow, monkeypatch: pytest.MonkeyPatch, invoke
+) -> None:  # type: ignore[no-untyped-def]
+    """Verification re-runs the entry and compares with what the staged blobs rebuild."""
+    from fewtrans_board.plugins.loading import get_plugin_manager
+
+    monkeypatch.setenv("VERIFY_SECRET", "test-secret")
+    flow.commit("add the entry")
+    args = ["leaderboard", "check-pr", "--repo", str(flow.repo), "--base", "main", "--verify"]
+    # 4 episodes: on another CPU than the recording's, the paired bound needs more than one
+    args += ["--sample", "4", "--secret-env", "VERIFY_SECRET", "--json"]
+    args += ["--blobs-from", flow.staging.as_uri()]
+    result = invoke(args, pm=get_plugin_manager(entry_points=False))
+    report = json.loads(result.output)
+    assert result.exit_code == 0 and report["ok"], report
+    assert report["entries"][ENTRY]["verification"]["passed"]
 
 
 @pytest.mark.slow  # git
