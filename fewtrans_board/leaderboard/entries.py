@@ -341,7 +341,10 @@ def _cached_runs(
     """
     try:
         digests, summaries = digest_of_bytes(payload, list(contents.runs))
-    except (ValueError, KeyError, TypeError, OSError):
+        for digest, summary in zip(digests, summaries, strict=True):
+            if not isinstance(summary, dict) or not isinstance(digest.dataset, str):
+                return None
+    except Exception:  # whatever a payload holds, it is only ever a miss
         return None
     for path, digest, summary in zip(contents.runs, digests, summaries, strict=True):
         filename, manifest = _frozen_of(labels, digest, contents.name(path))
