@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 # package itself only requires torch>=2.2. Override on other machines, e.g.
 #   make test TORCH_SPEC="torch torchvision"
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+# Further packages for this installation, e.g. the fsspec backends of a store whose blobs
+# live at a URL (the leaderboard workflow passes its BLOB_BACKENDS variable here).
+EXTRA_PACKAGES ?=
 STAMP := $(VENV)/.fewtrans-installed
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
@@ -19,7 +22,7 @@ $(STAMP): pyproject.toml setup.py plugins/fewtrans-example/pyproject.toml Makefi
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH_SPEC)
-	$(QUIET_BUILD) $(PY) -m pip install --quiet -e ".[dev,ray]" -e plugins/fewtrans-example $(TORCH_SPEC)
+	$(QUIET_BUILD) $(PY) -m pip install --quiet -e ".[dev,ray]" -e plugins/fewtrans-example $(TORCH_SPEC) $(EXTRA_PACKAGES)
 	touch $(STAMP)
 
 install: $(STAMP)

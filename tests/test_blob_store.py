@@ -206,7 +206,9 @@ def test_an_interrupted_migration_leaves_each_entry_whole(
     # A swap cut between its two renames: the next run puts the old folder back first.
     (store_dir / "results" / ids[1]).rename(store_dir / f".migrated-{ids[1]}")
     migrate_store(store)
-    assert index_text(build_index(store, with_logits=True)) == (COMMITTED / "index.json").read_text()
+    assert (
+        index_text(build_index(store, with_logits=True)) == (COMMITTED / "index.json").read_text()
+    )
 
 
 # --- add splits what it validated ------------------------------------------------------------
@@ -245,7 +247,10 @@ def test_add_validates_the_full_bundle_then_splits_it(tmp_path: Path) -> None:
             n: json.loads(pq.read_schema(archive.open(n)).metadata[METADATA_KEY])["checksum"]
             for n in members
         }
-    stored = {f"results/{p.relative_to(store_dir / 'results' / ENTRY).as_posix()}": p for p in shards(store_dir)}
+    stored = {
+        f"results/{p.relative_to(store_dir / 'results' / ENTRY).as_posix()}": p
+        for p in shards(store_dir)
+    }
     assert set(stored) == set(members)
     for name, path in stored.items():
         record = read_record(path)
@@ -262,6 +267,30 @@ def test_add_validates_the_full_bundle_then_splits_it(tmp_path: Path) -> None:
     assert any("logit-mean ensembles not rechecked" in c for c in git_only.validation.checks)
     assert check_entry(ENTRY, store, UNVERIFIED, with_logits=True).validation.logits_checked
     assert git_only.validation.runs == added.validation.runs
+
+
+def test_a_split_shard_keeps_its_provenance_once(tmp_path: Path) -> None:
+    """pyarrow writes schema metadata twice (key-value, and inside the serialised Arrow
+    schema); on the git side of a split run that repeated provenance is most of the bytes."""
+    source = copy_store(tmp_path / "source")
+    unsplit(source)
+    bundle = bundle_of(source, ENTRY, tmp_path / "bundle.zip")
+    store_dir = tmp_path / "leaderboard"
+    shutil.copytree(COMMITTED / "manifests", store_dir / "manifests")
+    add_bundle(bundle, LeaderboardStore(store_dir), UNVERIFIED)
+    for path in shards(store_dir):
+        table, meta = read_shard(path)
+        raw = canonical_json(meta).encode()
+        assert path.read_bytes().count(raw) == 1  # not a second copy in ARROW:schema
+        assert pq.read_schema(path).metadata is None or METADATA_KEY not in (
+            pq.read_schema(path).metadata or {}
+        )
+        assert json.loads(table.schema.metadata[METADATA_KEY]) == meta
+        assert read_record(path)["sha256"] == meta["logits_blob"]["sha256"]
+    twice = tmp_path / "twice.parquet"
+    write_table(twice, table)  # the default layout: the reader takes both
+    assert read_shard(twice)[1] == meta
+    assert twice.read_bytes().count(raw) == 1 and twice.stat().st_size > path.stat().st_size
 
 
 def test_a_bundle_of_split_shards_is_refused(tmp_path: Path) -> None:
@@ -303,7 +332,9 @@ def test_a_missing_or_corrupted_blob_is_named_in_one_line(
         f"missing (looked for at {location})"
     )
     blob.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
-    result = invoke(["leaderboard", "check", ENTRY, "--with-logits", "--leaderboard", str(store_dir)])
+    result = invoke(
+        ["leaderboard", "check", ENTRY, "--with-logits", "--leaderboard", str(store_dir)]
+    )
     (line,) = result.output.strip().splitlines()
     assert result.exit_code == 1 and line.startswith(
         f"Error: [corrupt-blob] stored entry {ENTRY}: {shard_name}: logits blob {sha} is "
@@ -324,7 +355,9 @@ def test_a_swapped_blob_is_refused_by_the_seal(tmp_path: Path) -> None:
     # 1. Another blob's bytes under this blob's name: its hash gives it away.
     saved = blob_a.read_bytes()
     blob_a.write_bytes(blob_b.read_bytes())
-    with pytest.raises(SubmissionError, match=rf"\[corrupt-blob\].*{a} (is corrupt|holds \d+ bytes)"):
+    with pytest.raises(
+        SubmissionError, match=rf"\[corrupt-blob\].*{a} (is corrupt|holds \d+ bytes)"
+    ):
         read_entry(store, ENTRY, with_logits=True)
     blob_a.write_bytes(saved)
     # 2. The shard pointed at another (intact) blob without re-sealing: the seal breaks.
@@ -358,7 +391,9 @@ def forge(kinds: set[str], reseal_content: bool = False) -> Callable[[list[dict]
     episode (``config``, ``vote``, ``logit-mean``), accuracies recomputed."""
 
     def edit(rows: list[dict], meta: dict) -> None:
-        episode = next(r["episode"] for r in rows if r["aggregation"] == "vote" and r["accuracy"] < 100)
+        episode = next(
+            r["episode"] for r in rows if r["aggregation"] == "vote" and r["accuracy"] < 100
+        )
         labels = labels_of(episode)
         for row in rows:
             if row["episode"] == episode and (row["aggregation"] or "config") in kinds:
@@ -380,7 +415,9 @@ def test_edited_predictions_are_refused_without_blobs_or_with_them(tmp_path: Pat
     # The headline of these entries is the vote; the members feed vote, oracle, mean-single.
     for kinds in ({"config"}, {"vote"}):
         store = attempt(kinds, "-".join(sorted(kinds)))
-        with pytest.raises(SubmissionError, match=r"\[ensemble-mismatch\].*vote predictions differ"):
+        with pytest.raises(
+            SubmissionError, match=r"\[ensemble-mismatch\].*vote predictions differ"
+        ):
             read_entry(store, ENTRY)
         result = invoke(["leaderboard", "rebuild", "--check", "--leaderboard", str(store.root)])
         assert result.exit_code == 1 and "[ensemble-mismatch]" in result.output
@@ -401,7 +438,9 @@ def test_edited_predictions_are_refused_without_blobs_or_with_them(tmp_path: Pat
 
     logits = pq.read_table(io.BytesIO(blob)).column("logits")
     full = table.set_column(table.schema.get_field_index("logits"), "logits", logits)
-    inner = seal_table(full, {k: v for k, v in meta.items() if k not in (LOGITS_BLOB_KEY, "schema_version")})
+    inner = seal_table(
+        full, {k: v for k, v in meta.items() if k not in (LOGITS_BLOB_KEY, "schema_version")}
+    )
     content = json.loads(inner.schema.metadata[METADATA_KEY])["checksum"]
     reseal(path, lambda rows, m: m[LOGITS_BLOB_KEY].update(content=content))
     read_entry(store, ENTRY)
@@ -436,7 +475,10 @@ def test_an_analysis_reads_fetched_blobs_exactly_as_local_logits(tmp_path: Path)
 
     local, split, blobs = loaded_three_ways(tmp_path)
     ids = ["cosine-classifier--demo-cnn", "finetune--demo-cnn", "linear-probe--demo-cnn"]
-    folders = {name: [find_runs([s / "results" / i])[0] for i in ids] for name, s in [("local", local), ("split", split)]}
+    folders = {
+        name: [find_runs([s / "results" / i])[0] for i in ids]
+        for name, s in [("local", local), ("split", split)]
+    }
     assert blobs_for_run(folders["split"][0]).location == blobs.location
     runs = {
         "local": [load_run(p) for p in folders["local"]],

@@ -349,6 +349,13 @@ def typed_values(param: click.Parameter, ws: Workspace) -> list[str] | None:
     return None
 
 
+@pytest.fixture(autouse=True)
+def build_cache_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Builds cache entry summaries beside the store by default; in these tests they go
+    elsewhere, so that a snapshot of the workspace shows any other write."""
+    monkeypatch.setenv("FEWTRANS_BUILD_CACHE", str(tmp_path / "build-cache"))
+
+
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     """Size and mtime of everything under ``root`` (git's own bookkeeping excluded)."""
     return {

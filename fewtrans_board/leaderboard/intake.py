@@ -197,8 +197,12 @@ def add_bundle(
                 f"{exc.message}; without write access to the store's blobs, stage them where "
                 "you can write: fewtrans-board leaderboard add BUNDLE --blobs-to FOLDER-OR-URL",
             ) from exc
+    from fewtrans_board.leaderboard.summary_cache import SummaryCache, default_root
+
     try:
-        index = build_index(store)
+        # The other entries' cached summaries (keyed by their files' hashes) are reused, so
+        # adding one entry to a large store summarises that one entry.
+        index = build_index(store, cache=SummaryCache(default_root(store.root)))
     except SubmissionError:  # another stored entry is unreadable: leave the store as it was
         store.withdraw(meta.id)
         raise

@@ -415,7 +415,7 @@ def split_shard_file(path: Path, blobs: BlobStore) -> bool:
         return False
     git, blob = split_shard(table, meta, hashlib.sha256(data).hexdigest())
     blobs.put(blob)
-    write_table(path, git)
+    write_table(path, git, metadata_in_footer=True)
     return True
 
 
@@ -464,9 +464,12 @@ def read_record(path: Path) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     from fewtrans_board.results.schema import METADATA_KEY
+    from fewtrans_board.results.shards import footer_metadata
 
     try:
-        raw = (pq.read_schema(path).metadata or {}).get(METADATA_KEY, b"{}")
+        raw = (pq.read_schema(path).metadata or {}).get(METADATA_KEY) or footer_metadata(path).get(
+            METADATA_KEY, b"{}"
+        )
         record = json.loads(raw).get(LOGITS_BLOB_KEY)
     except Exception:  # a damaged file: its readers name it
         return {}

@@ -94,14 +94,39 @@ def write_shard(path: Path, rows: list[dict[str, Any]], metadata: dict[str, Any]
     write_table(path, rows_to_table(rows, metadata))
 
 
-def write_table(path: Path, table: Any) -> None:
-    """Write a sealed shard table atomically, with Parquet page checksums."""
+def write_table(path: Path, table: Any, metadata_in_footer: bool = False) -> None:
+    """Write a sealed shard table atomically, with Parquet page checksums.
+
+    Args:
+        path: the shard file.
+        table: the sealed table.
+        metadata_in_footer: keep the metadata only as the file's key-value metadata. By
+            default pyarrow writes it twice, as key-value and again inside the serialised
+            Arrow schema; a stored shard's provenance is most of its bytes once its logits
+            are in a blob (12 shards per run repeat it), so the split side is written once.
+            :func:`read_shard` reads either layout.
+    """
     import pyarrow.parquet as pq
 
-    write_with(
-        path,
-        lambda tmp: pq.write_table(table, tmp, compression="zstd", write_page_checksum=True),
-    )
+    def write(tmp: Path) -> None:
+        if not metadata_in_footer:
+            pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
+            return
+        bare = table.replace_schema_metadata(None)
+        with pq.ParquetWriter(
+            tmp, bare.schema, compression="zstd", write_page_checksum=True
+        ) as writer:
+            writer.write_table(bare)
+            writer.add_key_value_metadata(table.schema.metadata)
+
+    write_with(path, write)
+
+
+def footer_metadata(path: Path) -> dict[bytes, bytes]:
+    """A Parquet file's key-value metadata (where a split shard keeps its provenance)."""
+    import pyarrow.parquet as pq
+
+    return dict(pq.ParquetFile(path).metadata.metadata or {})
 
 
 def shard_checksum(table: Any, meta: dict[str, Any]) -> str:
@@ -176,6 +201,13 @@ def read_shard(path: Path) -> tuple[Any, dict[str, Any]]:
     except Exception as exc:  # any decoder error means a damaged file
         raise CorruptShardError(path, f"unreadable Parquet: {describe(exc)}") from exc
     raw = (table.schema.metadata or {}).get(METADATA_KEY)
+    if raw is None:  # a split shard written with its metadata in the footer only
+        try:
+            raw = footer_metadata(path).get(METADATA_KEY)
+        except Exception as exc:  # the file decoded a moment ago: a damaged footer
+            raise CorruptShardError(path, f"unreadable Parquet: {describe(exc)}") from exc
+        if raw is not None:
+            table = table.replace_schema_metadata({METADATA_KEY: raw})
     if raw is None:
         raise CorruptShardError(path, "no fewtrans-board results metadata")
     try:
