@@ -116,8 +116,7 @@ def attempt(intake: dict[str, Any], data: bytes, work: Path) -> SubmissionError 
     assert added.validation.runs == intake["scores"], "an accepted mutant scores differently"
     changed = {k for k, v in snapshot(store_dir).items() if before.get(k) != v}
     assert all(
-        k == "index.json"
-        or k.startswith((f"submissions/{ident}/", f"results/{ident}/", "blobs/"))
+        k == "index.json" or k.startswith((f"submissions/{ident}/", f"results/{ident}/", "blobs/"))
         for k in changed
     ), changed
     assert not any(k.startswith("blobs/") and k in before for k in changed)  # blobs: added only
