@@ -103,8 +103,11 @@ def main() -> None:
     print(f"site build wall time: {seconds:.2f} s (best of 3)")
 
     entries = list(load_entries(LeaderboardStore(store_root)))
+    # Entries hold run digests; the column and sensitivity measures need the runs' rows.
     loaded = [
-        (item.run, s) for e in entries for item, s in zip(e.stored.runs, e.summaries, strict=True)
+        (results_load.load_run(item.run.path), s)
+        for e in entries
+        for item, s in zip(e.stored.runs, e.summaries, strict=True)
     ]
     columns = [
         run.table.column(field.name)
