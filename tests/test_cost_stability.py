@@ -100,6 +100,32 @@ def test_the_lottery_is_seeded() -> None:
     assert lottery([matrix], (10,), resamples=200, seed=1) == [first[1]]
 
 
+def test_the_lottery_equals_a_gather_of_the_same_draws() -> None:
+    # Oracle: the module's definition with the draws as indices, each entry's values
+    # gathered and averaged. Continuous values: no two scores tie, so the counts agree
+    # exactly and the mean tau up to rounding.
+    rng = np.random.default_rng(21)
+    columns = [rng.uniform(0, 100, size=(7, 60)), rng.uniform(0, 100, size=(7, 45))]
+    resamples, k = 300, 5
+    points = lottery(columns, (5, 20), resamples=resamples, seed=3, top_k=k)
+    full = np.mean([c.mean(axis=1) for c in columns], axis=0)
+    top = np.argsort(-full)[:k]
+    for p in points:
+        draw = np.random.default_rng([3, p.episodes])
+        scores = np.zeros((resamples, 7))
+        for c in columns:
+            index = draw.integers(0, c.shape[1], size=(resamples, p.episodes))
+            scores += c[:, index].mean(axis=2).T
+        order = np.lexsort((draw.random((resamples, 7)), -scores), axis=-1)
+        ranks = np.argsort(order, axis=-1)
+        pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+        tau = sum(np.where(ranks[:, top[i]] < ranks[:, top[j]], 1.0, -1.0) for i, j in pairs)
+        tau /= len(pairs)
+        assert p.p_top1_differs == np.mean(order[:, 0] != top[0])
+        assert p.p_order_differs == np.mean(tau < 1.0)
+        np.testing.assert_allclose(p.kendall_tau, tau.mean(), rtol=1e-12)
+
+
 # --- the Pareto front -----------------------------------------------------------------------
 
 

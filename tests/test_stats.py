@@ -21,6 +21,7 @@ from fewtrans_board.stats import (
     tied_with_best,
     wilcoxon_signed_rank,
 )
+from fewtrans_board.stats.bootstrap import _replicates, resample_counts
 
 
 @pytest.mark.slow
@@ -148,7 +149,15 @@ def test_averages_and_ranks_by_hand() -> None:
     assert out["c"][1] == (3, 3, 3)
     # The documented identity with the separate functions (same draw).
     assert {m: out[m][1] for m in methods} == rank_intervals(methods, resamples=500, seed=4)
-    assert out["a"][0] == average_ci(methods["a"], resamples=500, seed=4)
+    # Equal up to rounding: the replicates are a matrix product, whose summation order may
+    # depend on the other methods in it (never assert bit-identical floats across paths).
+    alone, together = average_ci(methods["a"], resamples=500, seed=4), out["a"][0]
+    assert (alone.resamples, alone.seed) == (together.resamples, together.seed)
+    np.testing.assert_allclose(
+        [together.estimate, together.low, together.high],
+        [alone.estimate, alone.low, alone.high],
+        rtol=1e-12,
+    )
 
 
 def test_rank_intervals_use_paired_resamples() -> None:
@@ -201,6 +210,40 @@ def test_rank_intervals_and_ties() -> None:
     tied = tied_with_best(methods)
     assert tied["strong"] and tied["twin"] and not tied["weak"]
     assert rank_intervals(methods, resamples=500, seed=0) == ranks
+
+
+def test_replicates_equal_a_gather_of_the_same_draws() -> None:
+    # Oracle: the definition, each method's values gathered at the drawn indices and
+    # averaged, with the generator called exactly as the module documents.
+    rng = np.random.default_rng(12)
+    sizes = {"x": 37, "y": 50}
+    methods = {
+        f"m{i}": {d: rng.integers(0, 16, n) * 100 / 15 for d, n in sizes.items()} for i in range(6)
+    }
+    names, datasets, replicates = _replicates(methods, 300, 5)
+    draw = np.random.default_rng(5)
+    expected = np.zeros((len(names), 300))
+    for d in datasets:
+        index = draw.integers(0, sizes[d], size=(300, sizes[d]))
+        for i, name in enumerate(names):
+            expected[i] += methods[name][d][index].mean(axis=1)
+    np.testing.assert_allclose(replicates, expected / len(datasets), rtol=1e-12)
+
+
+def test_identical_methods_get_identical_replicates() -> None:
+    # Clones at several places of a wide product (BLAS blocks and edges) stay exactly tied,
+    # so a tie is a tie whatever the position.
+    rng = np.random.default_rng(8)
+    clone = {d: rng.uniform(0, 100, 600) for d in ("x", "y")}
+    methods = {f"m{i:02d}": {d: rng.uniform(0, 100, 600) for d in clone} for i in range(41)}
+    at = (0, 7, 19, 33, 40)
+    for i in at:
+        methods[f"m{i:02d}"] = {d: v.copy() for d, v in clone.items()}
+    names, _, replicates = _replicates(methods, 400, 0)
+    rows = [replicates[names.index(f"m{i:02d}")] for i in at]
+    assert all(np.array_equal(r, rows[0]) for r in rows)
+    counts = resample_counts(np.random.default_rng(1), 600, 400, 600)
+    assert (counts.sum(axis=1) == 600).all()
 
 
 def paired_base_novel(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

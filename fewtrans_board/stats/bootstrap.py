@@ -2,7 +2,9 @@
 
 Episodes are resampled within each dataset (datasets are fixed, as in the benchmark); all
 methods share the resampled indices because they were evaluated on the same frozen
-episodes, so their averages are compared pairwise.
+episodes, so their averages are compared pairwise. A dataset's resamples are a matrix of
+how often each episode is drawn, so every method's replicate means come from one matrix
+product (:func:`resampled_means`) rather than a gather per method.
 """
 
 from __future__ import annotations
@@ -41,10 +43,49 @@ def cross_dataset_mean(per_dataset: Mapping[str, np.ndarray]) -> float:
     return float(np.mean([np.mean(v) for v in per_dataset.values()]))
 
 
+def resample_counts(
+    rng: np.random.Generator, episodes: int, resamples: int, draws: int
+) -> np.ndarray:
+    """How often each episode is drawn in each resample, ``[resamples, episodes]`` (float64).
+
+    The draws are the single call ``rng.integers(0, episodes, size=(resamples, draws))``,
+    so a seeded generator gives the same resamples as gathering those indices would.
+    """
+    index = rng.integers(0, episodes, size=(resamples, draws))
+    flat = (index + episodes * np.arange(resamples)[:, None]).ravel()
+    counts = np.bincount(flat, minlength=resamples * episodes)
+    return counts.reshape(resamples, episodes).astype(np.float64)
+
+
+def resampled_means(counts: np.ndarray, rows: np.ndarray, draws: int) -> np.ndarray:
+    """Each row's mean over each resample: ``counts @ rows.T / draws``, ``[resamples, rows]``.
+
+    Args:
+        counts: ``[resamples, episodes]`` from :func:`resample_counts`.
+        rows: ``[rows, episodes]`` per-episode values (one row per method or entry).
+        draws: episodes drawn per resample (each row of ``counts`` sums to it).
+
+    Identical rows are multiplied once and share the result: a BLAS product may round a
+    column differently depending on where it sits, and equal rows must stay exactly tied.
+    """
+    rows = np.ascontiguousarray(rows, dtype=np.float64)
+    first: dict[bytes, int] = {}
+    inverse = [first.setdefault(r.tobytes(), len(first)) for r in rows]
+    if len(first) == len(rows):
+        out: np.ndarray = (counts @ rows.T) / draws
+        return out
+    unique = rows[np.unique(inverse, return_index=True)[1]]
+    means: np.ndarray = (counts @ unique.T) / draws
+    return means[:, inverse]
+
+
 def _replicates(
     methods: Mapping[str, Mapping[str, np.ndarray]], resamples: int, seed: int
 ) -> tuple[list[str], list[str], np.ndarray]:
     """Bootstrap replicates of each method's cross-dataset average.
+
+    Per dataset, one matrix of resample counts times the methods' values (one BLAS
+    product) rather than a gather per method; the resamples are the seed's as before.
 
     Returns:
         ``(sorted method names, the datasets resampled, replicates [methods, resamples])``;
@@ -53,16 +94,17 @@ def _replicates(
     names = sorted(methods)
     datasets = sorted(next(iter(methods.values())))
     rng = np.random.default_rng(seed)
-    totals = np.zeros((len(names), resamples))
+    totals = np.zeros((resamples, len(names)))
     for dataset in datasets:
         n = len(methods[names[0]][dataset])
-        index = rng.integers(0, n, size=(resamples, n))
+        rows = np.empty((len(names), n))
         for i, name in enumerate(names):
             values = np.asarray(methods[name][dataset], dtype=np.float64)
             if len(values) != n:
                 raise ValueError(f"{name} has {len(values)} episodes on {dataset}, others {n}")
-            totals[i] += values[index].mean(axis=1)
-    return names, datasets, totals / len(datasets)
+            rows[i] = values
+        totals += resampled_means(resample_counts(rng, n, resamples, n), rows, n)
+    return names, datasets, totals.T / len(datasets)
 
 
 def _percentile_ci(
@@ -112,7 +154,8 @@ def averages_and_ranks(
     """:func:`average_ci` and :func:`rank_intervals` of every method from one bootstrap draw.
 
     The results equal those of the two functions called with the same ``resamples`` and
-    ``seed``: a method's replicates do not depend on which other methods are drawn with it.
+    ``seed`` up to rounding: a method's replicates are drawn the same whichever other
+    methods are drawn with it (the product that averages them may sum in another order).
 
     Returns:
         ``{method: (average with CI, (rank, low, high))}``.

@@ -13,7 +13,8 @@ ranked entries shows that lottery on its own stored results:
   (base-to-novel: the harmonic mean of that average on base and on novel classes, the same
   episodes drawn for both; per-shot benchmarks: the mean over the drawn episodes, which is
   their average over shots when the draw holds as many episodes of every K);
-- the entries are ranked by score, ties broken at random (seeded), and compared with the
+- the entries are ranked by score, ties (scores within :data:`TIE_TOLERANCE`, so that
+  rounding never decides an exact tie) broken at random (seeded), and compared with the
   ranking on every stored episode (ties there broken by the section's order):
   **P(top-1 differs)** is the share of draws whose first entry is not the full set's first;
   **Kendall's tau of the top k** is, over the full set's first k entries
@@ -32,6 +33,7 @@ import numpy as np
 from markupsafe import Markup, escape
 
 from fewtrans_board.analysis.svg import fit_text, ticks_with_text
+from fewtrans_board.stats.bootstrap import resample_counts, resampled_means
 from fewtrans_board.website.downloads import Download
 from fewtrans_board.website.views import BenchmarkView, ProtocolSection
 
@@ -58,14 +60,30 @@ class LotteryPoint:
     """Share of draws in which the order of the full set's top k is not the same."""
 
 
+TIE_TOLERANCE = 1e-9
+"""Scores this close (relative to the larger, at least absolute) tie: a draw's mean is a
+sum whose rounding depends on how it was computed, and a tie in exact arithmetic must
+go to the random keys, not to the last bits."""
+
+
 def _ranks(scores: np.ndarray, ties: np.ndarray) -> np.ndarray:
     """Rank (0 = first) of each entry per draw: by score descending, ties by ``ties``.
 
     Args:
         scores: ``[R, E]``.
-        ties: ``[R, E]`` random keys; the lower wins a tie.
+        ties: ``[R, E]`` random keys; the lower wins a tie (scores within
+            :data:`TIE_TOLERANCE` of the next better one tie with it).
     """
-    order = np.lexsort((ties, -scores), axis=-1)  # last key sorts first
+    by_score = np.argsort(-scores, axis=-1, kind="stable")
+    ordered = np.take_along_axis(scores, by_score, axis=-1)  # descending
+    scale = np.maximum(1.0, np.abs(ordered[:, :-1]))
+    gaps = (ordered[:, :-1] - ordered[:, 1:]) > TIE_TOLERANCE * scale
+    levels = np.concatenate(
+        [np.zeros((len(scores), 1), dtype=np.int64), np.cumsum(gaps, axis=-1)], axis=-1
+    )
+    level = np.empty_like(levels)
+    np.put_along_axis(level, by_score, levels, axis=-1)
+    order = np.lexsort((ties, level), axis=-1)  # last key sorts first
     ranks = np.empty_like(order)
     np.put_along_axis(ranks, order, np.arange(scores.shape[1])[None, :], axis=-1)
     return ranks
@@ -129,10 +147,12 @@ def lottery(
         base = np.zeros((resamples, entries))
         other = np.zeros((resamples, entries)) if novels else None
         for c, a in enumerate(arrays):
-            draws = rng.integers(0, a.shape[1], size=(resamples, n))
-            base += a[:, draws].mean(axis=2).T  # [R, E]
+            # Counts of each episode per draw ([R, episodes]) times the entries' values:
+            # memory is R x (episodes + entries), never R x n x entries.
+            counts = resample_counts(rng, a.shape[1], resamples, n)
+            base += resampled_means(counts, a, n)  # [R, E]
             if other is not None and novels is not None:
-                other += novels[c][:, draws].mean(axis=2).T
+                other += resampled_means(counts, novels[c], n)
         scores = _combined(base / len(arrays), None if other is None else other / len(arrays))
         ranks = _ranks(scores, rng.random((resamples, entries)))
         first = np.argmin(ranks, axis=1)
