@@ -181,7 +181,9 @@ def entry_rows(entry: LoadedEntry, datasets: dict[str, str]) -> list[dict[str, A
 
 
 def leaderboard_table(
-    store: LeaderboardStore, entries: Iterable[LoadedEntry] | None = None
+    store: LeaderboardStore,
+    entries: Iterable[LoadedEntry] | None = None,
+    dataset_of: dict[str, str] | None = None,
 ) -> pa.Table:
     """The whole leaderboard of a store, one row per entry x column x aggregation.
 
@@ -192,6 +194,8 @@ def leaderboard_table(
     Args:
         store: the leaderboard store.
         entries: the store's entries as already loaded (a site build's); default: load them.
+        dataset_of: the dataset of each frozen manifest, by file name (a site build's label
+            indexes know them); default: read the manifests.
 
     Raises:
         SubmissionError: a stored entry is unreadable (named).
@@ -200,7 +204,9 @@ def leaderboard_table(
 
     from fewtrans_board.leaderboard.entries import load_entries
 
-    of_manifest = {name: manifest.dataset for name, manifest in store.frozen.values()}
+    if dataset_of is None:
+        dataset_of = {name: manifest.dataset for name, manifest in store.frozen.values()}
+    of_manifest = dataset_of
     rows = [
         row
         for entry in (load_entries(store) if entries is None else entries)

@@ -243,7 +243,8 @@ def build_site(
             download.write(out)
         return tables
 
-    write_leaderboard(leaderboard_table(store, stored), out)
+    datasets = {name: index.dataset for name, index in labels.values()}
+    write_leaderboard(leaderboard_table(store, stored, datasets), out)
     settings = comparisons(data.benchmarks)
     render(
         "index.html",
