@@ -8,6 +8,7 @@ import importlib
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from fewtrans_board import Adapter, AdapterConfig, hookimpl, hparam
+
+# Builds cache entry summaries in the user's cache folder (~/.cache/fewtrans-board); the
+# suite keeps its own, one per test process, so a run neither reads nor leaves one there.
+os.environ["FEWTRANS_BUILD_CACHE"] = tempfile.mkdtemp(prefix="fewtrans-build-cache-")
 from fewtrans_board.cli import make_cli
 from fewtrans_board.plugins.loading import PluginManager, get_plugin_manager
 from fewtrans_board.plugins.registry import Registry

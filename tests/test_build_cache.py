@@ -269,3 +269,22 @@ def test_a_tampered_label_index_is_not_used(tmp_path: Path) -> None:
     stored.write_bytes(data[:-200] + bytes(200))  # the payload damaged, its hash left
     again = label_index(path, cache)
     assert again.ways.tolist() == [e.ways for e in Manifest.load(path).episodes()]
+
+
+def test_the_default_cache_is_the_users_not_the_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build must not write into a store (a git checkout a pull request changes only by
+    its entry): the default folder is the user's cache, and ``off`` disables it."""
+    from fewtrans_board.leaderboard.summary_cache import CACHE_ENV, default_root
+
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_root() == tmp_path / "xdg" / "fewtrans-board" / "build"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_root() == tmp_path / "home" / ".cache" / "fewtrans-board" / "build"
+    monkeypatch.setenv(CACHE_ENV, "off")
+    assert default_root() is None
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "elsewhere"))
+    assert default_root() == tmp_path / "elsewhere"

@@ -351,8 +351,8 @@ def typed_values(param: click.Parameter, ws: Workspace) -> list[str] | None:
 
 @pytest.fixture(autouse=True)
 def build_cache_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Builds cache entry summaries beside the store by default; in these tests they go
-    elsewhere, so that a snapshot of the workspace shows any other write."""
+    """Each test's builds get an empty cache of their own (outside the workspace), so a
+    baseline does the same work whichever test ran before it."""
     monkeypatch.setenv("FEWTRANS_BUILD_CACHE", str(tmp_path / "build-cache"))
 
 

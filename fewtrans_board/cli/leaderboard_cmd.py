@@ -392,7 +392,7 @@ def leaderboard_fetch_plugins(
     "--no-cache",
     is_flag=True,
     help="Summarise every entry again, neither reading nor writing the build cache "
-    "(<leaderboard>/.cache/build or $FEWTRANS_BUILD_CACHE).",
+    "(~/.cache/fewtrans-board/build or $FEWTRANS_BUILD_CACHE).",
 )
 def leaderboard_rebuild(leaderboard: Path, check: bool, with_logits: bool, no_cache: bool) -> None:
     """Derive leaderboard/index.json from the raw per-episode rows.
@@ -408,7 +408,7 @@ def leaderboard_rebuild(leaderboard: Path, check: bool, with_logits: bool, no_ca
     from fewtrans_board.leaderboard.summary_cache import SummaryCache, default_root
 
     store = LeaderboardStore(leaderboard)
-    cache = SummaryCache(None if no_cache or check else default_root(store.root))
+    cache = SummaryCache(None if no_cache or check else default_root())
     index = build_index(store, with_logits=with_logits, cache=cache)
     if check:
         if not store.index_path.is_file():

@@ -37,7 +37,7 @@ def site_group() -> None:
     "--no-cache",
     is_flag=True,
     help="Summarise every entry again, neither reading nor writing the build cache "
-    "(<leaderboard>/.cache/build or $FEWTRANS_BUILD_CACHE).",
+    "(~/.cache/fewtrans-board/build or $FEWTRANS_BUILD_CACHE).",
 )
 @pass_app
 def site_build(
@@ -58,6 +58,6 @@ def site_build(
             shown.append(path)
         else:  # a table compares runs over every episode of the manifest
             click.echo(f"Warning: not shown: {reason}", err=True)
-    cache = SummaryCache(None if no_cache else default_root(leaderboard))
+    cache = SummaryCache(None if no_cache else default_root())
     pages = build_site(leaderboard, out, app.registry, shown, cache=cache)
     click.echo(f"wrote {len(pages)} pages to {out}; open {out / 'index.html'}")

@@ -202,7 +202,7 @@ def add_bundle(
     try:
         # The other entries' cached summaries (keyed by their files' hashes) are reused, so
         # adding one entry to a large store summarises that one entry.
-        index = build_index(store, cache=SummaryCache(default_root(store.root)))
+        index = build_index(store, cache=SummaryCache(default_root()))
     except SubmissionError:  # another stored entry is unreadable: leave the store as it was
         store.withdraw(meta.id)
         raise

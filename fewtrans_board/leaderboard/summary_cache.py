@@ -6,8 +6,11 @@ this code's summary format, so it is cached under a key that hashes all of them
 (:func:`entry_key`) and reused while that key holds. Adding one entry to a store of a
 thousand then costs about one entry's work.
 
-The cache is a derived artefact outside git (``<store>/.cache/build/``, or
-``$FEWTRANS_BUILD_CACHE``) and is trusted no further than its key: each file records the
+The cache is a derived artefact outside the store (the user's cache folder,
+``$XDG_CACHE_HOME/fewtrans-board/build`` or ``~/.cache/fewtrans-board/build``, or
+``$FEWTRANS_BUILD_CACHE``): a build never writes into a store, whose folder is a git checkout
+that a pull request must change only by its entry. Keys do not depend on where a store is,
+so stores on one machine share it. It is trusted no further than its key: each file records the
 sha256 of its payload, checked on every read, so a damaged or edited file is recomputed,
 never used. A read never raises: anything wrong with the cache is a miss.
 """
@@ -35,16 +38,20 @@ CACHE_ENV = "FEWTRANS_BUILD_CACHE"
 MAGIC = b"fewtrans-build-cache 1\n"
 
 
-def default_root(store_root: Path) -> Path | None:
-    """The cache folder of a store: ``$FEWTRANS_BUILD_CACHE`` or ``<store>/.cache/build``.
+def default_root() -> Path | None:
+    """The build cache folder: ``$FEWTRANS_BUILD_CACHE``, else the user's cache folder.
 
     Returns:
-        ``None`` when ``$FEWTRANS_BUILD_CACHE`` is ``off``.
+        ``$FEWTRANS_BUILD_CACHE``, else ``$XDG_CACHE_HOME/fewtrans-board/build``, else
+        ``~/.cache/fewtrans-board/build``; ``None`` when ``$FEWTRANS_BUILD_CACHE`` is ``off``.
     """
     configured = os.environ.get(CACHE_ENV, "").strip()
     if configured.lower() == "off":
         return None
-    return Path(configured) if configured else store_root / ".cache" / "build"
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(base) if base else Path.home() / ".cache") / "fewtrans-board" / "build"
 
 
 def file_digest(path: Path) -> str:
