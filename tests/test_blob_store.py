@@ -344,6 +344,13 @@ def test_a_missing_or_corrupted_blob_is_named_in_one_line(
     blob.write_bytes(data[:100])
     with pytest.raises(SubmissionError, match="holds 100 bytes, its shard records"):
         read_entry(store, ENTRY, with_logits=True)
+    if where != "file-url":  # a blob folder kept with git LFS, cloned without the blobs
+        pointer = (
+            f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha}\nsize {len(data)}\n"
+        )
+        blob.write_text(pointer)
+        with pytest.raises(SubmissionError, match=r"missing-blob.*git LFS pointer.*git lfs pull"):
+            read_entry(store, ENTRY, with_logits=True)
 
 
 def test_a_swapped_blob_is_refused_by_the_seal(tmp_path: Path) -> None:

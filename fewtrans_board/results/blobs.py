@@ -57,6 +57,8 @@ DEFAULT_FOLDER = "blobs"
 MAX_BLOB_BYTES = 8 << 30
 """A recorded blob size above this is refused before anything is fetched."""
 _HEX = frozenset("0123456789abcdef")
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+"""How a git LFS pointer file starts (a blob folder tracked by LFS, cloned without it)."""
 
 
 class BlobError(ResultsError):
@@ -203,6 +205,14 @@ class BlobStore:
             else:
                 file = Path(where)
                 if size is not None and file.stat().st_size != size:
+                    if file.read_bytes()[: len(LFS_POINTER)] == LFS_POINTER:
+                        raise BlobError(
+                            sha256,
+                            where,
+                            "is a git LFS pointer, not the blob: fetch it with "
+                            f"'git lfs pull --include {file.as_posix()}'",
+                            missing=True,
+                        )
                     raise BlobError(
                         sha256,
                         where,
