@@ -211,6 +211,42 @@ def shared_folder(
     return folder
 
 
+CHROMIUM = Path("/usr/bin/chromium")
+"""Debian's chromium, which the browser tests drive (``.ci/run`` installs it)."""
+
+
+@pytest.fixture(scope="session")
+def committed_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The committed store's site, built once per test run (read only)."""
+    from fewtrans_board.website.build import build_site
+
+    def build(work: Path) -> None:
+        build_site(REPO / "leaderboard", work / "_site")
+
+    return shared_folder(tmp_path_factory, "committed-site", build) / "_site"
+
+
+@contextlib.contextmanager
+def serving(folder: Path) -> Iterator[str]:
+    """``folder`` served over HTTP on a free local port (quietly); yields its base URL."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder))
+    )
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+
+
 @pytest.fixture(scope="session")
 def mean_centroid_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Mean-centroid runs of the pretrained demo CNN and its random-init twin on every

@@ -178,14 +178,8 @@ def test_fit_text_keeps_within_the_width() -> None:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site of the committed store (built once per test run, shared)."""
-    from fewtrans_board.website.build import build_site
-
-    def build(folder: Path) -> None:
-        build_site(ROOT / "leaderboard", folder / "_site")
-
-    return shared_folder(tmp_path_factory, "cost-stability-site", build) / "_site"
+def site(committed_site: Path) -> Path:
+    return committed_site
 
 
 def label_box(text: ET.Element, size: float) -> tuple[float, float, float, float]:

@@ -10,14 +10,11 @@ in headless Chromium to check that ``#regime=...`` selects a view.
 from __future__ import annotations
 
 import csv
-import functools
 import html
-import http.server
 import io
 import json
 import math
 import re
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +38,7 @@ from fewtrans_board.website.regimes import (
     shot_count,
 )
 from fewtrans_board.website.views import BenchmarkView, SiteData
-from tests.conftest import shared_folder
+from tests.conftest import CHROMIUM, serving
 
 ROOT = Path(__file__).resolve().parents[1]
 STORE = ROOT / "leaderboard"
@@ -51,18 +48,11 @@ EPISODE_BENCHMARKS = {
     "demo": "fewtrans-varied--digits.parquet",
     "demo-base-to-novel": "fewtrans-base2novel--digits.parquet",
 }
-CHROMIUM = Path("/usr/bin/chromium")
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The committed store's site, built once per test run (read only)."""
-    from fewtrans_board.website.build import build_site
-
-    def build(work: Path) -> None:
-        build_site(STORE, work / "_site")
-
-    return shared_folder(tmp_path_factory, "regimes-site", build) / "_site"
+def site(committed_site: Path) -> Path:
+    return committed_site
 
 
 @pytest.fixture(scope="module")
@@ -417,12 +407,8 @@ def test_few_episodes_are_marked(data: SiteData) -> None:
 
 @pytest.fixture
 def server(site: Path) -> Iterator[str]:
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
+    with serving(site) as url:
+        yield url
 
 
 @pytest.mark.slow

@@ -5,18 +5,16 @@ requests leaving localhost."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import html
-import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import threading
 import zipfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ from fewtrans_board.leaderboard import sub_benchmarks as benchmarks_module
 from fewtrans_board.plugins.loading import get_plugin_manager
 from fewtrans_board.results.load import find_runs, load_run
 from fewtrans_board.stats import average_ci, mean_ci
-from tests.conftest import shared_folder
+from tests.conftest import CHROMIUM, serving, shared_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -465,17 +463,9 @@ def test_wheel_ships_the_templates(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def server(site: tuple[Path, Path]):  # type: ignore[no-untyped-def]
-    _, out = site
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-
-
-CHROMIUM = Path("/usr/bin/chromium")
+def server(site: tuple[Path, Path]) -> Iterator[str]:
+    with serving(site[1]) as url:
+        yield url
 
 
 @pytest.mark.slow

@@ -11,11 +11,8 @@ page with a regime selected, a method page and the cost figure go to ``test-arti
 from __future__ import annotations
 
 import csv
-import functools
-import http.server
 import io
 import json
-import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -25,12 +22,11 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import shared_folder
+from tests.conftest import CHROMIUM, serving
 
 ROOT = Path(__file__).resolve().parents[1]
 STORE = ROOT / "leaderboard"
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -83,28 +79,14 @@ GEOMETRY_JS = """
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The committed store's site, built once per test run (read only)."""
-    from fewtrans_board.website.build import build_site
-
-    def build(work: Path) -> None:
-        build_site(STORE, work / "_site")
-
-    return shared_folder(tmp_path_factory, "regimes-site", build) / "_site"
-
-
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+def site(committed_site: Path) -> Path:
+    return committed_site
 
 
 @pytest.fixture(scope="module")
 def server(site: Path) -> Iterator[str]:
-    handler = functools.partial(QuietHandler, directory=str(site))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
+    with serving(site) as url:
+        yield url
 
 
 def layout_problems(report: list[dict[str, Any]], page: str) -> tuple[int, list[str]]:

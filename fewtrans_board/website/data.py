@@ -22,18 +22,8 @@ from fewtrans_board.leaderboard.table import column_keys
 from fewtrans_board.results.digest import RunDigest
 from fewtrans_board.results.load import find_runs
 from fewtrans_board.results.summary import summarize
-from fewtrans_board.stats.bootstrap import (
-    averages_and_ranks,
-    holm_paired,
-    pool,
-    tied_with_best,
-)
-from fewtrans_board.stats.intervals import mean_ci
-from fewtrans_board.stats.tests import cohens_d_paired
-from fewtrans_board.website.regimes import EpisodeProfiles, regime_views
+from fewtrans_board.website.regimes import EpisodeProfiles, ranked_rows, regime_views
 from fewtrans_board.website.reporting import (
-    BOOTSTRAP_RESAMPLES,
-    BOOTSTRAP_SEED,
     BaseNovelRow,
     ShotRow,
     base_novel_table,
@@ -41,7 +31,6 @@ from fewtrans_board.website.reporting import (
 )
 from fewtrans_board.website.views import (
     BenchmarkView,
-    Comparison,
     MethodRun,
     MethodView,
     ProtocolSection,
@@ -151,34 +140,7 @@ def _table(
     reference: MethodView | None,
 ) -> list[TableRow]:
     values = {m.id: m.values(aggregation) for m in methods}
-    bootstrap = (
-        averages_and_ranks(values, resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
-        if methods
-        else {}
-    )
-    tied = tied_with_best(values) if len(methods) > 1 else {m.id: True for m in methods}
-    comparisons: dict[str, Comparison] = {}
-    if reference is not None:
-        ref = pool(values[reference.id], datasets)
-        pooled = {m.id: pool(values[m.id], datasets) for m in methods if m.id != reference.id}
-        for ident, p in holm_paired(pooled, ref).items():
-            comparisons[ident] = Comparison(
-                difference=float(pooled[ident].mean() - ref.mean()),
-                p_holm=p,
-                cohens_d=cohens_d_paired(pooled[ident], ref),
-            )
-    rows = [
-        TableRow(
-            method=m,
-            cells={d: mean_ci(values[m.id][d], ddof=ddof) for d in datasets},
-            average=bootstrap[m.id][0],
-            rank=bootstrap[m.id][1],
-            tied_with_best=tied[m.id],
-            versus_reference=comparisons.get(m.id),
-        )
-        for m in methods
-    ]
-    return sorted(rows, key=lambda r: (r.rank[0], r.method.id))
+    return ranked_rows(methods, values, datasets, ddof, reference)
 
 
 def load_reported(store: LeaderboardStore) -> dict[str, list[ReportedTable]]:

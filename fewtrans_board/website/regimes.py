@@ -265,6 +265,8 @@ def ranked_rows(
         ddof: the benchmark's CI ddof.
         reference: the reference entry (one of ``methods``), or ``None``.
     """
+    if not methods:
+        return []
     picked = {m.id: {c: np.asarray(values[m.id][c]) for c in columns} for m in methods}
     bootstrap = averages_and_ranks(picked, resamples=BOOTSTRAP_RESAMPLES, seed=BOOTSTRAP_SEED)
     tied = tied_with_best(picked) if len(methods) > 1 else {m.id: True for m in methods}
