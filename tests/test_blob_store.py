@@ -37,7 +37,7 @@ from fewtrans_board.results.blobs import (
 from fewtrans_board.results.load import find_runs, load_run
 from fewtrans_board.results.schema import METADATA_KEY
 from fewtrans_board.results.shards import read_shard, rows_to_table, seal_table, write_table
-from tests.conftest import REPO
+from tests.conftest import REPO, shared_folder
 
 COMMITTED = REPO / "leaderboard"
 ENTRY = "cosine-classifier--demo-cnn"  # 600 episodes, 9 configurations, both ensembles
@@ -67,6 +67,27 @@ def unsplit(store: Path) -> None:
         write_table(path, sealed)
     shutil.rmtree(blobs.location)
     (store / "blobs.toml").unlink()
+
+
+@pytest.fixture(scope="module")
+def unsplit_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The committed store unsplit (:func:`unsplit`), once per test run: copy it to change it."""
+
+    def build(folder: Path) -> None:
+        unsplit(copy_store(folder / "leaderboard"))
+
+    return shared_folder(tmp_path_factory, "unsplit-store", build) / "leaderboard"
+
+
+@pytest.fixture
+def unsplit_copy(unsplit_store: Path) -> Callable[[Path], Path]:
+    """Copy the unsplit store to a folder; returns that folder."""
+
+    def copy(target: Path) -> Path:
+        shutil.copytree(unsplit_store, target)
+        return target
+
+    return copy
 
 
 def snapshot(folder: Path) -> dict[str, str]:
@@ -142,10 +163,11 @@ def test_committed_store_is_split_and_complete() -> None:
         assert pq.read_table(path).column("logits").null_count == pq.read_metadata(path).num_rows
 
 
-def test_migration_is_identical_idempotent_and_rebuild_check_passes(tmp_path: Path) -> None:
-    store_dir = copy_store(tmp_path / "leaderboard")
+def test_migration_is_identical_idempotent_and_rebuild_check_passes(
+    tmp_path: Path, unsplit_copy: Callable[[Path], Path]
+) -> None:
     committed_index = (COMMITTED / "index.json").read_text()
-    unsplit(store_dir)
+    store_dir = unsplit_copy(tmp_path / "leaderboard")
     store = LeaderboardStore(store_dir)
     before = index_text(build_index(store))
     assert before == committed_index  # accuracies, ensembles, ranks of the unsplit store
@@ -163,9 +185,8 @@ def test_migration_is_identical_idempotent_and_rebuild_check_passes(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_migrate_blobs_command_and_rebuild_check(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
-    store_dir = copy_store(tmp_path / "leaderboard")
-    unsplit(store_dir)
+def test_migrate_blobs_command_and_rebuild_check(tmp_path: Path, invoke, unsplit_copy) -> None:  # type: ignore[no-untyped-def]
+    store_dir = unsplit_copy(tmp_path / "leaderboard")
     result = invoke(["leaderboard", "migrate-blobs", "--leaderboard", str(store_dir)])
     assert result.exit_code == 0, result.output
     assert f"{ENTRY}: 12 shard(s) split" in result.output
@@ -178,12 +199,11 @@ def test_migrate_blobs_command_and_rebuild_check(tmp_path: Path, invoke) -> None
 
 
 def test_an_interrupted_migration_leaves_each_entry_whole(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unsplit_copy: Callable[[Path], Path]
 ) -> None:
     from fewtrans_board.leaderboard import migrate
 
-    store_dir = copy_store(tmp_path / "leaderboard")
-    unsplit(store_dir)
+    store_dir = unsplit_copy(tmp_path / "leaderboard")
     store = LeaderboardStore(store_dir)
     ids = store.submission_ids()
     before = snapshot(store_dir / "results" / ids[1])
@@ -228,10 +248,8 @@ def bundle_of(store: Path, ident: str, out: Path) -> Path:
     return out
 
 
-def test_add_validates_the_full_bundle_then_splits_it(tmp_path: Path) -> None:
-    source = copy_store(tmp_path / "source")
-    unsplit(source)
-    bundle = bundle_of(source, ENTRY, tmp_path / "bundle.zip")
+def test_add_validates_the_full_bundle_then_splits_it(tmp_path: Path, unsplit_store: Path) -> None:
+    bundle = bundle_of(unsplit_store, ENTRY, tmp_path / "bundle.zip")
     store_dir = tmp_path / "leaderboard"
     shutil.copytree(COMMITTED / "manifests", store_dir / "manifests")
     store = LeaderboardStore(store_dir)
@@ -269,12 +287,10 @@ def test_add_validates_the_full_bundle_then_splits_it(tmp_path: Path) -> None:
     assert git_only.validation.runs == added.validation.runs
 
 
-def test_a_split_shard_keeps_its_provenance_once(tmp_path: Path) -> None:
+def test_a_split_shard_keeps_its_provenance_once(tmp_path: Path, unsplit_store: Path) -> None:
     """pyarrow writes schema metadata twice (key-value, and inside the serialised Arrow
     schema); on the git side of a split run that repeated provenance is most of the bytes."""
-    source = copy_store(tmp_path / "source")
-    unsplit(source)
-    bundle = bundle_of(source, ENTRY, tmp_path / "bundle.zip")
+    bundle = bundle_of(unsplit_store, ENTRY, tmp_path / "bundle.zip")
     store_dir = tmp_path / "leaderboard"
     shutil.copytree(COMMITTED / "manifests", store_dir / "manifests")
     add_bundle(bundle, LeaderboardStore(store_dir), UNVERIFIED)
@@ -463,24 +479,32 @@ def test_edited_predictions_are_refused_without_blobs_or_with_them(tmp_path: Pat
 # --- verification and analyses from fetched blobs --------------------------------------------
 
 
-def loaded_three_ways(tmp_path: Path) -> tuple[Path, Path, BlobStore]:
-    """An unsplit copy, and that copy migrated, its blobs reached through a file:// URL."""
-    local = copy_store(tmp_path / "local")
-    unsplit(local)
-    split = tmp_path / "split"
-    shutil.copytree(local, split)
-    migrate_store(LeaderboardStore(split))
-    shutil.move(split / "blobs", tmp_path / "bucket")
-    use_url(split, (tmp_path / "bucket").as_uri())
-    return local, split, BlobStore.for_store(split)
+@pytest.fixture(scope="module")
+def loaded_three_ways(
+    unsplit_store: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path, BlobStore]:
+    """The unsplit store, and a copy of it migrated, its blobs reached through a file://
+    URL (built once per test run: read only)."""
+
+    def build(folder: Path) -> None:
+        split = folder / "split"
+        shutil.copytree(unsplit_store, split)
+        migrate_store(LeaderboardStore(split))
+        shutil.move(split / "blobs", folder / "bucket")
+        use_url(split, (folder / "bucket").as_uri())
+
+    split = shared_folder(tmp_path_factory, "migrated-store", build) / "split"
+    return unsplit_store, split, BlobStore.for_store(split)
 
 
 @pytest.mark.slow  # the report's provenance asks platform for the processor (a process)
-def test_an_analysis_reads_fetched_blobs_exactly_as_local_logits(tmp_path: Path) -> None:
+def test_an_analysis_reads_fetched_blobs_exactly_as_local_logits(
+    loaded_three_ways: tuple[Path, Path, BlobStore],
+) -> None:
     from fewtrans_board.analysis.sensitivity import sensitivity_report
     from fewtrans_board.results.blobs import blobs_for_run
 
-    local, split, blobs = loaded_three_ways(tmp_path)
+    local, split, blobs = loaded_three_ways
     ids = ["cosine-classifier--demo-cnn", "finetune--demo-cnn", "linear-probe--demo-cnn"]
     folders = {
         name: [find_runs([s / "results" / i])[0] for i in ids]
@@ -506,12 +530,12 @@ def test_an_analysis_reads_fetched_blobs_exactly_as_local_logits(tmp_path: Path)
 
 @pytest.mark.slow
 def test_verification_from_fetched_blobs_equals_verification_from_local_logits(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invoke
+    loaded_three_ways: tuple[Path, Path, BlobStore], monkeypatch: pytest.MonkeyPatch, invoke
 ) -> None:  # type: ignore[no-untyped-def]
     """The same secret seeds both (the split entry's digest is its bundle's): same report."""
     from fewtrans_board.plugins.loading import get_plugin_manager
 
-    local, split, _ = loaded_three_ways(tmp_path)
+    local, split, _ = loaded_three_ways
     monkeypatch.setenv("VERIFY_SECRET", "test-secret")
     reports = []
     for store in (local, split):

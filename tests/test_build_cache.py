@@ -15,8 +15,10 @@ from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.index import build_index
 from fewtrans_board.leaderboard.store import LeaderboardStore, index_text
 from fewtrans_board.leaderboard.summary_cache import MAGIC, SummaryCache, entry_key
+from tests.conftest import shared_folder
 
 ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "leaderboard"
 ENTRY = "finetune--demo-cnn"
 
 
@@ -26,6 +28,33 @@ def store_dir(tmp_path: Path) -> Path:
     target = tmp_path / "leaderboard"
     shutil.copytree(ROOT / "leaderboard", target, ignore=shutil.ignore_patterns(".cache"))
     return target
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The committed store's index built without a cache (``index.json``), and a cache
+    warmed by a cached build of it (``cache/``), once per test run: read only."""
+
+    def build(folder: Path) -> None:
+        uncached = rebuilt(COMMITTED)
+        assert rebuilt(COMMITTED, SummaryCache(folder / "cache")) == uncached
+        (folder / "index.json").write_text(uncached)
+
+    return shared_folder(tmp_path_factory, "build-cache", build)
+
+
+@pytest.fixture
+def uncached_index(built: Path) -> str:
+    """The committed store's index as a build without the cache gives it."""
+    return (built / "index.json").read_text()
+
+
+@pytest.fixture
+def warm_cache(built: Path, tmp_path: Path) -> SummaryCache:
+    """A copy of a cache warmed on the committed store (its keys do not depend on where a
+    store lives, so it serves every copy of it)."""
+    shutil.copytree(built / "cache", tmp_path / "cache")
+    return SummaryCache(tmp_path / "cache")
 
 
 @pytest.fixture
@@ -65,71 +94,69 @@ def reseal_with_other_seconds(path: Path) -> None:
     write_table(path, seal_table(table.set_column(index, "seconds", seconds), meta))
 
 
+def same_files(a: Path, b: Path, pattern: str = "*") -> None:
+    """The two folders hold the same files (``pattern``), byte for byte."""
+    left = {p.relative_to(a): p for p in a.rglob(pattern) if p.is_file()}
+    right = {p.relative_to(b): p for p in b.rglob(pattern) if p.is_file()}
+    assert left.keys() == right.keys()
+    for name, path in left.items():
+        assert path.read_bytes() == right[name].read_bytes(), name
+
+
 def test_cached_and_uncached_builds_give_the_same_index_and_pages(
-    store_dir: Path, tmp_path: Path, summarised: Counter[str]
+    tmp_path: Path, summarised: Counter[str], committed_site: Path
 ) -> None:
     from fewtrans_board.website.build import build_site
 
     cache = SummaryCache(tmp_path / "cache")
-    uncached = rebuilt(store_dir)
-    ids = LeaderboardStore(store_dir).submission_ids()
+    uncached = rebuilt(COMMITTED)
+    ids = LeaderboardStore(COMMITTED).submission_ids()
     assert summarised == dict.fromkeys(ids, 1)
-    assert rebuilt(store_dir, cache) == uncached  # cold: computes and writes
+    assert rebuilt(COMMITTED, cache) == uncached  # cold: computes and writes
     assert summarised == dict.fromkeys(ids, 2)
-    assert rebuilt(store_dir, cache) == uncached  # warm: reads only
+    assert rebuilt(COMMITTED, cache) == uncached  # warm: reads only
     assert summarised == dict.fromkeys(ids, 2)
-    build_site(store_dir, tmp_path / "plain")
-    build_site(store_dir, tmp_path / "cached", cache=cache)
-    assert summarised == dict.fromkeys(ids, 3)  # the site's cached build summarised nothing
-    plain = {p.relative_to(tmp_path / "plain"): p for p in (tmp_path / "plain").rglob("*")}
-    cached = {p.relative_to(tmp_path / "cached"): p for p in (tmp_path / "cached").rglob("*")}
-    assert plain.keys() == cached.keys()
-    for name, path in plain.items():
-        if path.is_file():
-            assert path.read_bytes() == cached[name].read_bytes(), name
+    build_site(COMMITTED, tmp_path / "cached", cache=cache)
+    assert summarised == dict.fromkeys(ids, 2)  # the site's cached build summarised nothing
+    same_files(committed_site, tmp_path / "cached")  # the site built without a cache
 
 
 def test_a_resealed_shard_recomputes_its_entry_only(
-    store_dir: Path, tmp_path: Path, summarised: Counter[str]
+    store_dir: Path, tmp_path: Path, summarised: Counter[str], warm_cache: SummaryCache
 ) -> None:
     from fewtrans_board.website.build import build_site
 
-    cache = SummaryCache(tmp_path / "cache")
-    rebuilt(store_dir, cache)
-    summarised.clear()
     reseal_with_other_seconds(first_shard(store_dir))
-    cached = rebuilt(store_dir, cache)
+    cached = rebuilt(store_dir, warm_cache)
     assert summarised == {ENTRY: 1}
     assert cached == rebuilt(store_dir)
     summarised.clear()
     build_site(store_dir, tmp_path / "plain")
-    build_site(store_dir, tmp_path / "cached", cache=cache)
+    build_site(store_dir, tmp_path / "cached", cache=warm_cache)
     page = f"method-{ENTRY}.html"
     assert (tmp_path / "plain" / page).read_bytes() == (tmp_path / "cached" / page).read_bytes()
     assert summarised[ENTRY] == 1  # only the uncached build: the cached one reused it
 
 
-def test_a_damaged_shard_is_refused_even_with_a_warm_cache(store_dir: Path, tmp_path: Path) -> None:
-    cache = SummaryCache(tmp_path / "cache")
-    rebuilt(store_dir, cache)
+def test_a_damaged_shard_is_refused_even_with_a_warm_cache(
+    store_dir: Path, warm_cache: SummaryCache
+) -> None:
     shard = first_shard(store_dir)
     shard.write_bytes(shard.read_bytes()[:-100])  # its footer cut off
     with pytest.raises(SubmissionError) as uncached:
         rebuilt(store_dir)
     with pytest.raises(SubmissionError) as cached:
-        rebuilt(store_dir, cache)
+        rebuilt(store_dir, warm_cache)
     assert ENTRY in str(cached.value)
     assert str(cached.value) == str(uncached.value)
 
 
 def test_a_changed_manifest_changes_the_key_and_is_refused_like_uncached(
-    store_dir: Path, tmp_path: Path
+    store_dir: Path, warm_cache: SummaryCache
 ) -> None:
     runs = [("results/run", first_shard(store_dir).parents[1])]
     assert entry_key(runs, ["a" * 64], 1) != entry_key(runs, ["b" * 64], 1)
     assert entry_key(runs, ["a" * 64], 1) != entry_key(runs, ["a" * 64], 0)
-    cache = SummaryCache(tmp_path / "cache")
-    rebuilt(store_dir, cache)
     store = LeaderboardStore(store_dir)
     sha = store.frozen and next(
         s for s, (name, _) in store.frozen.items() if name.endswith("--digits.parquet")
@@ -140,7 +167,7 @@ def test_a_changed_manifest_changes_the_key_and_is_refused_like_uncached(
     with pytest.raises(SubmissionError) as uncached:
         rebuilt(store_dir)
     with pytest.raises(SubmissionError) as cached:
-        rebuilt(store_dir, cache)
+        rebuilt(store_dir, warm_cache)
     assert uncached.value.code == "unknown-manifest"
     assert str(cached.value) == str(uncached.value)
 
@@ -169,15 +196,17 @@ def forged(payload: bytes) -> bytes:
 
 @pytest.mark.parametrize("damage", ["forged-payload", "truncated", "header", "other-key"])
 def test_a_tampered_cache_file_is_detected_and_recomputed(
-    store_dir: Path, tmp_path: Path, summarised: Counter[str], damage: str
+    tmp_path: Path,
+    summarised: Counter[str],
+    damage: str,
+    warm_cache: SummaryCache,
+    uncached_index: str,
+    committed_site: Path,
 ) -> None:
     from fewtrans_board.website.build import build_site
 
-    cache = SummaryCache(tmp_path / "cache")
-    expected = rebuilt(store_dir, cache)
-    build_site(store_dir, tmp_path / "plain")
-    summarised.clear()
-    ids = LeaderboardStore(store_dir).submission_ids()
+    cache = warm_cache
+    ids = LeaderboardStore(COMMITTED).submission_ids()
     files = cache_files(cache)
     assert len(files) == len(ids)
     for i, path in enumerate(files):
@@ -192,22 +221,19 @@ def test_a_tampered_cache_file_is_detected_and_recomputed(
         else:  # a valid file of another entry under this one's name
             other = files[(i + 1) % len(files)].read_bytes() if i == 0 else data
             path.write_bytes(other)
-    assert rebuilt(store_dir, cache) == expected
+    assert rebuilt(COMMITTED, cache) == uncached_index
     if damage == "other-key":
         assert sum(summarised.values()) == 1  # the one file replaced
     else:
         assert summarised == dict.fromkeys(ids, 1)
-    build_site(store_dir, tmp_path / "cached", cache=cache)
-    for page in (tmp_path / "plain").glob("*.html"):
-        assert page.read_bytes() == (tmp_path / "cached" / page.name).read_bytes(), page.name
+    build_site(COMMITTED, tmp_path / "cached", cache=cache)
+    same_files(committed_site, tmp_path / "cached", "*.html")
 
 
 def test_adding_one_entry_summarises_only_that_entry(
-    store_dir: Path, tmp_path: Path, summarised: Counter[str]
+    store_dir: Path, summarised: Counter[str], warm_cache: SummaryCache
 ) -> None:
-    cache = SummaryCache(tmp_path / "cache")
-    rebuilt(store_dir, cache)
-    summarised.clear()
+    cache = warm_cache
     clone = "finetune--demo-cnn-again"
     shutil.copytree(store_dir / "submissions" / ENTRY, store_dir / "submissions" / clone)
     toml = store_dir / "submissions" / clone / "submission.toml"

@@ -68,7 +68,7 @@ def shell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
     ):
         shell = Shell(root)
         shell.ok(
-            "manifest build --protocol fewtrans-varied --dataset digits --episodes 2 "
+            "manifest build --protocol fewtrans-varied --dataset digits --episodes 1 "
             "--out {root}/leaderboard/manifests/families.parquet"
         )
         yield shell
