@@ -37,6 +37,7 @@ QUICK = settings(
 
 @st.composite
 def broken_edit(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
+    draw(st.just(data))  # a strategy that draws, as the real ones do, then fails
     raise RuntimeError("bug in the mutation strategy")
 
 
