@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
+import hashlib
 import importlib
 import os
 import shutil
@@ -25,6 +27,14 @@ os.environ["FEWTRANS_BUILD_CACHE"] = tempfile.mkdtemp(prefix="fewtrans-build-cac
 from fewtrans_board.cli import make_cli
 from fewtrans_board.plugins.loading import PluginManager, get_plugin_manager
 from fewtrans_board.plugins.registry import Registry
+
+
+def _remove_build_cache(folder: str, owner: int) -> None:
+    if os.getpid() == owner:  # not in a forked child, which inherits this hook
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+atexit.register(_remove_build_cache, os.environ["FEWTRANS_BUILD_CACHE"], os.getpid())
 
 REPO = Path(__file__).resolve().parents[1]
 VARIED_DIGITS = REPO / "leaderboard" / "manifests" / "fewtrans-varied--digits.parquet"
@@ -209,6 +219,15 @@ def shared_folder(
             build(folder)
             (folder / ".done").touch()
     return folder
+
+
+def file_digests(folder: Path) -> dict[str, str]:
+    """The sha256 of every file below ``folder``, by its path relative to it."""
+    return {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -37,7 +37,7 @@ from fewtrans_board.results.blobs import (
 from fewtrans_board.results.load import find_runs, load_run
 from fewtrans_board.results.schema import METADATA_KEY
 from fewtrans_board.results.shards import read_shard, rows_to_table, seal_table, write_table
-from tests.conftest import REPO, shared_folder
+from tests.conftest import REPO, file_digests, shared_folder
 
 COMMITTED = REPO / "leaderboard"
 ENTRY = "cosine-classifier--demo-cnn"  # 600 episodes, 9 configurations, both ensembles
@@ -88,14 +88,6 @@ def unsplit_copy(unsplit_store: Path) -> Callable[[Path], Path]:
         return target
 
     return copy
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    return {
-        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
 
 
 def use_url(store: Path, url: str) -> None:
@@ -175,9 +167,9 @@ def test_migration_is_identical_idempotent_and_rebuild_check_passes(
     assert all(read_record(p) for p in store_dir.rglob("shards/shard-*.parquet"))
     assert index_text(build_index(LeaderboardStore(store_dir))) == before
     assert index_text(build_index(LeaderboardStore(store_dir), with_logits=True)) == before
-    again = snapshot(store_dir)
+    again = file_digests(store_dir)
     assert all(r.report.shards == 0 for r in migrate_store(LeaderboardStore(store_dir)))
-    assert snapshot(store_dir) == again  # idempotent: nothing rewritten
+    assert file_digests(store_dir) == again  # idempotent: nothing rewritten
     # The git side of a split shard is a fraction of the shard.
     git = sum(p.stat().st_size for p in store_dir.rglob("shards/*.parquet"))
     blob = sum(p.stat().st_size for p in (store_dir / "blobs").rglob("*") if p.is_file())
@@ -206,7 +198,7 @@ def test_an_interrupted_migration_leaves_each_entry_whole(
     store_dir = unsplit_copy(tmp_path / "leaderboard")
     store = LeaderboardStore(store_dir)
     ids = store.submission_ids()
-    before = snapshot(store_dir / "results" / ids[1])
+    before = file_digests(store_dir / "results" / ids[1])
     real = migrate.split_results_folder
     calls = []
 
@@ -220,7 +212,7 @@ def test_an_interrupted_migration_leaves_each_entry_whole(
     with pytest.raises(SubmissionError, match=rf"\[blob-store\] stored entry {ids[1]} was not"):
         migrate_store(store)
     assert all(read_record(p) for p in shards(store_dir, ids[0]))  # the first is migrated
-    assert snapshot(store_dir / "results" / ids[1]) == before  # the second is untouched
+    assert file_digests(store_dir / "results" / ids[1]) == before  # the second is untouched
     assert not list(store_dir.glob(".migrat*"))
     monkeypatch.setattr(migrate, "split_results_folder", real)
     # A swap cut between its two renames: the next run puts the old folder back first.

@@ -3,7 +3,6 @@ one with specific codes, leaving the store byte-identical; verify catches altere
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import zipfile
@@ -18,7 +17,7 @@ from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.plugins.loading import get_plugin_manager
 from fewtrans_board.results.schema import METADATA_KEY
 from fewtrans_board.results.shards import rows_to_table
-from tests.conftest import shared_folder
+from tests.conftest import file_digests, shared_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "leaderboard" / "manifests"
@@ -118,14 +117,6 @@ def store(tmp_path: Path) -> Path:
     target = tmp_path / "leaderboard"
     shutil.copytree(MANIFESTS, target / "manifests")
     return target
-
-
-def snapshot(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
 
 
 # --- mutations ---------------------------------------------------------------------------
@@ -395,7 +386,7 @@ def test_malformed_corpus_is_rejected_and_changes_nothing(
     valid_bundle: Path, store: Path, tmp_path: Path, invoke
 ) -> None:  # type: ignore[no-untyped-def]
     add_unverified(invoke, str(valid_bundle), store)
-    before = snapshot(store)
+    before = file_digests(store)
     codes = set()
     for name, code, mutate in MALFORMED:
         bundle = mutate(valid_bundle, tmp_path / f"{name}.zip")
@@ -404,7 +395,7 @@ def test_malformed_corpus_is_rejected_and_changes_nothing(
         assert result.exit_code == 1 and not report["ok"], name
         assert report["code"] == code, (name, report["error"])
         codes.add(code)
-        assert snapshot(store) == before, f"{name} changed the store"
+        assert file_digests(store) == before, f"{name} changed the store"
     assert len(MALFORMED) >= 15 and len(codes) >= 15
 
 

@@ -205,7 +205,9 @@ class BlobStore:
             else:
                 file = Path(where)
                 if size is not None and file.stat().st_size != size:
-                    if file.read_bytes()[: len(LFS_POINTER)] == LFS_POINTER:
+                    with file.open("rb") as head:  # the start only: a wrong blob may be large
+                        pointer = head.read(len(LFS_POINTER)) == LFS_POINTER
+                    if pointer:
                         raise BlobError(
                             sha256,
                             where,

@@ -12,7 +12,6 @@ accepted and then re-validate from the store and build the site.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import re
@@ -44,6 +43,7 @@ from tests.bundle_mutations import (
     toml_document,
     write_shard_bytes,
 )
+from tests.conftest import file_digests
 from tests.faults import FUZZ, TALLY
 from tests.zip_members import Entry, patch, read_entries, write_entries
 
@@ -78,14 +78,6 @@ def intake(board: Board, centre: Path, tmp_path_factory: pytest.TempPathFactory)
     return {"store": pristine, "bundle": Pristine(bundle.read_bytes()), "scores": scores}
 
 
-def snapshot(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
-
-
 def attempt(intake: dict[str, Any], data: bytes, work: Path) -> SubmissionError | None:
     """Add a bundle to a fresh copy of the store; check the outcome's guarantees.
 
@@ -98,7 +90,7 @@ def attempt(intake: dict[str, Any], data: bytes, work: Path) -> SubmissionError 
         shutil.copytree(intake["store"], store_dir)
     bundle = work / "bundle.zip"
     bundle.write_bytes(data)
-    before = snapshot(store_dir)
+    before = file_digests(store_dir)
     store = LeaderboardStore(store_dir)
     try:
         added = add_bundle(bundle, store, UNVERIFIED)
@@ -108,13 +100,13 @@ def attempt(intake: dict[str, Any], data: bytes, work: Path) -> SubmissionError 
         assert match and match.group(1) == exc.code, message
         assert "\n" not in message and len(message) <= 1100, message
         assert exc.code not in ("unexpected-fault", "cannot-check"), message  # name every fault
-        assert snapshot(store_dir) == before, f"refused ({message}) but the store changed"
+        assert file_digests(store_dir) == before, f"refused ({message}) but the store changed"
         return exc
     ident = added.validation.meta.id
     shutil.move(store_dir, work / "accepted")  # the next attempt starts from a fresh copy
     store_dir = work / "accepted"
     assert added.validation.runs == intake["scores"], "an accepted mutant scores differently"
-    changed = {k for k, v in snapshot(store_dir).items() if before.get(k) != v}
+    changed = {k for k, v in file_digests(store_dir).items() if before.get(k) != v}
     assert all(
         k == "index.json" or k.startswith((f"submissions/{ident}/", f"results/{ident}/", "blobs/"))
         for k in changed
@@ -357,12 +349,12 @@ def test_commands_refuse_with_one_json_line(
     bundle.write_bytes(zip_edit(data) if zip_edit else data)
     store = tmp_path / "leaderboard"
     shutil.copytree(intake["store"], store)
-    before = snapshot(store)
+    before = file_digests(store)
     for command in (["submission", "validate"], ["leaderboard", "add", "--unsafe-no-verify"]):
         status, report = cli_json([*command, bundle, "--leaderboard", store])
         assert status == 1 and report["code"] == code, report
         assert "\n" not in report["error"]
-    assert snapshot(store) == before
+    assert file_digests(store) == before
 
 
 # --- a damaged store: rebuild and site build name the entry and stop -----------------------
@@ -443,11 +435,11 @@ def test_adding_to_a_damaged_store_changes_nothing(intake: dict[str, Any], tmp_p
     store = tmp_path / "leaderboard"
     shutil.copytree(intake["store"], store)
     (store / "results/base--redteam/notes.json").write_text("{}")
-    before = snapshot(store)
+    before = file_digests(store)
     (tmp_path / "b.zip").write_bytes(intake["bundle"])
     with pytest.raises(SubmissionError, match=r"\[outside-layout\] stored entry base--redteam"):
         add_bundle(tmp_path / "b.zip", LeaderboardStore(store), UNVERIFIED)
-    assert snapshot(store) == before
+    assert file_digests(store) == before
 
 
 def test_an_entry_is_superseded_once(intake: dict[str, Any], tmp_path: Path) -> None:
@@ -457,12 +449,12 @@ def test_an_entry_is_superseded_once(intake: dict[str, Any], tmp_path: Path) -> 
     for n, expected in ((1, None), (2, "meta-bad-value")):
         newer = meta_edit(id=f"newer-{n}--redteam", supersedes="base--redteam")(entries)
         (tmp_path / "b.zip").write_bytes(write_entries(newer))
-        before = snapshot(store_dir)
+        before = file_digests(store_dir)
         try:
             add_bundle(tmp_path / "b.zip", LeaderboardStore(store_dir), UNVERIFIED)
         except SubmissionError as exc:
             assert exc.code == expected and "already superseded by 'newer-1--redteam'" in str(exc)
-            assert snapshot(store_dir) == before
+            assert file_digests(store_dir) == before
         else:
             assert expected is None
     index = json.loads((store_dir / "index.json").read_text())
