@@ -5,8 +5,9 @@ A pin names a release, so code edited in place (an editable install, a patched
 distributions that provided the run's model and adapter (built-ins: ``fewtrans-board``), and
 verification compares it with the same digest taken inside the plugin worker that re-runs
 them. The digest covers the files of the distribution's import packages (found the way
-Python imports them), so a wheel install and an editable install of the same sources agree;
-byte-code caches are left out.
+Python imports them), and the files it lists beside a single-file module (its data files,
+which the worker sees too), so a wheel install and an editable install of the same sources
+agree; byte-code caches are left out.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ SKIPPED_DIRS = frozenset({"__pycache__"})
 SKIPPED_SUFFIXES = (".pyc", ".pyo")
 
 
-def _top_level_names(dist: importlib.metadata.Distribution) -> list[str]:
+def top_level_names(dist: importlib.metadata.Distribution) -> list[str]:
     """Import names a distribution installs.
 
     ``top_level.txt`` (else its RECORD's packages and modules), and the modules of its
@@ -70,6 +71,22 @@ def _files(name: str) -> list[tuple[str, Path]]:
     return found
 
 
+def _beside_modules(
+    dist: importlib.metadata.Distribution, entries: dict[str, Path]
+) -> dict[str, Path]:
+    """Files ``dist`` lists in the folder of one of its single-file modules (data files)."""
+    folders = {path.parent for label, path in entries.items() if "/" not in label}
+    found: dict[str, Path] = {}
+    for file in dist.files or []:
+        try:
+            path = Path(str(file.locate()))
+        except (NotImplementedError, TypeError, ValueError):
+            continue
+        if path.parent in folders and path.is_file() and not path.name.endswith(SKIPPED_SUFFIXES):
+            found[path.name] = path
+    return found
+
+
 def compute_files_sha256(distribution: str) -> str | None:
     """sha256 over the installed files of ``distribution``'s import packages.
 
@@ -88,8 +105,9 @@ def compute_files_sha256(distribution: str) -> str | None:
     except importlib.metadata.PackageNotFoundError:
         return None
     entries: dict[str, Path] = {}
-    for name in _top_level_names(dist):
+    for name in top_level_names(dist):
         entries.update(_files(name))
+    entries.update(_beside_modules(dist, entries))
     if not entries:
         return None
     digest = hashlib.sha256()

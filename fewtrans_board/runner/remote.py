@@ -9,8 +9,10 @@ honest run is re-computed bit for bit on the same machine.
 from __future__ import annotations
 
 import base64
+import importlib.machinery
 import importlib.metadata
 import importlib.util
+import os
 import pickle
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +23,7 @@ import numpy as np
 
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.core.sandbox import Isolation, sandbox_problem
+from fewtrans_board.plugins.files import SKIPPED_DIRS, top_level_names
 from fewtrans_board.runner.episodes import EpisodeInputs, in_manifest_order
 from fewtrans_board.runner.evaluate import ConfigOutcome, EvaluationError
 from fewtrans_board.runner.isolated import PluginWorker
@@ -74,8 +77,9 @@ class PluginPlaces:
     """Where a worker finds plugin code.
 
     Attributes:
-        binds: paths the sandbox shows read-only (package folders, module files and
-            ``.dist-info`` folders; never the folders around them).
+        binds: paths the sandbox shows read-only (the top-level entries a distribution
+            installed: package folders, module and data files, ``.dist-info`` folders;
+            never the folders around them).
         sys_path: folders appended to the worker's ``sys.path`` (they hold the binds).
     """
 
@@ -89,12 +93,45 @@ class PluginPlaces:
         if parent not in self.sys_path:
             self.sys_path.append(parent)
 
+    def extend(self, other: PluginPlaces) -> None:
+        """Add ``other``'s binds and folders after these."""
+        self.binds += [b for b in other.binds if b not in self.binds]
+        self.sys_path += [p for p in other.sys_path if p not in self.sys_path]
 
-def _add_module(places: PluginPlaces, module: str) -> None:
-    """Add the folder (package) or file (module) of a top-level module, never importing it."""
+
+def _normal_name(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+def _listed_paths(dist: importlib.metadata.Distribution) -> list[Path]:
+    """Where the files ``dist`` lists (RECORD, else its egg-info lists) are, unresolved."""
+    try:
+        return [Path(os.path.normpath(file.locate())) for file in dist.files or []]
+    except (NotImplementedError, TypeError, ValueError):
+        return []
+
+
+def _add_module(
+    places: PluginPlaces,
+    module: str,
+    search: Sequence[str] | None = None,
+    listed: Sequence[Path] = (),
+) -> None:
+    """Add the folder (package) or file (module) of a top-level module, never importing it.
+
+    Args:
+        places: what to add to.
+        module: a module name (its top-level package is added).
+        search: folders to find it in (default: as this process imports it).
+        listed: files its distribution lists; those beside a single-file module are added
+            with it (its data files).
+    """
     top = module.split(".")[0]
     try:
-        spec = importlib.util.find_spec(top)
+        if search is None:
+            spec = importlib.util.find_spec(top)
+        else:
+            spec = importlib.machinery.PathFinder.find_spec(top, list(search))
     except (ImportError, ValueError):
         return
     if spec is None:
@@ -103,31 +140,122 @@ def _add_module(places: PluginPlaces, module: str) -> None:
         for location in spec.submodule_search_locations:
             places.add(location, str(Path(location).parent))
     elif spec.origin and spec.origin not in ("built-in", "frozen"):
-        places.add(spec.origin, str(Path(spec.origin).parent))
+        folder = Path(spec.origin).parent
+        places.add(spec.origin, str(folder))
+        for path in listed:
+            if path.parent == folder and path.is_file():
+                places.add(str(path), str(folder))
+
+
+def _record_entries(dist: importlib.metadata.Distribution) -> tuple[Path, list[Path]] | None:
+    """The install root of ``dist`` and the top-level entries its RECORD lists below it.
+
+    Entries outside the root (``../../bin`` scripts), links leading out of it (the sandbox
+    would show their target) and byte-code caches are left out. ``None`` without a RECORD
+    (an egg-info's file list is not what was installed).
+    """
+    if dist.read_text("RECORD") is None:
+        return None
+    try:
+        root = Path(os.path.normpath(str(dist.locate_file(""))))
+    except (NotImplementedError, TypeError, ValueError):
+        return None
+    real_root = Path(os.path.realpath(root))
+    entries: list[Path] = []
+    for path in _listed_paths(dist):
+        try:
+            parts = path.relative_to(root).parts
+        except ValueError:
+            continue
+        if not parts or parts[0] in SKIPPED_DIRS:
+            continue
+        top = root / parts[0]
+        if top in entries or not os.path.lexists(top):
+            continue
+        real = Path(os.path.realpath(top))
+        if real == real_root or not real.is_relative_to(real_root):
+            continue
+        entries.append(top)
+    return root, entries
+
+
+def _is_code(entry: Path) -> bool:
+    """Whether a top-level entry is installed code, not metadata or an editable finder."""
+    name = entry.name
+    return not (
+        name.endswith((".dist-info", ".egg-info", ".pth")) or name.startswith("__editable__")
+    )
+
+
+def _add_distribution(
+    places: PluginPlaces, dist: importlib.metadata.Distribution, search: Sequence[str] | None
+) -> None:
+    """What a worker sees of ``dist``: one rule for evaluate, preflight, search and verify.
+
+    Every top-level entry its RECORD lists below its install root (package folders, module
+    and data files, the ``.dist-info`` folder), never the root itself nor files outside it.
+    An editable install (its RECORD holds only a ``.pth`` or ``__editable__`` finder) or
+    a distribution without RECORD falls back to its import packages (``top_level.txt``,
+    its entry points' modules) found where they import from, with the files it lists beside
+    a single-file module.
+    """
+    record = _record_entries(dist)
+    if record is not None:
+        root, entries = record
+        for entry in entries:
+            places.add(str(entry), str(root))
+        if any(_is_code(e) for e in entries):
+            return
+    info = getattr(dist, "_path", None)
+    if info is not None and Path(info).is_dir():
+        places.add(str(info), str(Path(info).parent))
+    listed = _listed_paths(dist)
+    for name in top_level_names(dist):
+        _add_module(places, name, search, listed)
+
+
+def _pinned(dist: importlib.metadata.Distribution, wanted: set[str]) -> bool:
+    name = _normal_name(dist.metadata["Name"] or "")
+    return name in wanted and name != "fewtrans-board"
 
 
 def plugin_places(distributions: Iterable[str], modules: Iterable[str] = ()) -> PluginPlaces:
     """Where the plugin code of ``distributions`` (and of ``modules``) lives.
 
     Read from package metadata and import specs of this process, never by importing the
-    plugins. Each distribution contributes its ``.dist-info`` folder and the location of every
-    module its ``fewtrans_board`` entry points name (an editable install keeps its
-    sources elsewhere). fewtrans-board itself is always visible to a worker.
+    plugins. Each distribution contributes what :func:`_add_distribution` shows of it (the
+    rule ``--plugin-dir`` folders follow too: :func:`plugin_dir_places`); each of ``modules``
+    the location of its top-level package. fewtrans-board itself is always visible to a
+    worker.
     """
     places = PluginPlaces()
-    wanted = {d.lower().replace("_", "-") for d in distributions}
+    wanted = {_normal_name(d) for d in distributions}
     for dist in importlib.metadata.distributions():
-        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
-        if name not in wanted or name == "fewtrans-board":
-            continue
-        info = getattr(dist, "_path", None)
-        if info is not None and Path(info).is_dir():
-            places.add(str(info), str(Path(info).parent))
-        for entry in dist.entry_points:
-            if entry.group == "fewtrans_board":
-                _add_module(places, entry.module)
+        if _pinned(dist, wanted):
+            _add_distribution(places, dist, None)
     for module in modules:
         _add_module(places, module)
+    return places
+
+
+def plugin_dir_places(folders: Iterable[Path], distributions: Iterable[str]) -> PluginPlaces:
+    """What a worker sees of ``--plugin-dir`` folders: the pinned distributions in them.
+
+    Each folder is appended to the worker's ``sys.path``; of its contents only the
+    ``distributions`` installed there are shown, by the rule :func:`plugin_places` applies
+    to installed ones (a ``pip install --target`` folder and a ``site-packages`` holding
+    the same wheel show the worker the same files). A pinned distribution found nowhere is
+    refused later, when the worker reports what it found.
+    """
+    places = PluginPlaces()
+    wanted = {_normal_name(d) for d in distributions}
+    for folder in folders:
+        where = str(folder)
+        if where not in places.sys_path:
+            places.sys_path.append(where)
+        for dist in importlib.metadata.distributions(path=[where]):
+            if _pinned(dist, wanted):
+                _add_distribution(places, dist, [where])
     return places
 
 

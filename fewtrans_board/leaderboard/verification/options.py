@@ -10,7 +10,13 @@ from fewtrans_board.core.sandbox import Isolation, Limits
 from fewtrans_board.core.threads import replay_threads
 from fewtrans_board.leaderboard.verification.sampling import DEFAULT_BUDGET_S
 from fewtrans_board.results.provenance import RunProvenance
-from fewtrans_board.runner.remote import FAMILY_PRELOAD, plugin_places, plugins_request
+from fewtrans_board.runner.remote import (
+    FAMILY_PRELOAD,
+    PluginPlaces,
+    plugin_dir_places,
+    plugin_places,
+    plugins_request,
+)
 from fewtrans_board.runner.worker_messages import WorkerSettings
 
 MARGIN_POINTS = 0.5
@@ -37,7 +43,8 @@ class VerificationOptions:
             cores here).
         python: the worker's interpreter (default: this one).
         plugin_dirs: folders holding the pinned plugins (e.g. ``pip install --target``),
-            shown read-only to the worker and appended to its ``sys.path``.
+            appended to the worker's ``sys.path``; the files of the pinned distributions
+            in them are shown to it read-only.
         unsandboxed: run the worker without an OS sandbox (unsafe; recorded in the report).
         probe_episodes: episodes per dataset that also get the probes.
     """
@@ -81,7 +88,9 @@ def replayed_settings(
 
     The worker loads the distributions that provided the model and adapter (as in
     ``evaluate``) and the submission's other pins, and reports the installed version of
-    every pinned one.
+    every pinned one. It sees of each pinned distribution what ``evaluate``'s worker sees
+    (the files it installed, :func:`~fewtrans_board.runner.remote.plugin_places`), whether
+    installed here or in a ``--plugin-dir`` folder, never the rest of that folder.
 
     Args:
         record: the run's provenance.
@@ -94,8 +103,8 @@ def replayed_settings(
     own_python = (
         options.python is None or Path(options.python).resolve() == Path(sys.executable).resolve()
     )
-    places = plugin_places(pins) if own_python else None
-    extra = [str(Path(d).resolve()) for d in options.plugin_dirs]
+    places = plugin_places(pins) if own_python else PluginPlaces()
+    places.extend(plugin_dir_places([Path(d).resolve() for d in options.plugin_dirs], pins))
     schema = record.adapter.schema or {}
     identity = record.identity
     return WorkerSettings(
@@ -111,8 +120,8 @@ def replayed_settings(
         max_memory=record.batching.get("max_memory_option"),
         memoize=identity.feature_cache,
         preload=FAMILY_PRELOAD.get(str(record.model.family), ()),
-        plugin_paths=tuple([*(places.sys_path if places else []), *extra]),
-        bind_paths=tuple([*(places.binds if places else []), *extra]),
+        plugin_paths=tuple(places.sys_path),
+        bind_paths=tuple(places.binds),
         isolation=options.isolation,
         python=options.python,
         forbidden=tuple(str(p) for p in forbidden),
