@@ -214,6 +214,7 @@ BASELINES: dict[str, tuple[str, str]] = {
         "--repo {root}/repo --base HEAD --head HEAD --store leaderboard --into {root}/new "
         "--no-index",
     ),
+    "leaderboard record-status": ("{root}/folder", "--leaderboard {root}/empty-store"),
     "leaderboard rebuild": ("", "--leaderboard {root}/store --check"),
     "leaderboard migrate-blobs": ("", "--leaderboard {root}/store"),
     "leaderboard export-blobs": ("sweep-entry", "--leaderboard {root}/store --to {root}/new"),

@@ -267,6 +267,15 @@ def leaderboard_check(
     help="Fetch the new entries' blobs here (default: each entry's blob-sources/ID.txt for "
     "a store keeping blobs at a URL, else the store's blob folder).",
 )
+@click.option(
+    "--status-out",
+    type=OutputPath(file_okay=False),
+    default=None,
+    metavar="DIR",
+    help="Write DIR/ID.json, the status this check established, for every new entry it "
+    "verified (a pull request carries no status.json; record them after the merge with "
+    "'leaderboard record-status DIR').",
+)
 @verification_options(
     root_help="Local dataset copies.",
     switch="--verify",
@@ -279,13 +288,16 @@ def leaderboard_check_pr(
     store_folder: str,
     plugins_root: Path | None,
     blobs_from: str | None,
+    status_out: Path | None,
     as_json: bool,
     **options: Any,
 ) -> None:
     """Check a submission pull request: it may only add new entries' data, each must pass.
 
     Run it from the base branch's installation against the pull request's checkout, with
-    the submitter's pinned plugins installed only in the --worker-python environment.
+    the submitter's pinned plugins installed only in the --worker-python environment. A
+    pull request may not carry an entry's status.json: CI's own report is the status
+    (--status-out).
     """
     from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import check_pull_request
@@ -296,7 +308,7 @@ def leaderboard_check_pr(
     source = None if blobs_from is None else BlobStore(blobs_from)
     try:
         report = check_pull_request(
-            repo, base, verification, head, store_folder, plugins_root, source
+            repo, base, verification, head, store_folder, plugins_root, source, status_out
         )
     except SubmissionError as exc:
         _fail(exc, as_json)
@@ -312,6 +324,40 @@ def leaderboard_check_pr(
         if not report.ids:
             click.echo("the pull request adds no leaderboard entry")
     if not report.ok:
+        sys.exit(1)
+
+
+@leaderboard_group.command("record-status")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@leaderboard_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def leaderboard_record_status(folder: Path, leaderboard: Path, as_json: bool) -> None:
+    """Record the statuses 'check-pr --status-out' wrote (FOLDER/ID.json) as the entries' status.
+
+    For maintainers, after merging the pull request: each file is recorded only for a stored
+    entry whose files are exactly those its report verified (its digest) and whose report
+    passed; any other file is refused by name and changes nothing. The index is rebuilt.
+    """
+    from fewtrans_board.leaderboard.ci_status import record_statuses
+    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.leaderboard.store import LeaderboardStore
+
+    try:
+        outcome = record_statuses(folder, LeaderboardStore(leaderboard))
+    except SubmissionError as exc:
+        _fail(exc, as_json)
+    if as_json:
+        echo_json(outcome.to_dict())
+    else:
+        for ident in outcome.recorded:
+            click.echo(f"recorded {ident}: verified (CI's report)")
+        for name, (_, message) in outcome.refused.items():
+            click.echo(f"refused {name}: {message}", err=True)
+        if outcome.recorded:
+            click.echo(f"index rebuilt: {leaderboard / 'index.json'}")
+        elif not outcome.refused:
+            click.echo(f"{folder} holds no status file; nothing recorded")
+    if not outcome.ok:
         sys.exit(1)
 
 

@@ -219,7 +219,8 @@ def verification_options(
             multiple=True,
             type=click.Path(exists=True, file_okay=False, path_type=Path),
             help="Folder holding the pinned plugins (e.g. from pip install --target); the "
-            "worker sees it read-only (repeatable).",
+            "worker imports from it and sees the pinned distributions' files in it "
+            "read-only, nothing else of it (repeatable).",
         ),
         click.option(
             "--unsandboxed",

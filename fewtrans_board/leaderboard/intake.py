@@ -323,6 +323,7 @@ def check_pull_request(
     leaderboard: str = "leaderboard",
     plugins_root: Path | None = None,
     blobs_from: BlobStore | None = None,
+    status_out: Path | None = None,
 ) -> PullRequestReport:
     """Check that a pull request only adds entries' data, and check each new entry.
 
@@ -335,6 +336,10 @@ def check_pull_request(
     staging location ``blob-sources/<id>.txt`` names, else from the store's blob location
     (for a local store, the blobs the pull request adds to its folder).
 
+    A pull request carries no ``status.json``: with ``status_out``, the status this check
+    established is written there instead, ``<id>.json`` for every entry it verified, for
+    the maintainers to record after the merge (:mod:`.ci_status`).
+
     Raises:
         SubmissionError: the pull request changes anything but new entries' data.
     """
@@ -345,14 +350,12 @@ def check_pull_request(
         changed_paths,
         check_added_blobs,
         check_entries_split,
-        check_status_claims,
         classify,
     )
 
     blob_folder = blob_folder_of(repo / leaderboard)
     changes = classify(changed_paths(repo, base, head), leaderboard, blob_folder)
     store = LeaderboardStore(repo / leaderboard)
-    check_status_claims(store.root, changes.ids, verified_here=verification.enabled)
     check_added_blobs(store.root, changes.ids, changes.blobs)
     if blob_folder is None:  # blobs at a URL: none may enter git
         check_entries_split(store.root, changes.ids)
@@ -382,4 +385,8 @@ def check_pull_request(
                 f"{leaderboard}/index.json is not what 'fewtrans-board leaderboard rebuild' "
                 "derives from the store; rebuild it or leave it out of the pull request",
             )
+    if status_out is not None:
+        from fewtrans_board.leaderboard.ci_status import write_ci_statuses
+
+        write_ci_statuses(report, status_out)
     return report

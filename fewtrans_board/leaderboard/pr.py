@@ -8,7 +8,9 @@ blobs their shards name when the store keeps its blobs in its own folder
 its blobs at a URL, a pull request adds none but may name where its entries' blobs are staged
 (``leaderboard/blob-sources/<id>.txt``, one URL per new entry). Any other path (code,
 workflows, manifests, ``blobs.toml``, another entry) is refused by name, and entries already
-on the base branch are immutable. The caller (``fewtrans-board
+on the base branch are immutable. Nor may it carry an entry's ``status.json``: the status is
+CI's, written from the report of the check CI ran (``check-pr --status-out``, installed by
+``leaderboard record-status``), never the submitter's claim. The caller (``fewtrans-board
 leaderboard check-pr``) runs this code from the base branch's installation and validates
 the new entries from the pull request's data.
 """
@@ -21,8 +23,11 @@ from pathlib import Path, PurePosixPath
 
 from fewtrans_board.leaderboard.errors import SubmissionError
 
-SUBMISSION_FILES = frozenset({"submission.toml", "centre-search.json", "status.json"})
-"""Files a stored submission folder may hold."""
+SUBMISSION_FILES = frozenset({"submission.toml", "centre-search.json"})
+"""Files a pull request may add to a submission folder (``status.json`` is written by CI)."""
+
+STATUS_FILE = "status.json"
+"""An entry's status: written from CI's own check, never carried by a pull request."""
 
 
 @dataclass
@@ -94,8 +99,9 @@ def classify(
             ``blob-sources/<id>.txt`` for its new entries instead).
 
     Raises:
-        SubmissionError: a path outside an entry's folders (``pr-touches-code``), a change
-            to anything existing (``immutable``), or a file an entry may not hold.
+        SubmissionError: a path outside an entry's folders (``pr-touches-code``), an
+            entry's ``status.json`` (``status-from-ci``), a change to anything existing
+            (``immutable``), or a file an entry may not hold.
     """
     result = PullRequestChanges()
     ids: set[str] = set()
@@ -123,6 +129,16 @@ def classify(
                 "pr-touches-code",
                 f"a submission pull request may only add {leaderboard}/submissions/<id>/ and "
                 f"{leaderboard}/results/<id>/; it changes {raw}",
+            )
+        if parts[0] == "submissions" and parts[2:] == (STATUS_FILE,):
+            fix = (
+                f"remove it from the pull request (git rm --cached {raw})"
+                if status == "A"
+                else f"leave it as the base branch has it (git checkout BASE -- {raw})"
+            )
+            raise SubmissionError(
+                "status-from-ci",
+                f"{raw}: status.json is written by CI from the check it runs; {fix}",
             )
         if status != "A":
             raise SubmissionError(
@@ -208,34 +224,6 @@ def check_added_blobs(store_root: Path, ids: list[str], added: list[str]) -> Non
             f"blob {extra[0]} is named by no shard of the new entries ({', '.join(ids)}); a "
             "pull request adds only its entries' logits blobs",
         )
-
-
-def check_status_claims(store_root: Path, ids: list[str], verified_here: bool) -> None:
-    """Refuse a committed ``status.json`` that claims more than CI establishes.
-
-    Raises:
-        SubmissionError: an entry claims ``verified`` while CI only validated it.
-    """
-    import json
-
-    for ident in ids:
-        path = store_root / "submissions" / ident / "status.json"
-        if not path.is_file():
-            continue
-        try:
-            claimed = json.loads(path.read_text(encoding="utf-8")).get("status")
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError) as exc:
-            raise SubmissionError(
-                "bad-status", f"{path.name} of {ident} is unreadable: {exc}"
-            ) from exc
-        if claimed not in ("validated", "verified") or (
-            claimed == "verified" and not verified_here
-        ):
-            raise SubmissionError(
-                "status-claim",
-                f"{ident}: status.json claims {claimed!r}, which this check did not establish; "
-                "run the check with --verify, or commit status 'validated'",
-            )
 
 
 def check_entries_split(store_root: Path, ids: list[str]) -> None:

@@ -128,9 +128,14 @@ def git(repo: Path, *args: str) -> str:
 
 @pytest.fixture
 def pr_repo(board: Board, honest: dict[str, str], tmp_path: Path) -> Path:
-    """A repository whose main holds the tiny store; branch ``pr`` adds an honest entry."""
+    """A repository whose main holds the tiny store; branch ``pr`` adds an honest entry.
+
+    Its store ignores new entries' ``status.json`` as this repository's does, so the
+    honest pull request (``commit``) carries none.
+    """
     repo = tmp_path / "repo"
     shutil.copytree(board.store / "manifests", repo / "leaderboard" / "manifests")
+    shutil.copy(REPO / "leaderboard" / ".gitignore", repo / "leaderboard" / ".gitignore")
     (repo / "fewtrans_board").mkdir()
     (repo / "fewtrans_board" / "__init__.py").write_text("# code\n")
     git(repo, "init", "-q", "-b", "main")
@@ -179,13 +184,182 @@ def test_a_pull_request_that_touches_code_is_refused(board: Board, pr_repo: Path
     assert "fewtrans_board/__init__.py" in report["error"]
 
 
-@pytest.mark.slow
+ENTRY_STATUS = Path("leaderboard") / "submissions" / "lp--pr" / "status.json"
+
+
+def stored_digest(repo: Path, ident: str = "lp--pr") -> str:
+    from fewtrans_board.leaderboard.store import LeaderboardStore
+
+    return LeaderboardStore(repo / "leaderboard").entry_contents(ident).digest()
+
+
+def ci_status(board: Board, repo: Path, out: Path) -> dict:  # type: ignore[type-arg]
+    """``check-pr --verify --status-out out`` on the honest pull request: CI's status file."""
+    code, report = check_pr(board, repo, "--verify", "--sample", "1", "--status-out", out)
+    assert code == 0 and report["ok"], report
+    return json.loads((out / "lp--pr.json").read_text())
+
+
+def merge(repo: Path) -> None:
+    git(repo, "checkout", "-q", "main")
+    git(repo, "merge", "-q", "pr")
+
+
+def record_status(board: Board, repo: Path, folder: Path) -> tuple[int, dict]:  # type: ignore[type-arg]
+    args = ["leaderboard", "record-status", folder, "--leaderboard", repo / "leaderboard"]
+    return board.json(args)
+
+
+def test_a_pull_request_may_not_add_change_or_delete_an_entry_status() -> None:
+    """Red team (classify's status-from-ci), without git: every form of an entry's status."""
+    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.leaderboard.pr import classify
+
+    meta = ("A", "leaderboard/submissions/x/submission.toml")
+    status = "leaderboard/submissions/x/status.json"
+    assert classify([meta]).ids == ["x"]  # control: the entry without one
+    for change, fix in (
+        ("A", "git rm --cached"),
+        ("M", "git checkout BASE"),
+        ("D", "git checkout"),
+    ):
+        with pytest.raises(SubmissionError, match=r"\[status-from-ci\] leaderboard/sub") as info:
+            classify([meta, (change, status)])
+        assert "is written by CI from the check it runs; " in str(info.value)
+        assert fix in str(info.value) and str(info.value).endswith(f"{status})")
+
+
+@pytest.mark.slow  # git, sandboxed plugin workers
 def test_a_pull_request_that_claims_verification_is_refused(board: Board, pr_repo: Path) -> None:
-    status = pr_repo / "leaderboard" / "submissions" / "lp--pr" / "status.json"
-    status.write_text(json.dumps({"status": "verified"}))
-    commit(pr_repo, "add lp--pr, verified (trust me)")
-    code, report = check_pr(board, pr_repo)
-    assert code == 1 and report["code"] == "status-claim", report
+    """Red team (classify's status-from-ci): a pull request may carry no status.json at all.
+
+    Not even one copied from a real, passed verification report of this very entry, which
+    the old check (the claimed status word against whether CI verified) accepted with
+    --verify: the index then published the copied report's mode, episodes and catch
+    probability, not what CI re-ran. Nor any other content.
+    """
+    args = ["leaderboard", "check", "lp--pr", "--leaderboard", pr_repo / "leaderboard"]
+    code, checked = board.json([*args, "--verify", "--sample", "1"])
+    assert code == 0 and checked["verification"]["passed"], checked
+    claims = (
+        {"status": "verified", "verification": checked["verification"]},
+        {"status": "verified"},
+        {"status": "validated"},
+    )
+    for claim in claims:
+        (pr_repo / ENTRY_STATUS).write_text(json.dumps(claim))
+        # ... and the index rebuilt from it, as the forger would, so that it is not stale.
+        ok(run_cli(board.pm, ["leaderboard", "rebuild", "--leaderboard", pr_repo / "leaderboard"]))
+        git(pr_repo, "add", "-f", str(ENTRY_STATUS))
+        commit(pr_repo, "add lp--pr, verified (trust me)")
+        code, report = check_pr(board, pr_repo, "--verify", "--sample", "1")
+        assert code == 1 and report["code"] == "status-from-ci", (claim, report)
+        assert report["error"] == (
+            f"[status-from-ci] {ENTRY_STATUS.as_posix()}: status.json is written by CI from "
+            f"the check it runs; remove it from the pull request (git rm --cached "
+            f"{ENTRY_STATUS.as_posix()})"
+        )
+
+
+@pytest.mark.slow  # git, sandboxed plugin workers
+def test_ci_writes_the_status_and_record_status_publishes_its_report(
+    board: Board, pr_repo: Path, tmp_path: Path
+) -> None:
+    """Honest control: the pull request without status.json passes; CI's report becomes it."""
+    from fewtrans_board.leaderboard.index import VERIFIED_FIELDS
+
+    commit(pr_repo, "add lp--pr")
+    assert (pr_repo / ENTRY_STATUS).is_file()  # 'leaderboard add' wrote one, git ignored it
+    assert "status.json" not in git(pr_repo, "ls-files", "leaderboard")
+    out = tmp_path / "status"
+    code, report = check_pr(board, pr_repo, "--verify", "--sample", "1", "--status-out", out)
+    assert code == 0 and report["ok"], report
+    assert sorted(p.name for p in out.iterdir()) == ["lp--pr.json"]
+    status = json.loads((out / "lp--pr.json").read_text())
+    verification = report["entries"]["lp--pr"]["verification"]
+    assert status == {"status": "verified", "verification": verification}
+    assert verification["digest"] == stored_digest(pr_repo) and verification["passed"]
+    # Checked without verification: nothing to record.
+    unverified = tmp_path / "unverified"
+    code, report = check_pr(board, pr_repo, "--status-out", unverified)
+    assert code == 0 and report["ok"] and list(unverified.iterdir()) == []
+
+    merge(pr_repo)
+    code, recorded = record_status(board, pr_repo, out)
+    assert code == 0 and recorded == {
+        "ok": True,
+        "recorded": {"lp--pr": str(out / "lp--pr.json")},
+        "refused": {},
+    }
+    assert json.loads((pr_repo / ENTRY_STATUS).read_text()) == status
+    index = json.loads((pr_repo / "leaderboard" / "index.json").read_text())
+    (entry,) = [e for e in index["submissions"] if e["id"] == "lp--pr"]
+    assert entry["status"] == "verified"
+    assert entry["verification"]["datasets"] == [
+        {k: d.get(k) for k in VERIFIED_FIELDS} for d in verification["datasets"]
+    ]
+    assert entry["verification"]["seed_source"] == verification["seed_source"]
+
+
+@pytest.mark.slow  # git, sandboxed plugin workers
+def test_record_status_refuses_a_report_of_other_files_or_one_that_failed(
+    board: Board, pr_repo: Path, honest: dict[str, str], tmp_path: Path
+) -> None:
+    """Red team (checked_status): a report is recorded only for the files it verified."""
+    commit(pr_repo, "add lp--pr")
+    status = ci_status(board, pr_repo, tmp_path / "status")
+    merge(pr_repo)
+    # A forged entry beside it, stored without verification.
+    bundle = board.pack("lp--forged", "linear-probe", [honest["varied"], honest["fixed"]])
+    store = pr_repo / "leaderboard"
+    ok(
+        run_cli(
+            board.pm, ["leaderboard", "add", bundle, "--leaderboard", store, "--unsafe-no-verify"]
+        )
+    )
+    forged_status = store / "submissions" / "lp--forged" / "status.json"
+
+    def refused(name: str, record: dict) -> tuple[str, str]:  # type: ignore[type-arg]
+        folder = tmp_path / f"case-{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        (folder / name).write_text(json.dumps(record))
+        before = {
+            p: p.read_bytes() for p in (store / "index.json", forged_status, pr_repo / ENTRY_STATUS)
+        }
+        code, outcome = record_status(board, pr_repo, folder)
+        assert code == 1 and not outcome["ok"] and outcome["recorded"] == {}, outcome
+        assert {p: p.read_bytes() for p in before} == before  # nothing written
+        (refusal,) = outcome["refused"].items()
+        assert refusal[0] == name
+        return refusal[1]["code"], refusal[1]["error"]
+
+    honest_report = status["verification"]
+    # The honest report copied onto the forged entry, as is and with its id edited.
+    code, error = refused("lp--forged.json", status)
+    assert code == "status-digest-mismatch" and "verified submission 'lp--pr'" in error
+    edited = {**status, "verification": {**honest_report, "submission": "lp--forged"}}
+    code, error = refused("lp--forged.json", edited)
+    assert code == "status-digest-mismatch" and "stored entry lp--forged has digest" in error
+    # The entry on main is not the one CI checked (it changed after the check).
+    centre = store / "submissions" / "lp--pr" / "centre-search.json"
+    centre.write_text(centre.read_text() + "\n")
+    code, error = refused("lp--pr.json", status)
+    assert code == "status-digest-mismatch" and error.startswith(
+        "[status-digest-mismatch] lp--pr.json:"
+    )
+    git(pr_repo, "checkout", "--", str(centre.relative_to(pr_repo)))
+    # A report that did not pass, or no report at all.
+    failed = {**status, "verification": {**honest_report, "passed": False}}
+    assert refused("lp--pr.json", failed)[0] == "status-not-passed"
+    assert refused("lp--pr.json", {"status": "validated"})[0] == "status-not-passed"
+    assert refused("lp--pr.json", {"status": "gold"})[0] == "bad-status"
+    assert refused("lp--nobody.json", status)[0] == "unknown-submission"
+    # Control: the same folder machinery records the honest report.
+    folder = tmp_path / "honest"
+    folder.mkdir()
+    (folder / "lp--pr.json").write_text(json.dumps(status))
+    code, outcome = record_status(board, pr_repo, folder)
+    assert code == 0 and outcome["recorded"] == {"lp--pr": str(folder / "lp--pr.json")}
 
 
 @pytest.mark.slow
@@ -206,3 +380,7 @@ def test_the_workflow_checks_pull_requests_with_the_base_branch_code() -> None:
     assert "base/.venv/bin/fewtrans-board leaderboard check-pr --repo pr" in text
     assert "--plugins-root plugins" in text and "--verify" in text
     assert "path: base" in text and "path: pr" in text
+    # CI's own report is the status, kept as an artifact for 'leaderboard record-status'.
+    assert "--status-out reports/status" in text and "actions/upload-artifact@v4" in text
+    assert "path: reports/status" in text and "github.event.pull_request.head.sha" in text
+    assert "leaderboard record-status" in text
