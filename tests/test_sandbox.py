@@ -12,7 +12,8 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -158,13 +159,13 @@ def probe_worker(adapter: str, isolation: Isolation, limits: Limits | None = Non
     )
 
 
-def ask(worker: PluginWorker) -> np.ndarray:
-    features = np.zeros((5, worker.info.feature_dim if worker.info else 64), dtype=np.float32)
+def ask(worker: PluginWorker, n_way: int = 5) -> np.ndarray:
+    features = np.zeros((n_way, worker.info.feature_dim if worker.info else 64), dtype=np.float32)
     reply = worker.fit(
         FitRequest(
             support=features,
-            labels=np.arange(5),
-            class_names=list("abcde"),
+            labels=np.arange(n_way),
+            class_names=list("abcdefghij"[:n_way]),
             configs=[{}],
             seeds=[0],
             query_sets=[features[:1]],
@@ -188,6 +189,164 @@ def test_no_episode_inherits_files_shared_memory_or_processes_of_another(
     if isolation is Isolation.SANDBOX:
         # Nor does it see the first one's shared memory or its sleeping process.
         assert first[1:3].tolist() == [0.0, 0.0] and second[1:3].tolist() == [0.0, 0.0]
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_no_episode_finds_what_another_left_behind_locked_folders_or_in_root_or_dev(
+    probe_dist: Path,
+) -> None:
+    # The plugin's metadata is read through a bind of a host path under /tmp (below).
+    assert str(probe_dist).startswith("/tmp/")
+    with probe_worker("probe-persist", Isolation.SANDBOX) as worker:
+        first, second = ask(worker, 9), ask(worker, 9)
+    assert worker.info is not None and worker.info.isolation == "namespaces"
+    # Red team: the first episode left a mode-000 folder in /tmp and tried / and /dev.
+    assert first[:3].tolist() == [0.0, 0.0, 0.0]
+    assert second[:3].tolist() == [0.0, 0.0, 0.0], "an episode found another's state"
+    assert second[7:].tolist() == [1.0, 1.0]  # / and /dev are read-only
+    # Honest control: each episode writes and reads its /tmp and /dev/shm, works in its
+    # /tmp, and reads the host paths bound under /tmp (the plugin's own metadata).
+    for found in (first, second):
+        assert found[3:7].tolist() == [1.0, 1.0, 1.0, 1.0], found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isolation", [Isolation.SANDBOX, Isolation.PROCESS])
+def test_bytes_an_episode_leaves_in_its_request_pipe_stop_the_worker(
+    probe_dist: Path, isolation: Isolation
+) -> None:
+    if isolation is Isolation.SANDBOX and sandbox_problem() is not None:
+        pytest.skip(f"no sandbox here: {sandbox_problem()}")
+    # Control: the same worker answers one honest request after another.
+    with probe_worker("probe-scratch", isolation) as worker:
+        ask(worker), ask(worker)
+    # Red team: a message for the next episode, written into the pipe its requests come by.
+    with (
+        probe_worker("probe-pipe", isolation) as worker,
+        pytest.raises(WorkerError, match="left 28 bytes in its request pipe"),
+    ):
+        ask(worker)
+
+
+def unprivileged(work: Callable[[], None]) -> None:
+    """Run ``work`` in a child process without root's permission override, if root.
+
+    In the sandbox the worker is an unprivileged user: root would delete a mode-000 folder
+    where the worker cannot (or could not, before it unlocked it).
+    """
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            if os.getuid() == 0:
+                os.setgroups([])
+                os.setresgid(65534, 65534, 65534)
+                os.setresuid(65534, 65534, 65534)
+            work()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the unprivileged check failed (stderr)"
+
+
+def unprivileged_scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder every user may write, made the working folder (tmp_path's parents are
+    closed to other users: :func:`unprivileged` work uses relative paths)."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    scratch.chmod(0o777)
+    monkeypatch.chdir(scratch)
+    return scratch
+
+
+def test_emptying_the_scratch_removes_folders_an_episode_locked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fewtrans_board.core.sandbox.episode import _prune
+
+    unprivileged_scratch(tmp_path, monkeypatch)
+
+    def check() -> None:
+        bound = Path("clone/.venv")  # a read-only bind of a host path under /tmp
+        (bound / "bin").mkdir(parents=True)
+        (bound / "bin" / "python").write_text("interpreter")
+        (Path("locked/deep/deeper")).mkdir(parents=True)
+        Path("locked/deep/deeper/state").write_text("answers")
+        Path("clone/hidden").mkdir()
+        Path("clone/hidden/state").write_text("answers")
+        for folder in ("locked/deep/deeper", "locked/deep", "locked", "clone/hidden", "clone"):
+            os.chmod(folder, 0)  # "clone": an ancestor of a bind, made unreadable
+        _prune(Path("."), {str(bound)}, {"clone", "."})
+        assert os.listdir(".") == ["clone"]
+        assert os.listdir("clone") == [".venv"]
+        assert (bound / "bin" / "python").read_text() == "interpreter"
+
+    unprivileged(check)
+
+
+def test_what_emptying_the_scratch_cannot_remove_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fewtrans_board.core.sandbox.episode import _leftovers, _prune
+
+    scratch = unprivileged_scratch(tmp_path, monkeypatch)
+    foreign = ["foreign"] if os.getuid() == 0 else []  # root's: the worker cannot delete it
+    for name in foreign:
+        (scratch / name).mkdir()
+        (scratch / name / "file").write_text("root's")
+
+    def check() -> None:
+        Path("clone/.venv").mkdir(parents=True)
+        Path("clone/extra").write_text("answers")
+        keep, ancestors = {"clone/.venv"}, {"clone", "."}
+        assert sorted(_leftovers(Path("."), keep, ancestors)) == ["clone/extra", *foreign]
+        _prune(Path("."), keep, ancestors)
+        assert _leftovers(Path("."), keep, ancestors) == foreign
+
+    unprivileged(check)
+
+
+DEVICES_AND_SCRATCH = r"""
+import json, os, sys
+found = {"device": os.path.exists(sys.argv[1])}
+for name, path in (("root", "/left"), ("dev", "/dev/left"), ("tmp", "/tmp/x"), ("shm", "/dev/shm/x")):
+    try:
+        open(path, "w").write("x")
+        found[name] = "written"
+    except OSError as exc:
+        found[name] = type(exc).__name__
+with open("/dev/null", "wb") as null, open("/dev/urandom", "rb") as random:
+    null.write(b"x")
+    found["random"] = len(random.read(8))
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_the_sandbox_root_and_dev_are_read_only_but_its_devices_and_scratch_work() -> None:
+    policy = worker_policy(sys.executable)
+    # A device bound into /dev (as CUDA's are) needs its mount point made there before /dev
+    # is read-only: one that bubblewrap's minimal /dev lacks.
+    device = next(
+        (d for d in ("/dev/loop-control", "/dev/fuse", "/dev/kvm") if os.path.exists(d)),
+        "/dev/full",
+    )
+    policy = type(policy)(policy.read_only, (device,), policy.env)
+    argv = sandbox_argv(policy, [sys.executable, "-I", "-c", DEVICES_AND_SCRATCH, device])
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(done.stdout) == {
+        "device": True,
+        "root": "OSError",
+        "dev": "OSError",
+        "tmp": "written",
+        "shm": "written",
+        "random": 8,
+    }
 
 
 @pytest.mark.slow

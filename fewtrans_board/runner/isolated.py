@@ -316,6 +316,10 @@ class PluginWorker:
 
     def _finish_session(self) -> str:
         done, _ = self._read()
+        if done.get("op") == "stopped":
+            self._healthy = False
+            self._kill()
+            raise WorkerError(f"the plugin worker stopped: {done.get('error', '(no message)')}")
         if done.get("op") != "done":
             self._healthy = False
             self._kill()

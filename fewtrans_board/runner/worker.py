@@ -435,6 +435,29 @@ def _configure(settings: dict[str, Any]) -> None:
     guard_worker_process()
 
 
+def _check_request_pipe(requests: IO[bytes]) -> None:
+    """Refuse to go on when an episode process left bytes in the request pipe.
+
+    The caller sends the next request only after this worker's ``done``, and an episode
+    process reads its whole request, so the pipe is empty here unless the process wrote
+    into it (``/proc/self/fd/0`` opened for writing): bytes the next episode would read.
+
+    Raises:
+        RuntimeError: the pipe holds unread bytes.
+    """
+    import array
+    import fcntl
+    import termios
+
+    count = array.array("i", [0])
+    fcntl.ioctl(requests.fileno(), termios.FIONREAD, count, True)
+    if count[0]:
+        raise RuntimeError(
+            f"the episode process left {count[0]} bytes in its request pipe, which the next "
+            "episode would read; episodes may not pass anything to each other"
+        )
+
+
 def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
     """Answer ``hello``, then fork an episode process per ``spawn``, until ``bye``."""
     header, _ = read_frame(requests)
@@ -471,7 +494,15 @@ def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
                     os._exit(code)
         _, status = os.waitpid(pid, 0)
         end_descendants()
-        empty_scratch()  # episode processes have private scratch; this covers kernels without
+        try:
+            # Episode processes have scratch of their own; this covers kernels without
+            # nested namespaces, where they share the sandbox's.
+            empty_scratch()
+            _check_request_pipe(requests)
+        except (RuntimeError, OSError) as exc:
+            print(f"the plugin worker stops: {exc}", file=sys.stderr, flush=True)
+            write_frame(replies, {"ok": False, "op": "stopped", "error": str(exc)})
+            raise SystemExit(3) from exc
         write_frame(replies, {"ok": True, "op": "done", "status": describe_status(status)})
 
 

@@ -3,9 +3,13 @@
 The sandbox unshares every namespace (user, PID, network, IPC, UTS, cgroup), runs as an
 unprivileged uid with every capability dropped (so no bind mount can be remounted
 writable), dies with its parent, starts a new session (no terminal injection), mounts its
-own ``/proc`` (only its own processes), a minimal ``/dev``, and an empty ``/tmp`` as the
-only writable place. The command runs as PID 1 of its PID namespace, so it reaps (and can
-kill) every process started inside.
+own ``/proc`` (only its own processes), a minimal ``/dev``, and empty ``/tmp`` and
+``/dev/shm`` tmpfs as the only writable places: its root and ``/dev`` (bubblewrap's own
+tmpfs, which would otherwise be writable by the sandbox's user) are remounted read-only
+after every mount point in them was made (:data:`READ_ONLY_LAST`). The command runs as
+PID 1 of its PID namespace, so it reaps (and can kill) every process started inside; the
+plugin worker there gives each episode process its own ``/tmp`` and ``/dev/shm``
+(:mod:`~fewtrans_board.core.sandbox.episode`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,12 @@ SANDBOX_UID = 1000
 """The uid inside the sandbox (unprivileged, whoever starts it)."""
 
 INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
+
+READ_ONLY_LAST = ("--remount-ro", "/dev", "--remount-ro", "/")
+"""Closes the sandbox's command line options, after every bind, tmpfs and device (bubblewrap
+applies its options in order, and each makes its mount point in ``/`` or ``/dev``): the
+sandbox's root and ``/dev`` become read-only (not recursively: ``/tmp``, ``/dev/shm`` and
+the device nodes are mounts of their own and keep their flags)."""
 
 
 class SandboxUnavailable(FewtransError):
@@ -64,7 +74,7 @@ def sandbox_problem() -> str | None:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return f"bwrap is not installed; {INSTALL_HINT}"
-    argv = [*_base_args(bwrap), "--ro-bind", "/", "/", "--", "/bin/true"]
+    argv = [*_base_args(bwrap), "--ro-bind", "/", "/", *READ_ONLY_LAST, "--", "/bin/true"]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -99,7 +109,7 @@ def sandbox_argv(
         args += ["--dev-bind-try", device, device]
     for key, value in sorted(policy.env.items()):
         args += ["--setenv", key, value]
-    return [*args, "--", *argv]
+    return [*args, *READ_ONLY_LAST, "--", *argv]
 
 
 def sandbox_available() -> bool:

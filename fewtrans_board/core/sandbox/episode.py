@@ -2,12 +2,18 @@
 
 A plugin worker forks one process per request (an episode, an embedding pass). Before any
 plugin code runs there, :func:`isolate_episode_process` gives it a fresh user, mount and
-IPC namespace with its own empty ``/dev/shm`` (and ``/tmp`` emptied by the worker before it
-starts) and drops every capability, so nothing it writes, no shared-memory segment or
-message queue it creates, outlives it; the read-only mounts it inherits are locked (a less
-privileged namespace cannot remount them).
+IPC namespace with its own empty ``/tmp`` and ``/dev/shm`` (fresh tmpfs that die with its
+mount namespace; the read-only binds of host paths that were under ``/tmp`` are bound again
+at the same paths), makes it work in its new ``/tmp``, and drops every capability, so
+nothing it writes, no shared-memory segment or message queue it creates, outlives it,
+whatever it does to permissions. Every other place it sees is read-only: the sandbox's root
+and ``/dev`` (:data:`~fewtrans_board.core.sandbox.bwrap.READ_ONLY_LAST`) and the binds,
+which are locked (a less privileged namespace cannot remount them writable).
 :func:`apply_limits` sets its resource limits. After it exits, the worker calls
-:func:`end_descendants` so no process it started survives into the next episode.
+:func:`end_descendants` so no process it started survives into the next episode, and
+:func:`empty_scratch`, which matters only where the kernel refuses nested namespaces (the
+episode processes then share the sandbox's ``/tmp``): it empties it, and stops the worker
+if something cannot be removed.
 
 Everything here is Linux system calls through ``ctypes``; nothing imports torch.
 """
@@ -16,16 +22,19 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import re
 import resource
 import signal
+import stat
 from pathlib import Path
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
-MS_NOSUID, MS_NODEV = 0x2, 0x4
+MS_RDONLY, MS_NOSUID, MS_NODEV = 0x1, 0x2, 0x4
+MS_REMOUNT, MS_BIND, MS_REC, MS_RELATIME = 0x20, 0x1000, 0x4000, 0x200000
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
@@ -72,14 +81,65 @@ def _drop_capabilities(libc: ctypes.CDLL) -> None:
 def scratch_places() -> tuple[str, ...]:
     """Where an episode process gets a fresh private tmpfs.
 
-    ``/dev/shm`` in a sandbox (the child of the sandbox's PID 1), whose ``/tmp`` holds the
-    read-only binds of host paths there and is emptied by the worker between episodes;
-    elsewhere only the worker's private ``$TMPDIR`` (``/tmp`` is the host's).
+    ``/tmp`` and ``/dev/shm`` in a sandbox (the child of the sandbox's PID 1), where both are
+    the sandbox's own and every other place is read-only; elsewhere only the worker's
+    private ``$TMPDIR`` (``/tmp`` is the host's).
     """
     if os.getppid() == 1:
-        return ("/dev/shm",)
+        return ("/tmp", "/dev/shm")
     tmpdir = os.environ.get("TMPDIR")
     return (tmpdir,) if tmpdir and tmpdir not in ("/tmp", "/") else ()
+
+
+def _outermost(points: set[str]) -> list[str]:
+    """The mount points not below another one (binding one again brings those below)."""
+    return sorted(p for p in points if not any(p.startswith(o + "/") for o in points))
+
+
+def _bind_again(libc: ctypes.CDLL, fd: int, point: str) -> None:
+    """Bind what ``fd`` (``O_PATH``) shows at ``point`` (in a fresh tmpfs), read-only."""
+    directory = stat.S_ISDIR(os.fstat(fd).st_mode)
+    os.makedirs(point if directory else os.path.dirname(point), exist_ok=True)
+    if not directory:
+        os.close(os.open(point, os.O_CREAT | os.O_WRONLY, 0o600))
+    # Recursive: the inherited mounts are locked, and a locked mount may only be bound with
+    # whatever is mounted below it.
+    if libc.mount(f"/proc/self/fd/{fd}".encode(), point.encode(), None, MS_BIND | MS_REC, None):
+        raise OSError(ctypes.get_errno(), f"cannot bind {point} again")
+    now = os.statvfs(point).f_flag
+    if not now & os.ST_RDONLY:
+        # Keep the flags it has (a locked flag cannot be cleared): same bits in ST_ and MS_.
+        kept = now & (os.ST_NOSUID | os.ST_NODEV | os.ST_NOEXEC | os.ST_NOATIME | os.ST_NODIRATIME)
+        flags = (
+            MS_REMOUNT | MS_BIND | MS_RDONLY | kept | (MS_RELATIME if now & os.ST_RELATIME else 0)
+        )
+        if libc.mount(None, point.encode(), None, flags, None):
+            raise OSError(ctypes.get_errno(), f"cannot make {point} read-only")
+    seen, shown = os.fstat(fd), os.stat(point)
+    if not os.statvfs(point).f_flag & os.ST_RDONLY or (seen.st_dev, seen.st_ino) != (
+        shown.st_dev,
+        shown.st_ino,
+    ):
+        raise OSError(errno.EPERM, f"{point} is not the read-only bind it was")
+
+
+def _fresh_tmpfs(libc: ctypes.CDLL, place: str, options: bytes) -> None:
+    """Mount an empty tmpfs on ``place``, with the mounts that were below it bound again.
+
+    The old contents, and whatever an earlier episode left there (even behind a mode-000
+    folder), are hidden under the new tmpfs; the read-only binds of host paths below
+    ``place`` (a clone or a virtualenv in ``/tmp``) stay visible at their paths.
+    """
+    points = _outermost(_mount_points(place))
+    fds = [os.open(point, os.O_PATH | os.O_CLOEXEC) for point in points]
+    try:
+        if libc.mount(b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options):
+            raise OSError(ctypes.get_errno(), f"cannot mount a private {place}")
+        for fd, point in zip(fds, points, strict=True):
+            _bind_again(libc, fd, point)
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def isolate_episode_process(scratch_bytes: int) -> str:
@@ -92,6 +152,10 @@ def isolate_episode_process(scratch_bytes: int) -> str:
         ``"namespaces"`` when the process has its own user, mount and IPC namespace and
         scratch; otherwise why not (the kernel refuses nested user namespaces), in which
         case the worker empties the shared scratch between episodes instead.
+
+    Raises:
+        RuntimeError: the namespaces were made but the private scratch was not (the caller
+            must not run plugin code in a half-isolated process).
     """
     libc = _libc()
     uid, gid = os.getuid(), os.getgid()
@@ -106,11 +170,13 @@ def isolate_episode_process(scratch_bytes: int) -> str:
         _write("/proc/self/uid_map", f"{uid} {uid} 1")
         _write("/proc/self/gid_map", f"{gid} {gid} 1")
         options = f"size={scratch_bytes},mode=1777".encode()
+        cwd = os.getcwd()
         for place in scratch_places():
-            if os.path.isdir(place) and libc.mount(
-                b"tmpfs", place.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options
-            ):
-                raise OSError(ctypes.get_errno(), f"cannot mount a private {place}")
+            if os.path.isdir(place):
+                _fresh_tmpfs(libc, place, options)
+                # The working folder, if in the old scratch, would still reach it.
+                if cwd == place or cwd.startswith(place.rstrip("/") + "/"):
+                    os.chdir(place)
         _drop_capabilities(libc)
     except OSError as exc:
         # Half-isolated is not isolated: the caller must not run plugin code here.
@@ -195,13 +261,13 @@ def _reap() -> None:
 
 
 def _mount_points(place: str) -> set[str]:
-    """Mount points below ``place`` (the read-only binds a sandbox put there)."""
+    """Mount points below ``place`` (the read-only binds a sandbox put there).
+
+    Raises:
+        OSError: ``/proc/self/mountinfo`` cannot be read.
+    """
     found: set[str] = set()
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return found
-    for line in lines:
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split()
         if len(fields) > 4:
             point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
@@ -210,20 +276,71 @@ def _mount_points(place: str) -> set[str]:
     return found
 
 
-def _prune(folder: Path, keep: set[str], ancestors: set[str]) -> None:
-    import shutil
+def _remove(path: str) -> None:
+    """Delete ``path`` and everything below it, whatever modes an episode gave them."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return
+    # Each folder once, emptied before it is removed; no recursion (an episode may nest
+    # folders deeper than Python can recurse).
+    stack = [(path, False)]
+    while stack:
+        folder, emptied = stack.pop()
+        if emptied:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+            continue
+        with contextlib.suppress(OSError):
+            os.chmod(folder, 0o700)  # a folder made unreadable or unwritable
+        stack.append((folder, True))
+        try:
+            with os.scandir(folder) as found:
+                entries = [(e.path, e.is_dir(follow_symlinks=False)) for e in found]
+        except OSError:
+            continue
+        for entry, is_folder in entries:
+            if is_folder:
+                stack.append((entry, False))
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry)
 
-    for entry in folder.iterdir():
+
+def _prune(folder: Path, keep: set[str], ancestors: set[str]) -> None:
+    """Delete everything below ``folder`` but the paths in ``keep`` and their ``ancestors``."""
+    with contextlib.suppress(OSError):
+        os.chmod(folder, 0o755)  # an ancestor of a bind an episode made unreadable
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return  # what is left is found by _leftovers
+    for entry in entries:
         name = str(entry)
         if name in keep:
             continue
         if name in ancestors and entry.is_dir() and not entry.is_symlink():
             _prune(entry, keep, ancestors)
-        elif entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
         else:
-            with contextlib.suppress(OSError):
-                entry.unlink()
+            _remove(name)
+
+
+def _leftovers(folder: Path, keep: set[str], ancestors: set[str]) -> list[str]:
+    """What is below ``folder`` besides ``keep`` and the folders leading to it."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError as exc:
+        return [f"{folder} ({exc.strerror})"]
+    found = []
+    for entry in entries:
+        name = str(entry)
+        if name in keep:
+            continue
+        if name in ancestors and entry.is_dir() and not entry.is_symlink():
+            found += _leftovers(entry, keep, ancestors)
+        else:
+            found.append(name)
+    return found
 
 
 def empty_scratch() -> None:
@@ -231,14 +348,26 @@ def empty_scratch() -> None:
 
     Only as PID 1 of a sandbox, where ``/tmp`` is the sandbox's own (an unsandboxed
     worker's ``/tmp`` is the host's). The read-only binds of host paths under ``/tmp`` and
-    the folders leading to them stay; everything else goes.
+    the folders leading to them stay; everything else goes, whatever its modes. Episode
+    processes write only to their own tmpfs where the kernel allows nested namespaces, so
+    this matters only where it does not.
+
+    Raises:
+        RuntimeError: something could not be removed (the next episode would find it); the
+            worker must stop rather than serve another episode.
     """
     if os.getpid() != 1:
         return
     for place in SCRATCH:
         root = Path(place)
-        if not root.is_dir() or not os.access(root, os.W_OK):
+        if not root.is_dir():
             continue
         keep = _mount_points(place)
         ancestors = {str(parent) for point in keep for parent in Path(point).parents}
         _prune(root, keep, ancestors)
+        left = _leftovers(root, keep, ancestors)
+        if left:
+            raise RuntimeError(
+                f"an episode left {', '.join(sorted(left)[:5])} in the worker's {place}, which "
+                "cannot be removed; the worker stops rather than start the next episode on it"
+            )

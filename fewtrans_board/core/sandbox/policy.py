@@ -46,9 +46,10 @@ GIB = 1 << 30
 
 SCRATCH_PLACES = ("/dev/shm",)
 """Private to each episode process (a fresh tmpfs would hide what a bind placed there), so
-host paths under them are shown elsewhere (:func:`inside_path`). Host paths under ``/tmp``
-(a clone or virtualenv there) are bound at their own place: the worker empties its ``/tmp``
-between episodes and spares those binds."""
+host paths under them are shown elsewhere (:func:`inside_path`). ``/tmp`` is private to
+each episode process too, but host paths under it (a clone or virtualenv there) are bound
+at their own place: an episode process binds them again, read-only, in its fresh ``/tmp``
+(:func:`~fewtrans_board.core.sandbox.episode.isolate_episode_process`)."""
 MOVED_ROOT = "/run/fewtrans"
 
 
@@ -103,7 +104,8 @@ class Limits:
         memory_bytes: address-space limit (``RLIMIT_AS``; CPU workers only, since CUDA maps
             more address space than it uses); ``None``: no limit.
         file_bytes: largest file an episode process may write (``RLIMIT_FSIZE``).
-        scratch_bytes: size of its private ``/tmp``.
+        scratch_bytes: size of each of its private ``/tmp`` and ``/dev/shm`` (and of the
+            worker's own ``/tmp``).
         seconds: wall-clock limit of one request (the caller kills the worker past it).
     """
 
