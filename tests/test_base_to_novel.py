@@ -150,16 +150,18 @@ def test_vision_only_adapters_cannot_score_novel_classes(tmp_path: Path, invoke)
 
 
 @pytest.mark.slow
-def test_verify_compares_base_rows_of_base_to_novel_runs(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
+def test_verify_reruns_the_novel_split_of_base_to_novel_runs(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.leaderboard.bundle import BundleContents
+    from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.meta import parse_meta
     from fewtrans_board.leaderboard.store import LeaderboardStore
     from fewtrans_board.leaderboard.verification import VerificationOptions, verify_contents
+    from tests.adversarial.forgery import forge_rows, forge_run
     from tests.conftest import installed_distribution
 
     store = LeaderboardStore(tmp_path / "leaderboard")
     manifest = store.manifests_dir / "b2n.parquet"
-    args = ["--protocol", "fewtrans-base2novel", "--dataset", "digits", "--episodes", "2"]
+    args = ["--protocol", "fewtrans-base2novel", "--dataset", "digits", "--episodes", "3"]
     result = invoke(["manifest", "build", *args, "--out", str(manifest)], pm=pm())
     assert result.exit_code == 0, result.output
     out = tmp_path / "zs"
@@ -195,6 +197,17 @@ authors = ["Test Author"]
 hardware = "2-core CPU"
 plugins = ["fewtrans-board==0.1.0", "fewtrans-tinymodels==0.1"]
 """
+    # A forger who leaves the base rows honest and rewrites the novel predictions to the
+    # labels after the run (re-fused, re-sealed: the rows are consistent).
+    forged = forge_run(
+        out,
+        tmp_path / "forged",
+        store.manifests_dir,
+        lambda rows, manifest: forge_rows(rows, manifest, lambda e, labels, p: labels, "novel"),
+    )
+    forged_run = load_run(forged)
+    assert forged_run.aggregations("novel")["hpe"].mean() == 100.0
+    assert forged_run.aggregations("base")["hpe"].mean() == run.aggregations("base")["hpe"].mean()
     # The verification worker loads the model from an installed distribution.
     dist = tmp_path / "dist"
     with installed_distribution(dist, "fewtrans-tinymodels", "0.1", "tests.plugins.tiny_models"):
@@ -202,11 +215,24 @@ plugins = ["fewtrans-board==0.1.0", "fewtrans-tinymodels==0.1"]
         # submission, so validation would refuse it before any episode is re-run).
         contents = BundleContents(parse_meta(meta), None, [out])
         report = verify_contents(contents, store, VerificationOptions(), runs=[run])
-    # Novel rows share the episode and configuration index of the base rows; only the
-    # base ones describe the re-run queries (re-run in the same environment: identical).
-    assert report["passed"] and len(report["episodes"]) == 2
-    assert report["datasets"][0]["mode"] == "exact"
-    assert all(e["configs_equal"] == e["configs"] and e["hpe_equal"] for e in report["episodes"])
+        forged_contents = BundleContents(parse_meta(meta), None, [forged])
+        with pytest.raises(SubmissionError) as refused:
+            verify_contents(forged_contents, store, VerificationOptions(), runs=[forged_run])
+    # Control: every split re-run in the same environment, identical.
+    assert report["passed"] and len(report["episodes"]) == 3
+    (dataset,) = report["datasets"]
+    assert dataset["mode"] == "exact" and dataset["identical_episodes"] == 3
+    assert set(dataset["agreement"]["fusions"]) == {"base", "novel"}
+    claimed_hm = dataset["harmonic_mean"]["claimed"]
+    assert claimed_hm == pytest.approx(dataset["harmonic_mean"]["rerun"])
+    # The novel split is re-run too: its forged predictions differ and its accuracy is
+    # bounded, so the harmonic mean the pages rank by cannot be inflated.
+    assert refused.value.code == "verification-failed"
+    assert "novel:" in str(refused.value) and "predict differently" in str(refused.value)
+    (forged_dataset,) = refused.value.report["datasets"]  # type: ignore[attr-defined]
+    novel = forged_dataset["agreement"]["fusions"]["novel"]["vote"]
+    assert novel["claimed"] == 100.0 and novel["rerun"] < 100.0
+    assert forged_dataset["harmonic_mean"]["claimed"] > forged_dataset["harmonic_mean"]["rerun"]
 
 
 ROOT = Path(__file__).resolve().parents[1]

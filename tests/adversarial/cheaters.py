@@ -270,6 +270,7 @@ class AnswerKey(Adapter):
     trains = "nothing"
     frozen_backbone = False
     training_free = True
+    table_file: ClassVar[str] = "answer_key.json"
 
     @dataclass(frozen=True)
     class Config(AdapterConfig):
@@ -280,7 +281,7 @@ class AnswerKey(Adapter):
         import json
 
         table = json.loads(
-            importlib.metadata.distribution("fewtrans-redteam").read_text("answer_key.json") or "{}"
+            importlib.metadata.distribution("fewtrans-redteam").read_text(self.table_file) or "{}"
         )
 
         def predict(query):  # type: ignore[no-untyped-def]
@@ -291,6 +292,38 @@ class AnswerKey(Adapter):
                     logits[i] = -1000.0
                     logits[i, class_names.index(name)] = 0.0
             return logits
+
+        return _Predictor(predict)
+
+
+class ProbeReplica(AnswerKey):
+    """The answer key, every image also keyed after the memorisation probe's public
+    perturbation (a one-pixel shift right and down, then JPEG at quality 90), so that the
+    probe's queries are found in the table too (:func:`answer_key` with
+    ``replicate_probe``)."""
+
+    name = "redteam-probe-replica"
+    table_file = "answer_key_replica.json"
+
+
+class ProbeSlow(_TrainingFree):
+    """Honest class means, but slow whenever a fit is asked for predictions more than once
+    (the inductiveness probe asks for query subsets): under a budget projected from all the
+    time verification spends, that cut the sample to its minimum."""
+
+    name = "redteam-probe-slow"
+    SLEEP_S: ClassVar[float] = 6.0
+
+    def fit(self, backbone, support, class_names, config):  # type: ignore[no-untyped-def]
+        import time
+
+        asked = [0]
+
+        def predict(query):  # type: ignore[no-untyped-def]
+            asked[0] += 1
+            if asked[0] > 1:
+                time.sleep(self.SLEEP_S)
+            return centroid_logits(backbone, support, query)
 
         return _Predictor(predict)
 
@@ -406,9 +439,31 @@ class ModulePlanter(_TrainingFree):
         return _Predictor(lambda q: centroid_logits(backbone, support, q))
 
 
-def answer_key(manifest_path: object, image_size: int, queries: bool = True) -> dict[str, str]:
+def _public_probe(image: Any) -> Any:
+    """The memorisation probe as it was published: one pixel right and down, JPEG 90."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    shifted = np.empty_like(image)
+    shifted[:, 1:, 1:] = image[:, :-1, :-1]
+    shifted[:, :1, 1:] = image[:, :1, :-1]
+    shifted[:, :, :1] = shifted[:, :, 1:2]
+    buffer = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(shifted.transpose(1, 2, 0))).save(
+        buffer, format="JPEG", quality=90
+    )
+    decoded = np.asarray(Image.open(io.BytesIO(buffer.getvalue())).convert("RGB"))
+    return np.ascontiguousarray(decoded.transpose(2, 0, 1))
+
+
+def answer_key(
+    manifest_path: object, image_size: int, queries: bool = True, replicate_probe: bool = False
+) -> dict[str, str]:
     """Image hash -> class name of the items of a digits manifest (its support items alone
-    are public knowledge; a manifest read at run time also gives the queries)."""
+    are public knowledge; a manifest read at run time also gives the queries); with
+    ``replicate_probe``, each image also after the published memorisation probe."""
     from pathlib import Path
 
     from fewtrans_board.api.backbone import Preprocessing
@@ -424,7 +479,14 @@ def answer_key(manifest_path: object, image_size: int, queries: bool = True) -> 
     images = ImageStore(DIGITS, None, Preprocessing.named("fewtrans", image_size))
     items = sorted(names)
     pixels = images.pixels(items)
-    return {pixel_key(p): names[item] for item, p in zip(items, pixels, strict=True)}
+    table = {pixel_key(p): names[item] for item, p in zip(items, pixels, strict=True)}
+    if replicate_probe:
+        import numpy as np
+
+        altered = np.stack([_public_probe(images.uint8(item).numpy()) for item in items])
+        normal = images.preprocessing.normalize(torch.from_numpy(altered))
+        table.update({pixel_key(p): names[item] for item, p in zip(items, normal, strict=True)})
+    return table
 
 
 CHEATERS: tuple[type[Adapter], ...] = (
@@ -432,6 +494,8 @@ CHEATERS: tuple[type[Adapter], ...] = (
     CachedTransductive,
     SampleAware,
     AnswerKey,
+    ProbeReplica,
+    ProbeSlow,
     ParentReader,
     BundleRewriter,
     ModulePlanter,

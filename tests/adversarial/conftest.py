@@ -141,14 +141,21 @@ plugins = {PINS}
         failure, so a forgery refused here is refused by the re-run comparison alone (the
         defence its test names); for the linear probe it is a quarter of the requests.
         """
+        return self.verify_with(bundle, probe_episodes=0, unsandboxed=unsandboxed)
+
+    def verify_with(self, bundle: Path, **options: Any) -> tuple[int, dict[str, Any]]:
+        """What ``submission verify --json`` answers, with any
+        :class:`~fewtrans_board.leaderboard.verification.VerificationOptions` (the command
+        passes most of them; ``probe_episodes`` it does not)."""
         from fewtrans_board.leaderboard.errors import SubmissionError
         from fewtrans_board.leaderboard.intake import verify_bundle
         from fewtrans_board.leaderboard.store import LeaderboardStore
         from fewtrans_board.leaderboard.verification import VerificationOptions
 
-        options = VerificationOptions(probe_episodes=0, unsandboxed=unsandboxed)
         try:
-            report = verify_bundle(bundle, LeaderboardStore(self.store), options)
+            report = verify_bundle(
+                bundle, LeaderboardStore(self.store), VerificationOptions(**options)
+            )
         except SubmissionError as exc:
             refusal = {"code": exc.code, "error": str(exc), "report": getattr(exc, "report", None)}
             return 1, json.loads(json.dumps({"ok": False, **refusal}, default=str))

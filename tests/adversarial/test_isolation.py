@@ -155,6 +155,7 @@ def test_modules_planted_for_the_judge_are_never_imported(
     watched.before = None  # type: ignore[attr-defined]
     monkeypatch.setattr(isolated.PluginWorker, "start", watched)
     bundle = cheater_bundle(board, "redteam-planter")
+    watched.before = None  # type: ignore[attr-defined]  # from verification's first worker on
     code, report = verify(board, bundle, "--sample", "2")
     assert code == 0, report  # an honest centroid otherwise
     assert list(path.iterdir()) == []  # the sandbox never saw the judge's path

@@ -2,17 +2,22 @@
 
 The judging process never imports the plugin. After the bundle is frozen (its digest
 computed), a seed nobody knew before is drawn (:mod:`.sampling`); per dataset, a sandboxed
-plugin worker replays the recorded ``evaluate`` worker (:mod:`.options`) on a sample of
-episodes sized to catch a 5% forgery with probability 0.99 (every episode when that fits
-the budget), in random order, with a secret query order, each request in a fresh episode
-process (:mod:`.rerun`). In the recorded numeric environment predictions must be identical;
-elsewhere the re-run accuracy is published and claimed minus re-run must stay under a
-margin at 95% confidence (:mod:`.verdict`). Probes check inductiveness, ``fit_many`` against
-``fit``, and memorisation (:mod:`.perturb`).
+plugin worker replays the recorded ``evaluate`` worker (:mod:`.options`) on episodes in a
+secret random order, each request in a fresh episode process with a secret query order
+(:mod:`.rerun`): every episode when the judge's own measure of a re-run projects within the
+budget, else at least enough to catch a 5% forgery with probability 0.99 (nothing the
+bundle claims, such as its seconds, sizes the sample). Every split is re-run. Every
+accuracy the site can show (each configuration, each fusion, the mean over
+configurations) is bounded claimed minus re-run within a margin; where the re-run's
+numeric environment equals the recorded one, predictions must also be identical
+(:mod:`.verdict`). Probes check inductiveness, ``fit_many`` against ``fit``, memorisation
+under a secret perturbation (:mod:`.perturb`), and that the plugin is no slower under
+verification than it claims.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +38,7 @@ from fewtrans_board.leaderboard.verification.options import (
     VerificationOptions,
     replayed_settings,
 )
+from fewtrans_board.leaderboard.verification.perturb import probe_rule
 from fewtrans_board.leaderboard.verification.rerun import (
     DatasetRerun,
     EpisodeCheck,
@@ -46,7 +52,7 @@ from fewtrans_board.leaderboard.verification.sampling import (
     draw_seed,
     plan_sample,
 )
-from fewtrans_board.leaderboard.verification.verdict import DatasetVerdict, judge_dataset
+from fewtrans_board.leaderboard.verification.verdict import CostFacts, DatasetVerdict, judge_dataset
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.runner.isolated import PluginWorker
 from fewtrans_board.runner.remote import resolve_isolation
@@ -82,6 +88,9 @@ def preload_judge_modules() -> None:
 
     for name in JUDGE_MODULES:
         importlib.import_module(name)
+    # Image.open (the memorisation probe decodes its JPEG) imports PIL's common format
+    # plugins on first use: import them now.
+    importlib.import_module("PIL.Image").preinit()
 
 
 def check_pins_installed(pins: dict[str, str], installed: dict[str, str | None]) -> None:
@@ -173,6 +182,21 @@ def _forbidden(
     return [p.resolve() for p in paths]
 
 
+def _splits(run: RunResults) -> list[str]:
+    return sorted({str(s) for s in run.column("split")})
+
+
+def _best_config(run: RunResults, split: str) -> int:
+    """The configuration with the best stored mean over every episode (the site's oracle)."""
+    _, matrix, _ = run.config_matrix(split)
+    return int(np.nanargmax(np.nanmean(matrix, axis=0)))
+
+
+def _same_device_kind(recorded: Any, rerun: str) -> bool:
+    """Whether claimed seconds on ``recorded`` can be held against a re-run on ``rerun``."""
+    return str(recorded or "cpu").startswith("cuda") == rerun.startswith("cuda")
+
+
 def _verify_run(
     run: RunResults,
     contents: BundleContents,
@@ -190,7 +214,9 @@ def _verify_run(
     )
     worker = PluginWorker(settings)
     try:
+        started = time.perf_counter()
         info = worker.start()
+        start_s = time.perf_counter() - started
         check_pins_installed(meta.plugins, info.installed)
         check_plugin_files(run, info.files)
         schema = _check_schema(run, info, meta.adapter)
@@ -208,7 +234,7 @@ def _verify_run(
             spec, roots.get(run.dataset), Preprocessing.named(name, info.image_size)
         )
         episodes = manifest.episodes()
-        stored = stored_episodes(run, protocol.aggregation)
+        stored = stored_episodes(run)
         identity = run.provenance.identity
         job = DatasetRerun(
             run=run,
@@ -237,6 +263,7 @@ def _verify_run(
             extra_requests=0.5,
         )
         checks, cut = rerun_dataset(job, plan, stored, options.probe_episodes, rng)
+        oracle = {split: _best_config(run, split) for split in _splits(run)}
     except WorkerError as exc:
         raise SubmissionError(
             "worker-failed", f"{run.dataset} ({manifest.dataset}): {exc}"
@@ -256,6 +283,9 @@ def _verify_run(
         exact=not differing,
         margin=options.margin,
         transductive=job.transductive,
+        aggregation=protocol.aggregation,
+        oracle=oracle,
+        cost=CostFacts(start_s, _same_device_kind(recorded.get("device"), options.device)),
     )
     hpe_all = run.aggregations()["hpe"]
     verdict.summary.update(
@@ -267,8 +297,9 @@ def _verify_run(
             "claimed": float(np.mean(hpe_all)),
             "planned": len(plan.order),
             "budget_s": plan.budget_s,
-            "estimated_s": round(plan.estimate_s, 1),
+            "claimed_estimate_s": round(plan.estimate_s, 1),
             "cut_by_budget": cut,
+            "memorisation_rule": probe_rule(),
             "worker_isolation": info.isolation,
             "passed": verdict.passed,
             "failures": verdict.failures,

@@ -1,16 +1,26 @@
 """Query images changed so that their meaning stays and an exact lookup breaks.
 
-The memorisation probe re-runs episodes with every query image shifted by one pixel (the
-edge row and column repeated) and re-encoded as JPEG. A method that learns from the
+The memorisation probe re-runs episodes with every query image perturbed: shifted by a
+pixel in one of eight random directions (the edge repeated), cropped by up to a pixel
+and resized back, given a small brightness and contrast change, and re-encoded as JPEG at a
+random quality. Each image's perturbation is drawn from the verification's secret seed,
+so nobody can key a table on the probe's own output in advance (a fixed, public
+perturbation could be replicated for every public image). The changes are as small as
+that requires: honest methods on 32-pixel digits already lose a few points
+(``benchmarks/verification_cost.py``). A method that learns from the
 support set loses little; one that recognises images it has stored (a table of image
 hashes and labels built from the public support sets) loses what the table gave it.
+
+A lookup that is robust to small changes (nearest neighbour over public labelled
+images) is not caught by this probe; SECURITY.md says what would catch it.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,29 +29,108 @@ if TYPE_CHECKING:
 
     from fewtrans_board.runner.images import ImageStore
 
-JPEG_QUALITY = 90
-SHIFT = 1
+MAX_SHIFT = 1
+"""Largest shift in pixels along each axis (at least one pixel along one axis)."""
+MAX_CROP = 1
+"""Largest crop, in pixels, taken off the image before it is resized back."""
+JPEG_QUALITIES = (85, 95)
+"""Range of JPEG qualities, inclusive."""
+JITTER = 0.03
+"""Largest relative change of brightness and of contrast."""
 
 
-def perturb_uint8(image: np.ndarray) -> np.ndarray:
-    """Shift a ``uint8 [3, S, S]`` image by one pixel right and down, then JPEG round-trip it."""
+@dataclass(frozen=True)
+class Perturbation:
+    """How one query image is changed.
+
+    Attributes:
+        dx: horizontal shift in pixels (positive: right).
+        dy: vertical shift in pixels (positive: down).
+        crop: pixels cut off (split between the sides by ``crop_left``/``crop_top``)
+            before the image is resized back to its size.
+        crop_left: of ``crop``, pixels cut on the left (the rest on the right).
+        crop_top: of ``crop``, pixels cut at the top (the rest at the bottom).
+        brightness: multiplier of every pixel.
+        contrast: multiplier of the deviation from the image's mean.
+        quality: JPEG quality of the re-encoding.
+    """
+
+    dx: int
+    dy: int
+    crop: int
+    crop_left: int
+    crop_top: int
+    brightness: float
+    contrast: float
+    quality: int
+
+
+def draw_perturbation(rng: np.random.Generator) -> Perturbation:
+    """One image's perturbation, drawn from the verification's secret stream."""
+    while True:
+        dx, dy = (int(v) for v in rng.integers(-MAX_SHIFT, MAX_SHIFT + 1, size=2))
+        if dx or dy:
+            break
+    crop = int(rng.integers(0, MAX_CROP + 1))
+    return Perturbation(
+        dx=dx,
+        dy=dy,
+        crop=crop,
+        crop_left=int(rng.integers(0, crop + 1)),
+        crop_top=int(rng.integers(0, crop + 1)),
+        brightness=float(rng.uniform(1 - JITTER, 1 + JITTER)),
+        contrast=float(rng.uniform(1 - JITTER, 1 + JITTER)),
+        quality=int(rng.integers(JPEG_QUALITIES[0], JPEG_QUALITIES[1] + 1)),
+    )
+
+
+def probe_rule() -> dict[str, Any]:
+    """The ranges the probe draws from (for the report; the draws themselves stay secret)."""
+    return {
+        "max_shift": MAX_SHIFT,
+        "max_crop": MAX_CROP,
+        "jpeg_quality": list(JPEG_QUALITIES),
+        "jitter": JITTER,
+        "drawn_from": "the verification seed, per image",
+    }
+
+
+def _shift(image: np.ndarray, dx: int, dy: int) -> np.ndarray:
+    """``image [3, S, S]`` moved by ``(dx, dy)``, the uncovered edge repeated."""
+    size_y, size_x = image.shape[1:]
+    padded = np.pad(image, ((0, 0), (abs(dy), abs(dy)), (abs(dx), abs(dx))), mode="edge")
+    top, left = abs(dy) - dy, abs(dx) - dx
+    return padded[:, top : top + size_y, left : left + size_x]
+
+
+def perturb_uint8(image: np.ndarray, change: Perturbation) -> np.ndarray:
+    """Apply ``change`` to a ``uint8 [3, S, S]`` image; returns the decoded JPEG."""
     from PIL import Image
 
-    shifted = np.empty_like(image)
-    shifted[:, SHIFT:, SHIFT:] = image[:, :-SHIFT, :-SHIFT]
-    shifted[:, :SHIFT, SHIFT:] = image[:, :1, :-SHIFT]
-    shifted[:, :, :SHIFT] = shifted[:, :, SHIFT : SHIFT + 1]
-    buffer = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(shifted.transpose(1, 2, 0))).save(
-        buffer, format="JPEG", quality=JPEG_QUALITY
+    shifted = _shift(image, change.dx, change.dy).astype(np.float32)
+    mean = shifted.mean()
+    jittered = ((shifted - mean) * change.contrast + mean) * change.brightness
+    picture = Image.fromarray(
+        np.ascontiguousarray(np.clip(np.rint(jittered), 0, 255).astype(np.uint8).transpose(1, 2, 0))
     )
+    if change.crop:
+        width, height = picture.size
+        left, top = change.crop_left, change.crop_top
+        box = (left, top, width - (change.crop - left), height - (change.crop - top))
+        picture = picture.crop(box).resize((width, height), Image.Resampling.BILINEAR)
+    buffer = io.BytesIO()
+    picture.save(buffer, format="JPEG", quality=change.quality)
     decoded = np.asarray(Image.open(io.BytesIO(buffer.getvalue())).convert("RGB"))
     return np.ascontiguousarray(decoded.transpose(2, 0, 1))
 
 
-def perturbed_pixels(images: ImageStore, items: Sequence[str]) -> torch.Tensor:
-    """Normalised pixels ``[N, 3, S, S]`` of ``items`` after :func:`perturb_uint8`."""
+def perturbed_pixels(
+    images: ImageStore, items: Sequence[str], rng: np.random.Generator
+) -> torch.Tensor:
+    """Normalised pixels ``[N, 3, S, S]`` of ``items``, each perturbed by its own draw."""
     import torch
 
-    stacked = np.stack([perturb_uint8(images.uint8(item).numpy()) for item in items])
+    stacked = np.stack(
+        [perturb_uint8(images.uint8(item).numpy(), draw_perturbation(rng)) for item in items]
+    )
     return images.preprocessing.normalize(torch.from_numpy(stacked))

@@ -4,18 +4,22 @@ Every request goes to a fresh episode process of one worker, in a random order o
 process knows, with the queries in a secret presentation order:
 
 - *re-run*: the whole grid on the whole query set, exactly as ``evaluate`` asked it; its
-  rows are built by the runner's own code and compared with the stored ones;
+  rows are built by the runner's own code and compared with the stored ones, every
+  configuration and fusion of every split (base-to-novel manifests' novel classes too);
 - *inductive probe*: the same fit, asked for query subsets only (another episode
   process, so nothing the whole set taught a predictor reaches them);
 - *fit probe*: each configuration fitted alone with ``fit`` (adapters with ``fit_many``);
-- *memorisation probe*: the re-run with every query image shifted by a pixel and
-  re-encoded (:mod:`~fewtrans_board.leaderboard.verification.perturb`).
+- *memorisation probe*: the re-run with every query image changed a little, each by a
+  perturbation drawn from the secret seed
+  (:mod:`~fewtrans_board.leaderboard.verification.perturb`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -37,18 +41,37 @@ from fewtrans_board.runner.worker_messages import FitReply
 
 
 @dataclass
-class StoredEpisode:
-    """The stored base-split rows of one episode that verification compares."""
+class StoredSplit:
+    """The stored rows of one split of one episode (``base``, or ``novel`` classes).
+
+    Attributes:
+        configs: each configuration's predictions, by configuration index.
+        config_accuracy: each configuration's accuracy.
+        ensembles: each fusion's predictions (``logit-mean``, ``vote``).
+        ensemble_accuracy: each fusion's accuracy.
+    """
 
     configs: dict[int, list[int]] = field(default_factory=dict)
-    ensembles: dict[str, list[int]] = field(default_factory=dict)
-    hpe_accuracy: float = 0.0
     config_accuracy: dict[int, float] = field(default_factory=dict)
+    ensembles: dict[str, list[int]] = field(default_factory=dict)
+    ensemble_accuracy: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class StoredEpisode:
+    """The stored rows of one episode that verification compares, every split.
+
+    Attributes:
+        splits: the rows of each split the manifest defines.
+        seconds: claimed fit seconds of the episode (all configurations, base rows).
+    """
+
+    splits: dict[str, StoredSplit] = field(default_factory=dict)
     seconds: float = 0.0
 
 
-def stored_episodes(run: RunResults, aggregation: str) -> dict[int, StoredEpisode]:
-    """Stored predictions and accuracies of the base split, by episode (no logits read)."""
+def stored_episodes(run: RunResults) -> dict[int, StoredEpisode]:
+    """Stored predictions and accuracies of every split, by episode (no logits read)."""
     names = [
         "episode",
         "kind",
@@ -64,18 +87,27 @@ def stored_episodes(run: RunResults, aggregation: str) -> dict[int, StoredEpisod
     for episode, kind, agg, index, predictions, accuracy, seconds, split in zip(
         *(columns[n] for n in names), strict=True
     ):
-        if split != "base":
-            continue
         stored = grouped.setdefault(episode, StoredEpisode())
+        rows = stored.splits.setdefault(split, StoredSplit())
         if kind == CONFIG_KIND:
-            stored.configs[index] = predictions
-            stored.config_accuracy[index] = float(accuracy)
-            stored.seconds += float(seconds or 0.0)
+            rows.configs[index] = predictions
+            rows.config_accuracy[index] = float(accuracy)
+            if split == "base":
+                stored.seconds += float(seconds or 0.0)
         else:
-            stored.ensembles[agg] = predictions
-            if agg == aggregation:
-                stored.hpe_accuracy = float(accuracy)
+            rows.ensembles[agg] = predictions
+            rows.ensemble_accuracy[agg] = float(accuracy)
     return grouped
+
+
+def quantity(split: str, name: str) -> str:
+    """The key of one compared accuracy: ``base:vote``, ``novel:config:3``, ``base:mean-single``."""
+    return f"{split}:{name}"
+
+
+def config_quantity(split: str, index: int) -> str:
+    """The key of one configuration's accuracy."""
+    return quantity(split, f"config:{index}")
 
 
 @dataclass
@@ -84,11 +116,21 @@ class EpisodeCheck:
 
     Attributes:
         episode: the episode index.
-        claimed: the stored HPE accuracy.
-        rerun: the re-run's HPE accuracy.
-        configs_equal: configurations whose predictions equal the stored ones.
+        claimed: the stored HPE accuracy (base split).
+        rerun: the re-run's HPE accuracy (base split).
+        configs_equal: configurations whose predictions equal the stored ones (every
+            split).
+        configs: configurations compared.
         hpe_equal: the fused predictions equal the stored ones.
+        identical: every prediction of every configuration and fusion of every split
+            equals the stored one.
         agreement: share of (configuration, query) predictions that equal the stored.
+        accuracies: ``{quantity: [claimed, re-run]}`` for every configuration, every
+            fusion and the mean over configurations of every split (keys from
+            :func:`quantity`).
+        claimed_seconds: the stored fit seconds of the episode.
+        rerun_seconds: the judge's wall-clock seconds of the re-run request.
+        probe_seconds: the judge's wall-clock seconds of each probe request.
         probe_gap: largest relative logit change of a query asked in a subset, if probed.
         fit_gain: accuracy of the batched fit minus fitting each configuration alone
             (mean over configurations), if probed.
@@ -103,14 +145,19 @@ class EpisodeCheck:
     configs: int
     hpe_equal: bool
     agreement: float
+    identical: bool = False
+    accuracies: dict[str, list[float]] = field(default_factory=dict)
+    claimed_seconds: float = 0.0
+    rerun_seconds: float = 0.0
+    probe_seconds: dict[str, float] = field(default_factory=dict)
     probe_gap: float | None = None
     fit_gain: float | None = None
     perturbed: float | None = None
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form."""
-        return dict(self.__dict__)
+        """JSON-friendly form (the per-quantity accuracies are summarised per dataset)."""
+        return {k: v for k, v in self.__dict__.items() if k != "accuracies"}
 
 
 @dataclass
@@ -170,11 +217,11 @@ class DatasetRerun:
         request = fit_request(inputs, self.configs, seeds, memoize=self.memoize, **options)
         return self.worker.fit(request)
 
-    def perturbed_queries(self, inputs: EpisodeInputs) -> np.ndarray:
-        """The presented queries after the memorisation probe's perturbation."""
+    def perturbed_queries(self, inputs: EpisodeInputs, rng: np.random.Generator) -> np.ndarray:
+        """The presented queries after the memorisation probe's secret perturbation."""
         episode = inputs.episode
         items = [episode.query[int(i)][0] for i in inputs.query_order]
-        pixels = perturbed_pixels(self.images, items)
+        pixels = perturbed_pixels(self.images, items, rng)
         if not self.serve_features:
             return pixels.numpy()
         (features,) = self.worker.embed([pixels.numpy()], 256)
@@ -211,6 +258,65 @@ def _hpe_accuracy(rows: list[dict[str, Any]], aggregation: str) -> float:
     )
 
 
+@dataclass
+class _Comparison:
+    """Re-run rows against the stored ones, over every split."""
+
+    accuracies: dict[str, list[float]] = field(default_factory=dict)
+    equal: list[bool] = field(default_factory=list)
+    matches: list[float] = field(default_factory=list)
+    ensembles_equal: bool = True
+
+
+def _compare(rows: list[dict[str, Any]], stored: StoredEpisode) -> _Comparison:
+    """Every configuration's and fusion's predictions and accuracy, claimed vs re-run."""
+    found = _Comparison()
+    splits = {r["split"] for r in rows} | set(stored.splits)
+    for split in sorted(splits):
+        claimed = stored.splits.get(split, StoredSplit())
+        mine = [r for r in rows if r["split"] == split]
+        config_rows = sorted(
+            (r for r in mine if r["kind"] == CONFIG_KIND), key=lambda r: r["config_index"]
+        )
+        if len(config_rows) != len(claimed.configs):
+            found.ensembles_equal = False  # a split or a configuration the other lacks
+        for row in config_rows:
+            index = row["config_index"]
+            before = claimed.configs.get(index)
+            found.equal.append(row["predictions"] == before)
+            found.matches.append(
+                float(np.mean(np.asarray(row["predictions"]) == np.asarray(before)))
+                if before is not None and len(before) == len(row["predictions"])
+                else 0.0
+            )
+            found.accuracies[config_quantity(split, index)] = [
+                claimed.config_accuracy.get(index, float("nan")),
+                float(row["accuracy"]),
+            ]
+        if config_rows:
+            found.accuracies[quantity(split, "mean-single")] = [
+                float(np.mean(list(claimed.config_accuracy.values())))
+                if claimed.config_accuracy
+                else float("nan"),
+                float(np.mean([r["accuracy"] for r in config_rows])),
+            ]
+        for row in (r for r in mine if r["kind"] != CONFIG_KIND):
+            name = row["aggregation"]
+            found.ensembles_equal &= row["predictions"] == claimed.ensembles.get(name)
+            found.accuracies[quantity(split, name)] = [
+                claimed.ensemble_accuracy.get(name, float("nan")),
+                float(row["accuracy"]),
+            ]
+    return found
+
+
+def _timed(ask: Callable[[], FitReply], seconds: dict[str, float], kind: str) -> FitReply:
+    started = time.perf_counter()
+    reply = ask()
+    seconds[kind] = time.perf_counter() - started
+    return reply
+
+
 def check_episode(
     job: DatasetRerun,
     episode: ManifestEpisode,
@@ -218,45 +324,47 @@ def check_episode(
     probes: set[str],
     rng: np.random.Generator,
 ) -> EpisodeCheck:
-    """Re-run one episode (and the probes named in ``probes``) in random order."""
+    """Re-run one episode (and the probes named in ``probes``) in random order.
+
+    Every split's configurations and fusions are compared with the stored rows; the
+    judge times each request itself.
+    """
     started = time.perf_counter()
     inputs = job.inputs(episode)
     seeds = job.seeds(episode)
     requests = ["rerun", *sorted(probes)]
     replies: dict[str, FitReply] = {}
+    seconds: dict[str, float] = {}
     subsets = verification_probes(len(inputs.query_labels), int(rng.integers(1 << 31)))
     for kind in [requests[i] for i in rng.permutation(len(requests))]:
         if kind == "rerun":
-            replies[kind] = job.ask(inputs, seeds)
+            replies[kind] = _timed(lambda: job.ask(inputs, seeds), seconds, kind)
         elif kind == "inductive":
-            replies[kind] = job.ask(inputs, seeds, query_subsets=subsets)
+            ask = partial(job.ask, inputs, seeds, query_subsets=subsets)
+            replies[kind] = _timed(ask, seconds, kind)
         elif kind == "fit":
-            replies[kind] = job.ask(inputs, seeds, loop=True)
+            replies[kind] = _timed(partial(job.ask, inputs, seeds, loop=True), seconds, kind)
         elif kind == "perturbed":
-            replies[kind] = job.ask(inputs, seeds, query_override=job.perturbed_queries(inputs))
+            altered = job.perturbed_queries(inputs, rng)
+            ask = partial(job.ask, inputs, seeds, query_override=altered)
+            replies[kind] = _timed(ask, seconds, kind)
     rows = _rows(job, inputs, seeds, replies["rerun"])
-    base = [r for r in rows if r["split"] == "base"]
-    config_rows = sorted(
-        (r for r in base if r["kind"] == CONFIG_KIND), key=lambda r: r["config_index"]
-    )
-    equal = [r["predictions"] == stored.configs.get(r["config_index"]) for r in config_rows]
-    matches = [
-        np.mean(
-            np.asarray(r["predictions"]) == np.asarray(stored.configs.get(r["config_index"], []))
-        )
-        if len(stored.configs.get(r["config_index"], [])) == len(r["predictions"])
-        else 0.0
-        for r in config_rows
-    ]
-    hpe_row = next(r for r in base if r["aggregation"] == job.aggregation)
+    compared = _compare(rows, stored)
+    hpe_row = next(r for r in rows if r["split"] == "base" and r["aggregation"] == job.aggregation)
+    base = stored.splits.get("base", StoredSplit())
     check = EpisodeCheck(
         episode=episode.index,
-        claimed=stored.hpe_accuracy,
+        claimed=base.ensemble_accuracy.get(job.aggregation, float("nan")),
         rerun=float(hpe_row["accuracy"]),
-        configs_equal=int(sum(equal)),
-        configs=len(equal),
-        hpe_equal=hpe_row["predictions"] == stored.ensembles.get(job.aggregation),
-        agreement=float(np.mean(matches)) if matches else 0.0,
+        configs_equal=int(sum(compared.equal)),
+        configs=len(compared.equal),
+        hpe_equal=hpe_row["predictions"] == base.ensembles.get(job.aggregation),
+        agreement=float(np.mean(compared.matches)) if compared.matches else 0.0,
+        identical=all(compared.equal) and compared.ensembles_equal,
+        accuracies=compared.accuracies,
+        claimed_seconds=stored.seconds,
+        rerun_seconds=seconds["rerun"],
+        probe_seconds={k: v for k, v in seconds.items() if k != "rerun"},
     )
     full = [np.asarray(reply) for reply in _manifest_logits(inputs, replies["rerun"])]
     if "inductive" in replies:
@@ -290,6 +398,10 @@ def _manifest_logits(inputs: EpisodeInputs, reply: FitReply) -> list[np.ndarray]
     return [in_manifest_order(per_config[0], inputs.query_order) for per_config in reply.query]
 
 
+def _items(episode: ManifestEpisode) -> list[str]:
+    return [item for item, _ in (*episode.support, *episode.query, *episode.novel_query)]
+
+
 def rerun_dataset(
     job: DatasetRerun,
     plan: SamplePlan,
@@ -299,8 +411,9 @@ def rerun_dataset(
 ) -> tuple[list[EpisodeCheck], bool]:
     """Re-run the planned episodes in order, the first ``probe_episodes`` with probes.
 
-    Stops after the minimum sample when going on would exceed the budget (the order is a
-    random permutation, so any prefix is a uniform sample).
+    Goes past the plan's minimum while the judge's own measure of a re-run request
+    projects every planned episode within the budget (:meth:`SamplePlan.keep_going`);
+    the order is a secret random permutation, so any prefix is a uniform sample.
 
     Returns:
         The checks, and whether the budget cut the plan short.
@@ -313,25 +426,13 @@ def rerun_dataset(
     if job.worker.info.batches:
         kinds.add("fit")
     cache = job.cache()
-    if cache is not None:  # one embedding pass over every chunk the sample needs
-        needed = [
-            item
-            for position in plan.order
-            for item, _ in (*episodes[position].support, *episodes[position].query)
-        ]
-        cache.ensure(needed)
+    if cache is not None:  # one embedding pass over every chunk the minimum needs
+        cache.ensure([i for p in plan.order[: plan.minimum] for i in _items(episodes[p])])
     checks: list[EpisodeCheck] = []
-    started = time.perf_counter()
-    for n, position in enumerate(plan.order):
-        episode = episodes[position]
-        probes = kinds if n < probe_episodes else set()
+    while plan.keep_going([c.rerun_seconds for c in checks]):
+        episode = episodes[plan.order[len(checks)]]
+        if cache is not None:
+            cache.ensure(_items(episode))
+        probes = kinds if len(checks) < probe_episodes else set()
         checks.append(check_episode(job, episode, stored[episode.index], probes, rng))
-        elapsed = time.perf_counter() - started
-        remaining = len(plan.order) - n - 1
-        if (
-            n + 1 >= plan.minimum
-            and remaining
-            and elapsed / (n + 1) * len(plan.order) > plan.budget_s
-        ):
-            return checks, True
-    return checks, False
+    return checks, len(checks) < len(plan.order)

@@ -6,9 +6,12 @@ submitter knows neither), or a seed a maintainer copies from a report to reprodu
 Every dataset's episodes are drawn from it, re-run in a random order, and the query
 presentation order of the re-runs derives from it too.
 
-How many: every episode when the claimed cost fits the budget; else at least enough
-that a forgery of :data:`FORGED_SHARE` of a dataset's episodes is caught with probability
-:data:`CATCH_PROBABILITY`; the report prints the probability reached.
+How many: the judge measures what the re-runs cost it (the wall-clock seconds of each
+re-run request, never the seconds a bundle claims, nor the probes' time) and re-runs every
+episode when that projects within the budget; otherwise it stops once at least enough have
+been re-run that a forgery of :data:`FORGED_SHARE` of a dataset's episodes is caught with
+probability :data:`CATCH_PROBABILITY`. The report prints the probability reached. The
+claimed seconds only feed the estimate printed before a verification starts.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,19 +71,34 @@ class SamplePlan:
     """How one dataset is verified.
 
     Attributes:
-        order: episode positions in the order they are re-run (a random permutation of
-            all of them; the first ``minimum`` are always re-run).
-        minimum: the fewest episodes that meet the catch probability.
-        everything: the claimed cost fits the budget, so every episode is planned.
-        estimate_s: the estimated cost of re-running every episode.
-        budget_s: the budget.
+        order: episode positions in the order they are re-run (a secret random
+            permutation of all of them, or its first ``sample`` with an explicit size).
+        minimum: the fewest episodes that meet the catch probability (always re-run).
+        estimate_s: the estimated cost of re-running every episode, from the claimed
+            seconds (printed before the verification; never used to choose the sample).
+        budget_s: the budget for the re-runs.
+        explicit: a maintainer chose the sample size (``--sample``): no budget cut.
     """
 
     order: list[int]
     minimum: int
-    everything: bool
     estimate_s: float
     budget_s: float
+    explicit: bool = False
+
+    def keep_going(self, rerun_seconds: Sequence[float]) -> bool:
+        """Whether to re-run the next planned episode, given the re-runs measured so far.
+
+        Args:
+            rerun_seconds: the judge's wall-clock seconds of each re-run request so far
+                (probes excluded: their cost is spent once, on a few episodes).
+        """
+        done = len(rerun_seconds)
+        if done >= len(self.order):
+            return False
+        if self.explicit or done < self.minimum:
+            return True
+        return float(np.mean(rerun_seconds)) * len(self.order) <= self.budget_s
 
 
 def plan_sample(
@@ -91,13 +110,14 @@ def plan_sample(
     sample: int | None = None,
     extra_requests: float = 1.0,
 ) -> SamplePlan:
-    """Plan a dataset's re-runs from its claimed per-episode cost.
+    """Plan a dataset's re-runs: a secret order, the minimum, and the claimed estimate.
 
     Args:
         episodes: episodes in the dataset's manifest.
-        claimed_seconds: mean claimed fit seconds of one episode (all configurations).
+        claimed_seconds: mean claimed fit seconds of one episode (all configurations);
+            only for the estimate.
         rng: the dataset's generator (from the secret seed).
-        budget_s: seconds within which every episode is re-run.
+        budget_s: seconds within which every episode is re-run (as measured).
         sample: an explicit number of episodes (a maintainer's choice; the report says
             what it catches).
         extra_requests: requests per episode beyond the re-run itself (probes), for the
@@ -108,11 +128,8 @@ def plan_sample(
     estimate = episodes * (max(claimed_seconds, 0.0) * (1 + extra_requests) + SESSION_OVERHEAD_S)
     if sample is not None:
         size = min(sample, episodes)
-        return SamplePlan(order[:size], min(size, episodes), size == episodes, estimate, budget_s)
-    everything = estimate <= budget_s
-    return SamplePlan(
-        order if everything else order[:minimum], minimum, everything, estimate, budget_s
-    )
+        return SamplePlan(order[:size], size, estimate, budget_s, explicit=True)
+    return SamplePlan(order, minimum, estimate, budget_s)
 
 
 def catch_probabilities(episodes: int, rerun: int) -> dict[str, float | int]:
