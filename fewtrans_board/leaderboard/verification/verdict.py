@@ -228,10 +228,10 @@ def _cost(verdict: DatasetVerdict, checks: list[EpisodeCheck], cost: CostFacts) 
         ]
         for kind in ("inductive", "perturbed")
     }
-    verdict.summary["cost"] = {
-        "claimed_s": claimed,
-        "rerun_s": rerun,
-        "start_s": cost.start_s,
+    verdict.summary["verification_time"] = {
+        "claimed_seconds": claimed,
+        "rerun_seconds": rerun,
+        "start_seconds": cost.start_s,
         "compared_with_claim": cost.comparable,
         "probe_over_rerun": {k: _median(v) for k, v in probe_ratios.items() if v},
         "factor": SLOWDOWN_FACTOR,
