@@ -86,10 +86,14 @@ def perfect_first_config_same_vote(
 def test_a_spoofed_environment_gains_nothing_on_any_configuration(
     board: Board, spoofed_honest: Path
 ) -> None:
-    # Control: recorded on "another CPU", the honest bundle passes the statistical rule.
-    code, report = board.verify_reruns(spoofed_honest)
+    # Control: recorded on "another CPU", the honest bundle passes the statistical rule,
+    # even on one episode per dataset: identical predictions pass at any sample size (a
+    # t bound of one difference is infinite).
+    code, report = board.verify_with(spoofed_honest, sample=1, probe_episodes=0)
     assert code == 0, report
-    assert all(d["mode"] == "statistical" for d in report["datasets"])
+    for dataset in report["datasets"]:
+        assert dataset["mode"] == "statistical" and dataset["rerun_episodes"] == 1
+        assert dataset["identical_episodes"] == 1 and dataset["difference_bound"] == 0.0
     # Configuration 0 (the oracle, once perfect) forged to the labels wherever the headline
     # vote stays exactly the same: the headline's claimed minus re-run is zero.
     forged = edit_bundle(
@@ -110,18 +114,6 @@ def test_a_spoofed_environment_gains_nothing_on_any_configuration(
         assert dataset["difference"] == 0.0  # the headline alone would have passed
         oracle = dataset["agreement"]["fusions"]["base"]["oracle"]
         assert oracle["claimed"] > oracle["rerun"] + 5
-
-
-@pytest.mark.slow
-def test_identical_predictions_pass_in_either_mode_at_any_sample_size(
-    board: Board, honest_bundle: Path, spoofed_honest: Path
-) -> None:
-    for bundle, mode in ((honest_bundle, "exact"), (spoofed_honest, "statistical")):
-        code, report = board.verify_with(bundle, sample=1, probe_episodes=0)
-        assert code == 0, report
-        for dataset in report["datasets"]:
-            assert dataset["mode"] == mode and dataset["rerun_episodes"] == 1
-            assert dataset["identical_episodes"] == 1 and dataset["difference_bound"] == 0.0
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +241,7 @@ def test_a_plugin_slower_under_verification_than_it_claims_is_refused() -> None:
 
 @pytest.mark.slow
 def test_a_table_keyed_after_the_published_probe_is_still_flagged(
-    board: Board, redteam_dist: Path, honest_bundle: Path
+    board: Board, redteam_dist: Path
 ) -> None:
     from tests.adversarial.cheaters import answer_key
 
@@ -269,12 +261,10 @@ def test_a_table_keyed_after_the_published_probe_is_still_flagged(
     bundle = board.pack(
         "replica--redteam", "redteam-probe-replica", ["replica-varied", "replica-fixed"]
     )
-    # Control: the honest linear probe through the same probe loses little.
-    code, report = board.verify_with(honest_bundle, probe_episodes=8, sample=8)
-    assert code == 0, report
-    assert all(d["memorisation_probe"]["drop_bound"] < 15 for d in report["datasets"])
-    code, report = board.verify_with(bundle, probe_episodes=8, sample=8)
+    # Its honest control, the linear probe through the same probes, is
+    # tests/adversarial/test_verify.py::test_honest_submission_verifies_exactly.
+    code, report = board.verify_with(bundle, probe_episodes=4, sample=4)
     assert code == 1 and report["code"] == "lookup-suspected", report
     for dataset in report["report"]["datasets"]:
-        assert dataset["identical_episodes"] == 8  # consistent: only the probe refutes it
+        assert dataset["identical_episodes"] == 4  # consistent: only the probe refutes it
         assert dataset["memorisation_probe"]["drop_bound"] > 15
