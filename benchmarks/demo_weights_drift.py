@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from fewtrans_board.methods.models.demo_cnn import PRETRAIN_SEED, pretrain, weights_path
+from fewtrans_board.methods.trained.demo_cnn import PRETRAIN_SEED, pretrain, weights_path
 from fewtrans_board.models.weights import read_state_dict
 from tests.test_models import centroid_accuracy
 

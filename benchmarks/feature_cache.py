@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from fewtrans_board.episodes.embedded import digits_manifest
-from fewtrans_board.plugins.loading import get_plugin_manager
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.evaluate import evaluate_episode
 from fewtrans_board.runner.spec import RunSpec

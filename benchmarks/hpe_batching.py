@@ -48,8 +48,8 @@ from fewtrans_board.api.backbone import Backbone
 from fewtrans_board.api.episode_data import ImageSet, SupportSet
 from fewtrans_board.api.fit_options import FitOptions, GroupReport
 from fewtrans_board.hpe.protocols import get_hpe_protocol
-from fewtrans_board.plugins.loading import get_plugin_manager
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import get_plugin_manager
 
 HEADS = ("linear-probe", "cosine-classifier")
 CACHE = "cache"

@@ -29,8 +29,8 @@ from fewtrans_board.leaderboard.verification.sampling import (
     FORGED_SHARE,
     plan_sample,
 )
-from fewtrans_board.plugins.loading import get_plugin_manager
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.results.schema import accuracy_percent
 from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.inductive import verification_probes

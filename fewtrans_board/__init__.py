@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
-
 from fewtrans_board.api.adapter import (
     Adapter,
     AdapterConfig,
@@ -23,7 +21,7 @@ from fewtrans_board.api.hookspecs import hookimpl
 from fewtrans_board.api.model_spec import ModelSpec
 from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.blocks.lockstep import PlannedAdapter, TrainingPlan
-from fewtrans_board.core import moved as _moved
+from fewtrans_board.core.version import __version__
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -85,6 +83,3 @@ def load_leaderboard(source: str | Path) -> pa.Table:
     from fewtrans_board.leaderboard.table import load_leaderboard as load  # imports pyarrow
 
     return load(source)
-
-
-_moved.install()  # release 0.1's import paths keep working, with a warning

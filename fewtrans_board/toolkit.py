@@ -166,7 +166,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; a test holds it to NAMES
     from fewtrans_board.models.timm_family import (
         load_timm_backbone as load_timm_backbone,
     )
-    from fewtrans_board.plugins.registry import (
+    from fewtrans_board.registry.lookup import (
         registry_or_installed as registry_or_installed,
     )
     from fewtrans_board.testing import (
@@ -202,7 +202,7 @@ NAMES: dict[str, Name] = {
     "load_timm_backbone": Name("fewtrans_board.models.timm_family", STABLE, "models"),
     "load_open_clip_backbone": Name("fewtrans_board.models.open_clip_family", STABLE, "models"),
     "ModelRegistry": Name("fewtrans_board.api.model_spec", PROVISIONAL, "models"),
-    "registry_or_installed": Name("fewtrans_board.plugins.registry", PROVISIONAL, "models"),
+    "registry_or_installed": Name("fewtrans_board.registry.lookup", PROVISIONAL, "models"),
     # FewTrans recipe
     "run_adam": Name("fewtrans_board.blocks.training", STABLE, "FewTrans recipe"),
     "make_head": Name("fewtrans_board.blocks.training", STABLE, "FewTrans recipe"),

@@ -25,8 +25,8 @@ from fewtrans_board import Adapter, AdapterConfig, hookimpl, hparam
 # suite keeps its own, one per test process, so a run neither reads nor leaves one there.
 os.environ["FEWTRANS_BUILD_CACHE"] = tempfile.mkdtemp(prefix="fewtrans-build-cache-")
 from fewtrans_board.cli import make_cli
-from fewtrans_board.plugins.loading import PluginManager, get_plugin_manager
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import PluginManager, get_plugin_manager
 
 
 def _remove_build_cache(folder: str, owner: int) -> None:

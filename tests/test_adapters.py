@@ -19,8 +19,8 @@ from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, get_hpe_protocol
 from fewtrans_board.methods.adapters.heads import CosineClassifierAdapter, LinearProbeAdapter
 from fewtrans_board.methods.adapters.prototypes import MeanCentroidAdapter
 from fewtrans_board.methods.adapters.zeroshot import TEMPLATE_SETS, ZeroShotClipAdapter
-from fewtrans_board.plugins.loading import get_plugin_manager
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.results.load import load_run
 from fewtrans_board.runner.run import run_evaluation
 from fewtrans_board.runner.spec import RunSpec
@@ -136,7 +136,7 @@ def test_batched_heads_agree_with_the_loop_in_float32(adapter, one_thread) -> No
 
 
 def demo_backbone() -> Backbone:
-    from fewtrans_board.methods.models.demo_cnn import load_random
+    from fewtrans_board.methods.trained.demo_cnn import load_random
 
     return load_random(None, "cpu")
 

@@ -181,7 +181,7 @@ def refit_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]: 
     from click.testing import CliRunner
 
     from fewtrans_board.cli import make_cli
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     out = tmp_path_factory.mktemp("refit")
     cli = make_cli(get_plugin_manager())
@@ -284,8 +284,8 @@ def test_zipf_on_digits_runs_matches_an_independent_spearman(tmp_path: Path) -> 
     from fewtrans_board.datasets.digits import DIGITS as SPEC
     from fewtrans_board.episodes.build import build_manifest
     from fewtrans_board.episodes.protocols import get_protocol
-    from fewtrans_board.plugins.loading import get_plugin_manager
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
+    from fewtrans_board.registry.manager import get_plugin_manager
     from fewtrans_board.results.load import load_run
     from fewtrans_board.runner.run import run_evaluation
     from fewtrans_board.runner.spec import RunSpec

@@ -13,7 +13,7 @@ import pytest
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.episodes.protocols import get_protocol
 from fewtrans_board.episodes.samplers import ClassPool, VariedWayShotSampler
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.results.load import load_run
 from fewtrans_board.results.summary import harmonic_mean
 
@@ -151,8 +151,8 @@ def test_vision_only_adapters_cannot_score_novel_classes(tmp_path: Path, invoke)
 
 @pytest.mark.slow
 def test_verify_reruns_the_novel_split_of_base_to_novel_runs(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
+    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.bundle import BundleContents
-    from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.meta import parse_meta
     from fewtrans_board.leaderboard.store import LeaderboardStore
     from fewtrans_board.leaderboard.verification import VerificationOptions, verify_contents
@@ -280,7 +280,7 @@ def test_base2novel_base_episodes_are_not_the_varied_ones() -> None:
 def pinned_pm():  # type: ignore[no-untyped-def]
     """Built-ins plus the tiny CLIP from the ``fewtrans-tinymodels`` test distribution, so
     that its pin validates and a verification worker can load it."""
-    from fewtrans_board.plugins.loading import PluginSource
+    from fewtrans_board.registry.manager import PluginSource
     from tests.plugins import tiny_models
 
     manager = get_plugin_manager(entry_points=False)

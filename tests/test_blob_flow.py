@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from fewtrans_board.core.canonical import canonical_json
+from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.leaderboard import blob_flow
 from fewtrans_board.leaderboard.blob_flow import read_note, staging_store, write_note
-from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.intake import Verification, check_pull_request
 from fewtrans_board.leaderboard.pr import classify
 from fewtrans_board.results.blobs import (
@@ -303,7 +303,7 @@ def test_a_pull_request_is_verified_from_its_staged_blobs(
     flow: Flow, monkeypatch: pytest.MonkeyPatch, invoke
 ) -> None:  # type: ignore[no-untyped-def]
     """Verification re-runs the entry and compares with what the staged blobs rebuild."""
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     monkeypatch.setenv("VERIFY_SECRET", "test-secret")
     flow.commit("add the entry")

@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from fewtrans_board.core.canonical import canonical_json
+from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.leaderboard.entries import read_entry
-from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.index import build_index
 from fewtrans_board.leaderboard.intake import Verification, add_bundle, check_entry
 from fewtrans_board.leaderboard.migrate import migrate_store
@@ -525,7 +525,7 @@ def test_verification_from_fetched_blobs_equals_verification_from_local_logits(
     loaded_three_ways: tuple[Path, Path, BlobStore], monkeypatch: pytest.MonkeyPatch, invoke
 ) -> None:  # type: ignore[no-untyped-def]
     """The same secret seeds both (the split entry's digest is its bundle's): same report."""
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     local, split, _ = loaded_three_ways
     monkeypatch.setenv("VERIFY_SECRET", "test-secret")

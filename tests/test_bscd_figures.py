@@ -171,8 +171,8 @@ def ims_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunResults]:
 
     Three 2-way 2-shot episodes each, one or two fine-tuning steps per model (about 6 s).
     """
-    from fewtrans_board.plugins.loading import get_plugin_manager
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
     root = tmp_path_factory.mktemp("ims")

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.leaderboard import entries as entries_module
-from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.index import build_index
 from fewtrans_board.leaderboard.store import LeaderboardStore, index_text
 from fewtrans_board.leaderboard.summary_cache import MAGIC, SummaryCache, entry_key

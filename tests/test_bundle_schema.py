@@ -8,11 +8,11 @@ import functools
 
 import pytest
 
-from fewtrans_board.leaderboard.errors import SubmissionError, one_line
+from fewtrans_board.core.errors import SubmissionError, one_line
 from fewtrans_board.leaderboard.layout import check_tree, normalise
 from fewtrans_board.leaderboard.meta import EXAMPLE, read_meta
 from fewtrans_board.leaderboard.schema import CENTRE_SEARCH, RUN_RECORD, check_centre_values
-from fewtrans_board.leaderboard.shapes import (
+from fewtrans_board.results.shapes import (
     Items,
     Mapping,
     Number,

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from fewtrans_board import __version__
 from fewtrans_board.cli import main
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.core.version import __version__
+from fewtrans_board.registry.manager import get_plugin_manager
 from tests.conftest import CentroidAdapter, adapter_plugin
 
 

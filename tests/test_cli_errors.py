@@ -13,7 +13,7 @@ from click.testing import Result
 from fewtrans_board import Adapter, ModelSpec, hookimpl
 from fewtrans_board.cli.groups import device_problem
 from fewtrans_board.core.errors import ContractError
-from fewtrans_board.plugins.loading import PluginManager, get_plugin_manager
+from fewtrans_board.registry.manager import PluginManager, get_plugin_manager
 from fewtrans_board.testing import check_adapter
 from tests.conftest import REPO, CentroidAdapter, adapter_plugin
 

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from fewtrans_board.cli import make_cli
 from fewtrans_board.cli.groups import DeviceType, FiniteFloatRange, OutputPath
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 from tests.conftest import REPO, extra_benchmark
 
 MANIFESTS = REPO / "leaderboard" / "manifests"
@@ -126,7 +126,7 @@ def _unlearned_stand_in(weights: Path) -> None:
     """
     from fewtrans_board.models.unlearned_records import SCHEMA, write_record
     from fewtrans_board.models.weights import file_sha256
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
     from fewtrans_board.unlearning.run import save_weights
 
     base = Registry.from_plugin_manager(get_plugin_manager()).model("demo-clip.digits")

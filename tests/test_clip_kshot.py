@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from fewtrans_board.cli import make_cli
 from fewtrans_board.datasets.synthetic import write_synthetic_copy
 from fewtrans_board.episodes.manifest import Manifest
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.results.load import load_run
 from fewtrans_board.results.per_shot import average_over_datasets, run_per_shot
 

@@ -541,8 +541,8 @@ def test_prograd_distillation_at_a_temperature_other_than_one(backbone, episode)
 @pytest.mark.slow
 def test_coop_runs_under_hpe_through_the_runner(tmp_path: Path) -> None:
     from fewtrans_board.api.model_spec import ModelSpec
-    from fewtrans_board.plugins.loading import get_plugin_manager
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
+    from fewtrans_board.registry.manager import get_plugin_manager
     from fewtrans_board.results.load import load_run
     from fewtrans_board.runner.run import run_evaluation
     from fewtrans_board.runner.spec import RunSpec

@@ -11,8 +11,8 @@ import pytest
 
 from fewtrans_board.api.adapter import AdapterConfig, hparam
 from fewtrans_board.core.errors import ConfigError
-from fewtrans_board.plugins.loading import get_plugin_manager
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import get_plugin_manager
 
 
 @dataclass(frozen=True)

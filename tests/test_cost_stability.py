@@ -247,7 +247,7 @@ def test_the_pages_show_cost_and_the_lottery(site: Path) -> None:
 
 
 def counter_total(build: Any) -> int:
-    from fewtrans_board.runner.trainable import counting
+    from fewtrans_board.runner.worker.trainable import counting
 
     with counting() as counter:
         build()
@@ -258,7 +258,7 @@ def test_the_counter_sees_what_optimisers_train() -> None:
     import torch
 
     from fewtrans_board.blocks.lockstep.adam import StackedOptimiser
-    from fewtrans_board.runner.trainable import checked_counts
+    from fewtrans_board.runner.worker.trainable import checked_counts
 
     weight, bias, frozen = torch.zeros(5, 64), torch.zeros(5), torch.zeros(1000)
 
@@ -284,7 +284,7 @@ def test_the_counter_sees_what_optimisers_train() -> None:
 def counted_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """One-episode runs of four built-in adapters on the demo CNN (inline, in this process)."""
     from fewtrans_board.cli import make_cli
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     adapters = ("linear-probe", "cosine-classifier", "mean-centroid", "finetune")
 
@@ -305,8 +305,8 @@ def counted_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def demo_backbone() -> Any:
     """The demo CNN, loaded in this process."""
-    from fewtrans_board.plugins.loading import get_plugin_manager
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
     return registry.load_model("demo-cnn.digits", None, "cpu")
@@ -347,7 +347,7 @@ def test_evaluate_records_trainable_parameters(counted_runs: dict[str, Path]) ->
 def test_the_plugin_worker_reports_the_counts(tmp_path: Path) -> None:
     """In a worker run the episode process counts and its reply carries the counts."""
     from fewtrans_board.cli import make_cli
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
     from fewtrans_board.results.load import load_run
 
     args = ["evaluate", "--model", "demo-cnn.digits", "--adapter", "linear-probe"]

@@ -30,8 +30,8 @@ from fewtrans_board.api.episode_data import ImageSet, SupportSet
 from fewtrans_board.cli import make_cli
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.episodes.manifest import ManifestEpisode
-from fewtrans_board.plugins.loading import get_plugin_manager
-from fewtrans_board.runner.episodes import EpisodeInputs
+from fewtrans_board.registry.manager import get_plugin_manager
+from fewtrans_board.runner.presentation import EpisodeInputs
 
 MODEL = ["--model", "demo-cnn.digits", "--device", "cpu", "--threads", "1"]
 

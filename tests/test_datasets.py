@@ -13,13 +13,13 @@ from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.datasets.builtin_clip import coop_ucf101_order
 from fewtrans_board.datasets.check import check_local_copy
 from fewtrans_board.datasets.synthetic import write_synthetic_copy
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.testing import check_dataset
 
 
 @pytest.fixture(scope="module")
 def datasets() -> dict[str, DatasetSpec]:
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
     return {e.name: e.obj for e in registry.datasets}

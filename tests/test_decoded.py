@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fewtrans_board.runner.decoded import DecodedCacheError, DecodedImages, decoded_key
+from fewtrans_board.datasets.decoded import DecodedCacheError, DecodedImages, decoded_key
 from fewtrans_board.runner.placement import pool_device, ray_device
 
 ITEMS = [f"class{c}/img{i}.png" for c in range(3) for i in range(5)]
@@ -119,7 +119,7 @@ def test_the_runner_decodes_each_image_once_across_runs(
     tmp_path: Path, invoke, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.datasets import digits
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
     from fewtrans_board.results.load import load_run
 
     manifest = (
@@ -179,7 +179,7 @@ def test_decoded_pixels_equal_directly_decoded_pixels(tmp_path: Path) -> None:
 
     from fewtrans_board.api.backbone import Preprocessing
     from fewtrans_board.datasets.digits import DIGITS
-    from fewtrans_board.runner.images import ImageStore
+    from fewtrans_board.datasets.images import ImageStore
 
     preprocessing = Preprocessing.fewtrans(32)
     items = DIGITS.reader.list_items(None, DIGITS)[5][:6]
@@ -217,7 +217,7 @@ def test_a_shared_image_cache_never_serves_one_copys_pixels_to_another(
 ) -> None:  # type: ignore[no-untyped-def]
     """Two local copies with the same item names but other pixels get their own files."""
     from fewtrans_board.datasets.synthetic import write_synthetic_copy
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
     from fewtrans_board.results.load import load_run
 
     name = "clip-eurosat"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from fewtrans_board.cli import make_cli
 from fewtrans_board.cli.groups import DefaultGroup
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [

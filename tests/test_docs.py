@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from fewtrans_board.jobs.docs import begin_marker, main, render_method_table, update_sections
-from fewtrans_board.plugins.loading import PluginManager
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import PluginManager
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fewtrans_board.plugins.loading import get_plugin_manager
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.testing import check_adapter
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,8 +23,8 @@ from fewtrans_board.api.fit_options import FitOptions, GroupReport, LockstepSett
 from fewtrans_board.blocks.lockstep import MemoryBudget, PlannedAdapter, TrainingPlan
 from fewtrans_board.core.errors import UnknownNameError
 from fewtrans_board.core.plugin_calls import accepts_keyword
-from fewtrans_board.plugins.loading import get_plugin_manager
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.runner.evaluate import fit_predictors
 from fewtrans_board.testing import tiny_vit_backbone, toy_episode
 
@@ -200,7 +200,7 @@ def probe_registry(seen: list[Any], inner: Callable[[], None] = lambda: None) ->
         return tiny_vit_backbone(seed=0)
 
     def copy(weights: Any, device: str) -> Any:  # an old-signature loader
-        from fewtrans_board.methods.models.demo_cnn import load_random
+        from fewtrans_board.methods.trained.demo_cnn import load_random
 
         return load_random(weights, device)
 

@@ -30,7 +30,7 @@ from click.testing import CliRunner, Result
 
 from fewtrans_board.cli import make_cli
 from fewtrans_board.core.errors import ConfigError, SubmissionError
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 from tests.conftest import REPO, extra_benchmark
 
 SEARCH = REPO / "leaderboard" / "manifests" / "fewtrans-search--digits.parquet"
@@ -266,7 +266,7 @@ def test_a_name_like_no_option_gets_no_suggestion() -> None:
 
 def test_adapter_names_and_hyperparameters_share_the_suggestion_rule() -> None:
     from fewtrans_board.core.errors import close_names
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
 
     adapters = Registry.from_plugin_manager(get_plugin_manager(entry_points=False)).adapters
     assert adapters.suggest("linear-prob") == close_names("linear-prob", [e.name for e in adapters])
@@ -325,7 +325,7 @@ def test_editing_a_plugin_without_a_version_bump_changes_its_digest(
     import importlib
     import importlib.metadata
 
-    from fewtrans_board.plugins.files import compute_files_sha256
+    from fewtrans_board.registry.files import compute_files_sha256
 
     site = tmp_path / "site"
     _fake_distribution(site, "SCALE = 1.0\n")
@@ -347,7 +347,7 @@ def test_a_run_records_the_digest_and_verification_compares_a_plugins(probe: Pro
     from types import SimpleNamespace
 
     from fewtrans_board.leaderboard.verification import check_plugin_files
-    from fewtrans_board.plugins.files import files_sha256
+    from fewtrans_board.registry.files import files_sha256
     from fewtrans_board.results.load import load_run
 
     run = load_run(probe.run("full"))
@@ -405,8 +405,8 @@ def test_a_malformed_digest_is_refused_by_the_schema(probe: Probe) -> None:
 def test_the_plugin_worker_reports_the_digest_evaluate_records() -> None:
     """What verification compares: the files as the (sandboxed) worker sees them."""
     from fewtrans_board.core.sandbox.bwrap import sandbox_problem
-    from fewtrans_board.plugins.files import files_sha256
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.files import files_sha256
+    from fewtrans_board.registry.lookup import Registry
     from fewtrans_board.runner.context import RunContext
     from fewtrans_board.runner.spec import RunSpec
 

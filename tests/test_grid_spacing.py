@@ -29,7 +29,7 @@ from fewtrans_board.hpe.protocols import (
     spaced_multipliers,
 )
 from fewtrans_board.methods.adapters.heads import LinearProbeAdapter
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 
 PAPER, REFERENCE = HPE_PROTOCOLS["fewtrans-paper"], HPE_PROTOCOLS["fewtrans-reference"]
 MODEL = ["--model", "demo-cnn.digits", "--device", "cpu", "--threads", "1"]

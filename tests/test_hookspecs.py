@@ -10,7 +10,7 @@ import pytest
 
 from fewtrans_board.api import hookspecs
 from fewtrans_board.jobs.docs import render_hook_reference, replace_section
-from fewtrans_board.plugins.loading import hook_names
+from fewtrans_board.registry.manager import hook_names
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -136,7 +136,7 @@ def test_centre_search_stays_when_the_start_is_optimal() -> None:
 
 @pytest.mark.slow
 def test_hpe_search_command_on_digits(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     pm = get_plugin_manager(entry_points=False)
     out = tmp_path / "centre.json"

@@ -22,8 +22,8 @@ import psutil
 import pytest
 
 from fewtrans_board.core.errors import FewtransError
-from fewtrans_board.plugins.loading import get_plugin_manager
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.results.load import load_run
 from fewtrans_board.results.shards import read_shard
 from fewtrans_board.runner.locks import FileLock
@@ -198,7 +198,7 @@ def test_worker_dies_with_its_parent_through_the_watchdog(tmp_path: Path) -> Non
     """The portable fallback: a watchdog thread notices the parent is gone (no prctl)."""
     child = (
         "import os, threading, time\n"
-        "from fewtrans_board.runner.worker_guard import _watch_parent\n"
+        "from fewtrans_board.runner.worker.guard import _watch_parent\n"
         "threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()\n"
         "print('ready', flush=True)\n"
         "time.sleep(120)\n"
@@ -226,7 +226,7 @@ def test_stop_pool_cancels_the_queue_and_ends_workers() -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from fewtrans_board.runner.worker_guard import guard_worker, stop_pool
+    from fewtrans_board.runner.worker.guard import guard_worker, stop_pool
 
     pool = ProcessPoolExecutor(
         2,

@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from fewtrans_board.cli import make_cli, needs_plugins
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 from tests.conftest import REPO, extra_benchmark, installed_distribution, shared_folder
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"api"},
     {"datasets", "models"},
     {"blocks"},
-    {"plugins"},
+    {"registry"},
     {"methods"},
     {"episodes", "hpe", "stats"},
     {"results"},
@@ -43,8 +43,8 @@ results and HPE, never the other way round, and the CLI only wires commands.
 
 SUBLAYERS: dict[str, list[set[str]]] = {
     "core": [
-        {"errors", "__init__"},
-        {"canonical", "atomic", "threads", "plugin_calls", "moved"},
+        {"errors", "version", "__init__"},
+        {"canonical", "atomic", "threads", "plugin_calls"},
         {"sandbox"},
     ],
     "api": [
@@ -59,7 +59,7 @@ SUBLAYERS: dict[str, list[set[str]]] = {
         {"finetune", "bottleneck", "unfuse", "prompter", "clip_training", "batched_heads"},
         {"layers"},
     ],
-    "methods": [{"__init__"}, {"adapters", "meta", "models"}],
+    "methods": [{"__init__"}, {"adapters", "meta", "trained"}],
 }
 """Inner order of the folders that have one (their sub-packages and modules), lowest first."""
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "leaderboard.yml"

@@ -22,8 +22,8 @@ from fewtrans_board.blocks.lockstep import (
 )
 from fewtrans_board.blocks.lockstep.memory import budget_bytes, chunk_size
 from fewtrans_board.core.errors import ConfigError
-from fewtrans_board.plugins.loading import get_plugin_manager
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.testing import tiny_clip_backbone, tiny_vit_backbone, toy_episode
 
 NOT_BATCHED = {

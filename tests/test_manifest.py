@@ -170,7 +170,7 @@ def test_verify_against_a_local_copy(invoke, tmp_path: Path, tiny_dataset_spec) 
     from fewtrans_board import hookimpl
     from fewtrans_board.datasets.readers import FolderReader
     from fewtrans_board.datasets.synthetic import write_synthetic_copy
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     spec = replace(
         tiny_dataset_spec, name="tiny-folder", reader=FolderReader(suffix=".png"), extra={}

@@ -88,7 +88,7 @@ def test_fwt_perturbs_training_forwards_only_and_adds_no_parameters() -> None:
     import torch
 
     from fewtrans_board.methods.meta.fwt import fwt_hooks
-    from fewtrans_board.methods.models.demo_cnn import build_demo_cnn
+    from fewtrans_board.methods.trained.demo_cnn import build_demo_cnn
 
     torch.manual_seed(0)
     encoder = build_demo_cnn()
@@ -129,7 +129,7 @@ def test_meta_train_refuses_fwt_where_the_paper_has_none(invoke, tmp_path: Path)
 
 def test_meta_trained_model_needs_a_meta_checkpoint(registry, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.core.errors import FewtransError
-    from fewtrans_board.methods.models.demo_cnn import weights_path
+    from fewtrans_board.methods.trained.demo_cnn import weights_path
 
     spec = registry.model("meta-trained").obj
     with pytest.raises(FewtransError, match="needs --weights"):

@@ -84,7 +84,7 @@ def test_fwt_on_a_vit_transforms_the_pre_mlp_layer_norm_of_each_block() -> None:
 
 def test_feature_maps_pool_to_the_pooled_features() -> None:
     from fewtrans_board.methods.meta.features import feature_maps, map_shape
-    from fewtrans_board.methods.models.demo_cnn import build_demo_cnn
+    from fewtrans_board.methods.trained.demo_cnn import build_demo_cnn
     from fewtrans_board.testing.tiny import tiny_vit_backbone
 
     torch.manual_seed(0)

@@ -8,7 +8,7 @@ import pytest
 
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.models import hub
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
 
 
 def test_random_init_timm_model_is_seeded_and_leaves_the_global_rng_alone(

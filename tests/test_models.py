@@ -12,8 +12,8 @@ from PIL import Image
 from fewtrans_board.api.backbone import Preprocessing
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.models.weights import read_state_dict
-from fewtrans_board.plugins.loading import get_plugin_manager
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.testing import check_model
 from fewtrans_board.testing.tiny import register_tiny_clip_config
 
@@ -159,7 +159,7 @@ def test_demo_models_pass_the_contract(registry: Registry, name: str) -> None:
 
 
 def test_shipped_demo_weights_are_small_and_pinned(registry: Registry) -> None:
-    from fewtrans_board.methods.models.demo_cnn import SHIPPED_WEIGHTS_SHA256, weights_path
+    from fewtrans_board.methods.trained.demo_cnn import SHIPPED_WEIGHTS_SHA256, weights_path
     from fewtrans_board.models.weights import file_sha256
 
     assert weights_path().stat().st_size < 2 * 1024 * 1024
@@ -171,7 +171,7 @@ def test_shipped_demo_weights_are_small_and_pinned(registry: Registry) -> None:
 def centroid_accuracy(weights: Path) -> float:
     """Leave-one-out nearest-centroid accuracy (%) on every image of digits classes 5-9."""
     from fewtrans_board.datasets.digits import DIGITS, EVALUATION_CLASSES
-    from fewtrans_board.methods.models.demo_cnn import IMAGE_SIZE, load_pretrained
+    from fewtrans_board.methods.trained.demo_cnn import IMAGE_SIZE, load_pretrained
 
     listing = DIGITS.list_items(None)
     prep = Preprocessing.fewtrans(IMAGE_SIZE)
@@ -202,7 +202,7 @@ MAX_ACCURACY_CHANGE = 2.5
 def test_retraining_reproduces_the_demo_weights_within_tolerance(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
-    from fewtrans_board.methods.models.demo_cnn import pretrain, weights_path
+    from fewtrans_board.methods.trained.demo_cnn import pretrain, weights_path
 
     shipped = read_state_dict(weights_path())
     retrained = pretrain()
@@ -227,7 +227,7 @@ def test_retraining_reproduces_the_demo_weights_within_tolerance(tmp_path: Path)
 def test_retraining_is_bit_identical_on_one_machine() -> None:
     from safetensors.torch import save
 
-    from fewtrans_board.methods.models.demo_cnn import pretrain
+    from fewtrans_board.methods.trained.demo_cnn import pretrain
 
     first, second = pretrain(epochs=2), pretrain(epochs=2)
     assert save(first) == save(second)

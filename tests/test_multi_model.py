@@ -162,7 +162,7 @@ def _local_model_plugin() -> object:
     """An in-process plugin registering ``local-cnn`` (the demo CNN under another name)."""
     from fewtrans_board import hookimpl
     from fewtrans_board.api.model_spec import ModelSpec
-    from fewtrans_board.methods.models.demo_cnn import load_pretrained
+    from fewtrans_board.methods.trained.demo_cnn import load_pretrained
 
     class _Plugin:
         @hookimpl
@@ -186,8 +186,8 @@ def test_composite_models_resolve_members_in_the_callers_registry(tmp_path: Path
 
     from fewtrans_board.core.errors import UnknownNameError
     from fewtrans_board.methods.meta.checkpoint import write_checkpoint
-    from fewtrans_board.plugins.loading import get_plugin_manager
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
+    from fewtrans_board.registry.manager import get_plugin_manager
     from fewtrans_board.runner.context import RunContext
     from fewtrans_board.runner.spec import RunSpec
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.stats.intervals import mean_ci
 from fewtrans_board.stats.tests import paired_ttest, wilcoxon_signed_rank
 from fewtrans_board.unlearning.oracle import ORACLE_MARGIN, classify, oracle_verdict
@@ -92,7 +92,7 @@ def test_non_learning_flags_a_method_equal_to_zero_shot() -> None:
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     return Registry.from_plugin_manager(get_plugin_manager())
 

@@ -3,7 +3,7 @@
 ``evaluate``, ``preflight`` and ``hpe search`` show a plugin worker the distributions that
 provide the run's model and adapter as they are installed here; verification shows it the
 same distributions installed in a ``--plugin-dir`` folder (``pip install --target``). Both
-follow one rule (:func:`~fewtrans_board.runner.remote.plugin_places`): every top-level
+follow one rule (:func:`~fewtrans_board.runner.worker.remote.plugin_places`): every top-level
 entry the distribution's RECORD lists (package folders, module and data files, the
 ``.dist-info`` folder), never the folder holding them. A single-file module with a data
 file beside it once computed with the data file hidden in ``evaluate`` and visible in
@@ -32,8 +32,8 @@ from click.testing import CliRunner, Result
 from fewtrans_board.cli import make_cli
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.core.sandbox import sandbox_problem, worker_policy
-from fewtrans_board.plugins.loading import PluginManager, get_plugin_manager
-from fewtrans_board.runner.remote import plugin_dir_places, plugin_places
+from fewtrans_board.registry.manager import PluginManager, get_plugin_manager
+from fewtrans_board.runner.worker.remote import plugin_dir_places, plugin_places
 from tests.conftest import REPO, extra_benchmark
 
 DIST, VERSION, MODULE = "fewtrans-plugfiles", "0.1", "plugfiles_adapter"
@@ -358,7 +358,7 @@ plugins = ["fewtrans-board==0.1.0", "{DIST}=={VERSION}"]
 def test_the_files_digest_covers_a_data_file_beside_a_plugin_module(tmp_path: Path) -> None:
     # Verification refuses a run whose plugin files differ from what produced it: the
     # digest must cover every file the worker reads, the data file beside the module too.
-    from fewtrans_board.plugins.files import compute_files_sha256
+    from fewtrans_board.registry.files import compute_files_sha256
 
     site = write_wheel_install(tmp_path / "site-packages", shift=1.0)
     with on_path(site):

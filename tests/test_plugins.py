@@ -10,13 +10,13 @@ import pytest
 
 from fewtrans_board import DatasetSpec, ModelSpec, hookimpl
 from fewtrans_board.core.errors import PluginError
-from fewtrans_board.plugins.loading import (
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import (
     DEFAULT_PLUGINS,
     LOAD_PLUGINS_ENV,
     get_plugin_manager,
     parse_allow_list,
 )
-from fewtrans_board.plugins.registry import Registry
 from tests.conftest import CentroidAdapter, adapter_plugin
 
 
@@ -26,7 +26,7 @@ def fake_entry_points(monkeypatch: pytest.MonkeyPatch, **modules: str) -> None:
         importlib.metadata.EntryPoint(name, value, "fewtrans_board")
         for name, value in modules.items()
     ]
-    monkeypatch.setattr("fewtrans_board.plugins.loading._iter_entry_points", lambda: eps)
+    monkeypatch.setattr("fewtrans_board.registry.manager._iter_entry_points", lambda: eps)
 
 
 def test_builtins_are_registered_with_provenance() -> None:
@@ -184,7 +184,7 @@ def test_selection_records_what_was_loaded(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_worker_manager_loads_exactly_the_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     import pickle
 
-    from fewtrans_board.plugins.loading import plugin_manager_for
+    from fewtrans_board.registry.manager import plugin_manager_for
     from tests.plugins import tiny_models
 
     fake_entry_points(
@@ -204,7 +204,7 @@ def test_a_worker_manager_loads_exactly_the_selection(monkeypatch: pytest.Monkey
 
 
 def test_a_worker_without_a_selected_plugin_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fewtrans_board.plugins.loading import plugin_manager_for
+    from fewtrans_board.registry.manager import plugin_manager_for
 
     fake_entry_points(monkeypatch, hello="tests.plugins.hello_command")
     selection = get_plugin_manager().selection

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 
 
 def bad_pm():  # type: ignore[no-untyped-def]

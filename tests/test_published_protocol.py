@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from fewtrans_board.cli import make_cli, needs_plugins
 from fewtrans_board.core.errors import FewtransError
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 from tests.conftest import installed_distribution
 from tests.plugins.recipe_adapters import RECIPE, RecipeClipAdapter
 

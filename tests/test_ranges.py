@@ -14,8 +14,8 @@ from fewtrans_board import Adapter, AdapterConfig, hparam
 from fewtrans_board.api.ranges import Range
 from fewtrans_board.core.errors import ConfigError, RegistrationError
 from fewtrans_board.hpe.protocols import get_hpe_protocol
-from fewtrans_board.plugins.loading import get_plugin_manager
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import get_plugin_manager
 from tests.conftest import adapter_plugin
 
 

@@ -8,8 +8,8 @@ import pytest
 
 from fewtrans_board import ModelSpec, hookimpl
 from fewtrans_board.core.errors import DuplicateNameError, RegistrationError, UnknownNameError
-from fewtrans_board.plugins.loading import get_plugin_manager
-from fewtrans_board.plugins.registry import Registry, validate_name
+from fewtrans_board.registry.lookup import Registry, validate_name
+from fewtrans_board.registry.manager import get_plugin_manager
 from tests.conftest import CentroidAdapter, adapter_plugin, renamed
 
 
@@ -103,8 +103,8 @@ def test_listing_is_fnmatch_and_natural_sorted() -> None:
 
 
 def test_unknown_name_suggests_close_matches() -> None:
-    from fewtrans_board.plugins.loading import PluginSource
-    from fewtrans_board.plugins.registry import Catalog
+    from fewtrans_board.registry.lookup import Catalog
+    from fewtrans_board.registry.manager import PluginSource
 
     catalog: Catalog[object] = Catalog("adapter")
     source = PluginSource("mine", None, None, builtin=False)

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from fewtrans_board.cli import make_cli
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.hpe.aggregate import vote
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.results.load import load_run
 from fewtrans_board.results.schema import METADATA_KEY
 

@@ -26,9 +26,9 @@ from fewtrans_board.core.sandbox import (
     sandbox_problem,
     worker_policy,
 )
-from fewtrans_board.runner.isolated import PluginWorker
-from fewtrans_board.runner.remote import plugin_places
-from fewtrans_board.runner.worker_messages import FitRequest, WorkerError, WorkerSettings
+from fewtrans_board.runner.worker.isolated import PluginWorker
+from fewtrans_board.runner.worker.messages import FitRequest, WorkerError, WorkerSettings
+from fewtrans_board.runner.worker.remote import plugin_places
 from tests.conftest import installed_distribution
 
 needs_sandbox = pytest.mark.skipif(

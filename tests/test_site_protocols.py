@@ -20,7 +20,7 @@ import pytest
 from fewtrans_board.hpe.protocols import HPE_PROTOCOLS
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.results.load import find_runs, load_run
 from fewtrans_board.stats.bootstrap import holm_paired
 from fewtrans_board.website.data import build_site_data, protocol_section

@@ -17,7 +17,7 @@ from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.leaderboard.eligibility import submission_problems
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 from tests.conftest import REPO, extra_benchmark
 
 MANIFESTS = REPO / "leaderboard" / "manifests"

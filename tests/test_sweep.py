@@ -23,7 +23,7 @@ from fewtrans_board.cli.sweep_cmd import parse_grid_options
 from fewtrans_board.core.errors import ConfigError, FewtransError
 from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, SWEEP, get_hpe_protocol
 from fewtrans_board.methods.adapters.heads import LinearProbeAdapter
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 from tests.conftest import extra_benchmark
 
 MODEL = ["--model", "demo-cnn.digits", "--device", "cpu", "--threads", "1"]

@@ -49,7 +49,7 @@ def test_evaluate_defaults_to_one_thread_whatever_the_cores_and_records_it(
 ) -> None:  # type: ignore[no-untyped-def]
     import torch
 
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
     from fewtrans_board.results.shards import read_shard
 
     # The thread count is part of the run identity: the default must not follow the machine.

@@ -220,7 +220,7 @@ def test_clip_settings_pin_the_model_to_the_target() -> None:
 
 
 def test_validation_refuses_unlearning_off_the_recipe() -> None:
-    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.validate import _check_unlearning
 
     @dataclass

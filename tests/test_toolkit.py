@@ -365,8 +365,8 @@ def test_the_toolkit_plugin_is_written_against_the_public_api_only(
 def test_a_toolkit_bottleneck_plugin_registers_and_fits_an_episode(toolkit_plugin) -> None:  # type: ignore[no-untyped-def]
     import torch
 
-    from fewtrans_board.plugins.loading import get_plugin_manager
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     pm = get_plugin_manager(entry_points=False, extra_plugins={"toolkit-demo": toolkit_plugin})
     entry = Registry.from_plugin_manager(pm).adapters.get("toolkit-bottleneck")

@@ -20,7 +20,7 @@ from fewtrans_board.models.unlearned_names import (
     split_name,
     unlearned_name,
 )
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.unlearning.sets import KNOWLEDGE_LOSS_TOLERANCE, ORACLE_GAP_TOLERANCE
 from fewtrans_board.unlearning.strength import lambda_for, search_strength
 
@@ -113,7 +113,7 @@ def test_search_nearest_and_unreachable() -> None:
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     return Registry.from_plugin_manager(get_plugin_manager())
 
@@ -176,7 +176,7 @@ def test_unlearn_command_searches_a_severity_and_the_oracle(
     from click.testing import CliRunner
 
     from fewtrans_board.cli import make_cli
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     monkeypatch.setenv("FEWTRANS_BOARD_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("FEWTRANS_BOARD_UNLEARNED", str(tmp_path / "store"))

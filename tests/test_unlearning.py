@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.models.unlearned_records import UnlearnedStore, read_record, write_record
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.unlearning.data import LabeledSplit, load_split
 from fewtrans_board.unlearning.importance import ImportanceCache, compute_importance
 from fewtrans_board.unlearning.ssd import dampen, dampening_factors
@@ -33,7 +33,7 @@ FORGET_CHANCE_MARGIN = 5.0
 
 @pytest.fixture(scope="module")
 def registry() -> Registry:
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     return Registry.from_plugin_manager(get_plugin_manager())
 
@@ -146,7 +146,7 @@ def test_importance_cache_reuses_results_and_refuses_tampered_files(
 
 
 def test_shipped_demo_clip_weights_are_small_and_pinned() -> None:
-    from fewtrans_board.methods.models.demo_clip import CHECKPOINTS, weights_path
+    from fewtrans_board.methods.trained.demo_clip import CHECKPOINTS, weights_path
     from fewtrans_board.models.weights import file_sha256
 
     for name in CHECKPOINTS:
@@ -225,7 +225,7 @@ def test_unlearn_and_tkl_commands(
     from click.testing import CliRunner
 
     from fewtrans_board.cli import make_cli
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     monkeypatch.setenv("FEWTRANS_BOARD_CACHE", str(miniature.out / "cache"))  # reuse importances
     monkeypatch.setenv("FEWTRANS_BOARD_UNLEARNED", str(tmp_path / "store"))
@@ -295,8 +295,8 @@ def test_unlearned_names_resolve_only_to_their_own_record(
 
 @pytest.mark.slow
 def test_retraining_the_oracle_reproduces_its_accuracy(registry: Registry) -> None:
-    from fewtrans_board.methods.models.demo_clip import backbone_from_model, build_demo_clip
-    from fewtrans_board.methods.models.demo_clip_train import train
+    from fewtrans_board.methods.trained.demo_clip import backbone_from_model, build_demo_clip
+    from fewtrans_board.methods.trained.demo_clip_train import train
 
     model = build_demo_clip()
     model.load_state_dict(train(range(5)))
@@ -314,7 +314,7 @@ def test_demo_inductive_command_prints_both_tables(miniature) -> None:  # type: 
     from click.testing import CliRunner
 
     from fewtrans_board.cli import make_cli
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     args = ["demo", "--inductive", "--out", str(miniature.out), "--adapters", "coop"]
     result = CliRunner().invoke(

@@ -311,8 +311,8 @@ class VisionPeftPlugin:
 
 @pytest.mark.slow
 def test_lora_runs_under_hpe_through_the_runner(tmp_path: Path) -> None:
-    from fewtrans_board.plugins.loading import get_plugin_manager
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
+    from fewtrans_board.registry.manager import get_plugin_manager
     from fewtrans_board.results.load import load_run
     from fewtrans_board.runner.run import run_evaluation
     from fewtrans_board.runner.spec import RunSpec

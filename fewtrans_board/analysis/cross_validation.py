@@ -37,7 +37,7 @@ from fewtrans_board.analysis.refit import run_spec_of
 from fewtrans_board.analysis.report import provenance
 from fewtrans_board.analysis.sweep import average_optimal, config_label, varied_fields
 from fewtrans_board.core.errors import FewtransError
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.evaluate import config_seed, fit_predictors, predict_logits
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from fewtrans_board.api.adapter import Adapter, AdapterConfig
     from fewtrans_board.api.backbone import Backbone
     from fewtrans_board.api.fit_options import FitOptions
-    from fewtrans_board.runner.episodes import EpisodeInputs
+    from fewtrans_board.runner.presentation import EpisodeInputs
 
 DEFAULT_FOLDS = 5
 IMPOSSIBLE = "impossible"

@@ -19,7 +19,7 @@ import numpy as np
 
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.episodes.manifest import Manifest
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.schema import CONFIG_KIND
 from fewtrans_board.runner.context import RunContext

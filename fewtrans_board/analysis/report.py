@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board import __version__
 from fewtrans_board.core.atomic import write_bytes_atomic
+from fewtrans_board.core.version import __version__
 
 ANALYSES = (
     "sensitivity",

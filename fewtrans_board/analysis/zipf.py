@@ -33,7 +33,7 @@ from fewtrans_board.results.load import RunResults
 from fewtrans_board.stats.correlation import spearman
 
 if TYPE_CHECKING:
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
 
 PAPER_RHO, PAPER_P = -0.881, 0.0039
 LANGUAGE = "en"

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import click
 
-from fewtrans_board import __version__
 from fewtrans_board.cli.app import App
 from fewtrans_board.core.errors import DuplicateNameError, FewtransError, PluginError
 from fewtrans_board.core.plugin_calls import PluginCallError
-from fewtrans_board.plugins.loading import PluginManager, get_plugin_manager
+from fewtrans_board.core.version import __version__
+from fewtrans_board.registry.manager import PluginManager, get_plugin_manager
 
 CORE_ONLY_COMMANDS = frozenset(
     {"submission", "leaderboard", "site", "compare", "results", "sub-benchmarks", "benchmarks"}
@@ -122,7 +122,7 @@ def make_cli(pm: PluginManager) -> click.Group:
     """Build the command line for a plugin manager.
 
     Args:
-        pm: a manager from :func:`fewtrans_board.plugins.loading.get_plugin_manager`.
+        pm: a manager from :func:`fewtrans_board.registry.manager.get_plugin_manager`.
 
     Returns:
         The root click group with built-in and plugin commands attached.

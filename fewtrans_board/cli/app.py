@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from fewtrans_board.plugins.loading import PluginManager
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import PluginManager
 
 
 class App:

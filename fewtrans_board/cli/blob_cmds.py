@@ -108,8 +108,8 @@ def leaderboard_publish_blobs(
     shard, the blob and where it was looked for (the other entries are still published).
     A store keeping its blobs in its own folder receives them through git: nothing to do.
     """
+    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.blob_flow import copy_entry_blobs, entries_added, source_of
-    from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.store import LeaderboardStore
     from fewtrans_board.results.blobs import BlobStore
 

@@ -20,7 +20,7 @@ from fewtrans_board.cli.store_options import (
 )
 
 if TYPE_CHECKING:
-    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.core.errors import SubmissionError
 
 
 def _fail(error: SubmissionError, as_json: bool) -> NoReturn:
@@ -90,7 +90,7 @@ def submission_pack(
 
     Runs every check of 'submission validate' first and writes nothing if one fails.
     """
-    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import pack_checked
     from fewtrans_board.leaderboard.store import LeaderboardStore
     from fewtrans_board.results.load import find_runs
@@ -113,7 +113,7 @@ def submission_pack(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def submission_validate(bundle: Path, leaderboard: Path, as_json: bool) -> None:
     """Validate a bundle (schema, hashes, completeness, grid, recomputed accuracies). No plugin code runs."""
-    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import validate_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
@@ -135,7 +135,7 @@ def submission_verify(bundle: Path, leaderboard: Path, as_json: bool, **options:
     in an order only this process knows; this process scores. The episodes are drawn from
     a seed fixed only now (printed, to reproduce the verification with --seed).
     """
-    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import verify_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
@@ -171,8 +171,8 @@ def leaderboard_add(
     bundle: Path, leaderboard: Path, as_json: bool, blobs_to: str | None, **options: Any
 ) -> None:
     """Validate and verify a bundle, then merge it into the store. Entries are immutable."""
+    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.blob_flow import note_for_staging
-    from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import add_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
     from fewtrans_board.results.blobs import BlobStore
@@ -230,7 +230,7 @@ def leaderboard_check(
     Without --with-logits (and without --verify) the entry is read from git alone: every
     accuracy and vote ensemble is recomputed, its logit-mean fusions are not.
     """
-    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import check_entry
     from fewtrans_board.leaderboard.store import LeaderboardStore
     from fewtrans_board.results.blobs import BlobStore
@@ -299,7 +299,7 @@ def leaderboard_check_pr(
     pull request may not carry an entry's status.json: CI's own report is the status
     (--status-out).
     """
-    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import check_pull_request
     from fewtrans_board.results.blobs import BlobStore
 
@@ -338,8 +338,8 @@ def leaderboard_record_status(folder: Path, leaderboard: Path, as_json: bool) ->
     entry whose files are exactly those its report verified (its digest) and whose report
     passed; any other file is refused by name and changes nothing. The index is rebuilt.
     """
+    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.ci_status import record_statuses
-    from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
     try:
@@ -404,7 +404,7 @@ def leaderboard_fetch_plugins(
     which no interpreter treats as a site directory (a .pth file in it never runs); pass
     the folders to 'check-pr --plugins-root'.
     """
-    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import fetch_pull_request_plugins
 
     check_store_folder(repo, store_folder)

@@ -8,7 +8,7 @@ import click
 
 from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import DefaultGroup, echo_json, echo_table
-from fewtrans_board.plugins.registry import Catalog, Registered
+from fewtrans_board.registry.lookup import Catalog, Registered
 
 
 def _matching(catalog: Catalog[Any], pattern: str) -> list[Registered[Any]]:

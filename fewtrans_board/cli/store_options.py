@@ -46,8 +46,8 @@ worker_python_option = click.option(
 def parse_roots(values: tuple[str, ...]) -> dict[str, Path]:
     """``--root DATASET=PATH`` values: built-in datasets (verification reads no plugin) and folders."""
     from fewtrans_board.core.errors import UnknownNameError
-    from fewtrans_board.plugins.loading import get_plugin_manager
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     roots: dict[str, Path] = {}
     if not values:

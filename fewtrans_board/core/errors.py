@@ -118,7 +118,7 @@ class SubmissionError(FewtransError):
     The message is always one line (whitespace collapsed, control characters escaped,
     length bounded), prefixed with the code. It lives on the ground floor so that the
     provenance records (:mod:`fewtrans_board.results.provenance`) raise the same error
-    the leaderboard does (:mod:`fewtrans_board.leaderboard.errors` re-exports it).
+    the leaderboard does (:mod:`fewtrans_board.core.errors` re-exports it).
 
     Attributes:
         code: a short stable identifier of the fault (``"unsafe-path"``, ``"grid-mismatch"``).

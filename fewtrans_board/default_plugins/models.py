@@ -30,19 +30,19 @@ def _open_clip(argument: str, weights: Path | None, device: str) -> Backbone:
 
 
 def _demo_pretrained(weights: Path | None, device: str) -> Backbone:
-    from fewtrans_board.methods.models.demo_cnn import load_pretrained
+    from fewtrans_board.methods.trained.demo_cnn import load_pretrained
 
     return load_pretrained(weights, device)
 
 
 def _demo_random(weights: Path | None, device: str) -> Backbone:
-    from fewtrans_board.methods.models.demo_cnn import load_random
+    from fewtrans_board.methods.trained.demo_cnn import load_random
 
     return load_random(weights, device)
 
 
 def _demo_clip(name: str, weights: Path | None, device: str) -> Backbone:
-    from fewtrans_board.methods.models.demo_clip import load_demo_clip
+    from fewtrans_board.methods.trained.demo_clip import load_demo_clip
 
     return load_demo_clip(name, weights, device)
 
@@ -51,7 +51,7 @@ def _library(
     argument: str, weights: Path | None, device: str, *, registry: ModelRegistry | None = None
 ) -> Backbone:
     from fewtrans_board.models.library import load_library
-    from fewtrans_board.plugins.registry import registry_or_installed
+    from fewtrans_board.registry.lookup import registry_or_installed
 
     members = registry_or_installed(registry)
 
@@ -98,7 +98,7 @@ MODELS: tuple[ModelSpec, ...] = (
         loader=_demo_pretrained,
         family="demo",
         architecture="demo-cnn",
-        source="bundled (pretrained on digits 0-4 by python -m fewtrans_board.methods.models.demo_cnn)",
+        source="bundled (pretrained on digits 0-4 by python -m fewtrans_board.methods.trained.demo_cnn)",
         license="MIT",
         description="Small CNN pretrained on the digits source classes; the demo backbone.",
     ),
@@ -116,7 +116,7 @@ MODELS: tuple[ModelSpec, ...] = (
         loader=functools.partial(_demo_clip, "demo-clip.digits"),
         family="demo",
         architecture="demo-clip",
-        source="bundled (trained by python -m fewtrans_board.methods.models.demo_clip_train)",
+        source="bundled (trained by python -m fewtrans_board.methods.trained.demo_clip_train)",
         license="MIT",
         description="Tiny open_clip dual encoder trained on all ten digits with name prompts.",
         modalities=("image", "text"),
@@ -126,7 +126,7 @@ MODELS: tuple[ModelSpec, ...] = (
         loader=functools.partial(_demo_clip, "demo-clip.digits-0-4"),
         family="demo",
         architecture="demo-clip",
-        source="bundled (trained by python -m fewtrans_board.methods.models.demo_clip_train)",
+        source="bundled (trained by python -m fewtrans_board.methods.trained.demo_clip_train)",
         license="MIT",
         description="demo-clip trained from scratch without the digits 5-9 (the oracle).",
         modalities=("image", "text"),

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board import __version__
 from fewtrans_board.core.atomic import write_bytes_atomic, write_with
 from fewtrans_board.core.canonical import canonical_json, sha256_text
 from fewtrans_board.core.errors import FewtransError, describe
+from fewtrans_board.core.version import __version__
 from fewtrans_board.models.weights import file_sha256
 
 SCHEMA_VERSION = 1

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from fewtrans_board.episodes.embedded import digits_manifest
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.results.load import load_run
 from fewtrans_board.results.summary import summarize
 from fewtrans_board.runner.run import run_evaluation

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from fewtrans_board.api import hookspecs
-from fewtrans_board.plugins.loading import hook_names
+from fewtrans_board.registry.manager import hook_names
 
 
 def begin_marker(section: str) -> str:
@@ -116,8 +116,8 @@ def _cell(text: str) -> str:
 
 def render_method_table() -> str:
     """Render the Markdown table of every built-in adapter, grouped by family."""
-    from fewtrans_board.plugins.loading import get_plugin_manager
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
     order = ["baseline", *ADAPTER_GROUPS.values()]

@@ -33,7 +33,7 @@ import numpy as np
 
 from fewtrans_board.episodes.embedded import digits_manifest
 from fewtrans_board.models.unlearned_names import unlearned_name
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.results.load import load_run
 from fewtrans_board.runner.run import run_evaluation
 from fewtrans_board.runner.spec import RunSpec

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.results.blobs import BlobError, BlobStore, check_split, join_shard
 from fewtrans_board.results.shards import CorruptShardError, ResultsError, read_shard

@@ -3,7 +3,7 @@
 Reading a bundle (:func:`extract_bundle`) or a store entry (:func:`read_contents`) either
 yields :class:`BundleContents` (parsed ``submission.toml``, checked centre-search record,
 run folders named as the layout names them) or raises one
-:class:`~fewtrans_board.leaderboard.errors.SubmissionError` naming the member and the
+:class:`~fewtrans_board.core.errors.SubmissionError` naming the member and the
 problem. The layout and the zip checks are :mod:`~fewtrans_board.leaderboard.layout`; the
 metadata shapes :mod:`~fewtrans_board.leaderboard.schema`; nothing is unpickled.
 """
@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.leaderboard.layout import CENTRE, META, RUN, check_tree, extract_members
 from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
-from fewtrans_board.leaderboard.shapes import load_json
 from fewtrans_board.results.provenance import CentreSearch
+from fewtrans_board.results.shapes import load_json
 
 PARQUET_MAGIC = b"PAR1"
 ENTRY_FILES = frozenset({"submission.toml", "centre-search.json", "status.json"})

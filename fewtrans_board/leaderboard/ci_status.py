@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.core.atomic import write_bytes_atomic
-from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.core.errors import SubmissionError
 
 if TYPE_CHECKING:
     from fewtrans_board.leaderboard.intake import PullRequestReport

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board.leaderboard.errors import SubmissionError, shown
+from fewtrans_board.core.errors import SubmissionError, shown
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.schema import COLUMNS, CONFIG_KIND, ENSEMBLE_KIND, ENSEMBLES, SPLITS
 

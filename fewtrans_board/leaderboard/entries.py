@@ -7,7 +7,7 @@ data are both views of the :class:`LoadedEntry` objects it yields.
 ``leaderboard rebuild`` and ``site build`` tolerate nothing silently: an entry whose files
 are outside the layout, whose metadata does not match the schema, whose runs are damaged or
 point at a manifest this store has not frozen, is refused with one
-:class:`~fewtrans_board.leaderboard.errors.SubmissionError` that names the entry. What the
+:class:`~fewtrans_board.core.errors.SubmissionError` that names the entry. What the
 site shows of a run's dataset and manifest comes from the frozen manifest, not the run.
 """
 
@@ -20,21 +20,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.core.errors import describe
+from fewtrans_board.core.errors import SubmissionError, describe
 from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.columns import check_columns
-from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.label_index import LabelIndex, frozen_labels
 from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
 from fewtrans_board.leaderboard.rows import check_rows
 from fewtrans_board.leaderboard.runs import GIT_ONLY, fetching, load_checked_run
-from fewtrans_board.leaderboard.shapes import load_json
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 from fewtrans_board.leaderboard.summary_cache import SummaryCache, entry_key
 from fewtrans_board.results.digest import RunDigest, digest_bytes, digest_of_bytes
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.provenance import EntryStatus
+from fewtrans_board.results.shapes import load_json
 from fewtrans_board.results.summary import summarize
 
 

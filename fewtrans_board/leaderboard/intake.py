@@ -4,7 +4,7 @@ Every function here runs without third-party plugins: validation reads data only
 verification drives the plugin in a separate worker process.
 
 Reading and validating untrusted data fails closed: a refusal is a
-:class:`~fewtrans_board.leaderboard.errors.SubmissionError` with a code, and an error the
+:class:`~fewtrans_board.core.errors.SubmissionError` with a code, and an error the
 checks did not anticipate is refused as ``unexpected-fault`` (naming the exception) rather
 than escaping as a traceback; the store is never touched before validation has passed.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.core.errors import FewtransError, describe
+from fewtrans_board.core.errors import FewtransError, SubmissionError, describe
 from fewtrans_board.leaderboard.bundle import (
     BundleContents,
     extract_bundle,
@@ -28,7 +28,6 @@ from fewtrans_board.leaderboard.bundle import (
     read_centre_search,
     run_centre_record,
 )
-from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.index import build_index
 from fewtrans_board.leaderboard.meta import read_meta
 from fewtrans_board.leaderboard.runs import GIT_ONLY, fetching
@@ -343,8 +342,8 @@ def check_pull_request(
     Raises:
         SubmissionError: the pull request changes anything but new entries' data.
     """
+    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.blob_flow import source_of
-    from fewtrans_board.leaderboard.errors import SubmissionError
     from fewtrans_board.leaderboard.pr import (
         blob_folder_of,
         changed_paths,

@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from fewtrans_board.core.errors import describe
-from fewtrans_board.leaderboard.errors import SubmissionError, shown
+from fewtrans_board.core.errors import SubmissionError, describe, shown
 
 META, CENTRE, RUN, SHARD, FOLDER = "meta", "centre", "run", "shard", "folder"
 RUN_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}"

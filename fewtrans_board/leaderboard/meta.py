@@ -7,10 +7,10 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from fewtrans_board.leaderboard.errors import SubmissionError, shown
-from fewtrans_board.leaderboard.shapes import text_problem
+from fewtrans_board.core.errors import SubmissionError, shown
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 from fewtrans_board.results.provenance import is_name
+from fewtrans_board.results.shapes import text_problem
 
 # Ids become folder names: lowercase, digits, '-' and '.', no '..', no leading/trailing separator.
 ID_PATTERN = re.compile(r"^(?!.*\.\.)[a-z0-9](?:[a-z0-9.-]{0,98}[a-z0-9])?\Z")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.results.blobs import (
     BlobError,

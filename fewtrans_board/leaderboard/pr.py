@@ -21,7 +21,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.core.errors import SubmissionError
 
 SUBMISSION_FILES = frozenset({"submission.toml", "centre-search.json"})
 """Files a pull request may add to a submission folder (``status.json`` is written by CI)."""

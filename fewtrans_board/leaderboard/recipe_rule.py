@@ -6,7 +6,7 @@ from typing import Any
 
 from fewtrans_board.api.adapter import typed_values
 from fewtrans_board.core.canonical import canonical_json
-from fewtrans_board.leaderboard.errors import SubmissionError, shown
+from fewtrans_board.core.errors import SubmissionError, shown
 from fewtrans_board.leaderboard.sub_benchmarks import SubBenchmark
 from fewtrans_board.results.load import RunResults
 

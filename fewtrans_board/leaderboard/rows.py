@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from fewtrans_board.core.canonical import canonical_json
+from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.hpe.aggregate import fuse
-from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.schema import CONFIG_KIND, ENSEMBLE_KIND, ENSEMBLES, accuracy_percent
 

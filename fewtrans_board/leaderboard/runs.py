@@ -4,7 +4,7 @@
 run: ``run.json`` strictly decoded and checked, every shard verified (checksum, Arrow
 schema), every shard's provenance checked against the schema and against the others, and
 the identity consistent with the provenance. Anything wrong is one
-:class:`~fewtrans_board.leaderboard.errors.SubmissionError` naming the member.
+:class:`~fewtrans_board.core.errors.SubmissionError` naming the member.
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from fewtrans_board.core.canonical import canonical_json
-from fewtrans_board.core.errors import describe
-from fewtrans_board.leaderboard.errors import SubmissionError, shown
-from fewtrans_board.leaderboard.shapes import load_json
+from fewtrans_board.core.errors import SubmissionError, describe, shown
 from fewtrans_board.results.blobs import BlobStore
 from fewtrans_board.results.load import RunResults, ShardBlobError, load_run, run_progress
 from fewtrans_board.results.provenance import SHARED_PROVENANCE, RunProvenance, RunRecord
+from fewtrans_board.results.shapes import load_json
 from fewtrans_board.results.shards import CorruptShardError, ResultsError, shard_file_name
 
 

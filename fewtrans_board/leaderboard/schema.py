@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from fewtrans_board.leaderboard.errors import SubmissionError, shown
+from fewtrans_board.core.errors import SubmissionError, shown
 from fewtrans_board.results.provenance import (
     ADAPTER_SCHEMA,
     CENTRE_SEARCH,

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from fewtrans_board.core.atomic import write_bytes_atomic
+from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.leaderboard.bundle import BundleContents, read_contents
-from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.meta import read_meta
 from fewtrans_board.results.blobs import BlobStore
 

@@ -134,7 +134,7 @@ def entry_rows(entry: LoadedEntry, datasets: dict[str, str]) -> list[dict[str, A
             yields it.
         datasets: dataset of each frozen manifest by file name.
     """
-    from fewtrans_board import __version__
+    from fewtrans_board.core.version import __version__
 
     keys = column_keys(SUB_BENCHMARKS[entry.meta.benchmark], datasets)
     pins = ";".join(f"{d}=={v}" for d, v in sorted(entry.meta.plugins.items()))

@@ -13,12 +13,11 @@ from typing import Any
 
 from fewtrans_board.api.adapter import typed_values
 from fewtrans_board.core.canonical import canonical_json
-from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError, SubmissionError, shown
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.hpe.protocols import check_schema_fits, get_hpe_protocol, schema_roles
 from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.columns import check_columns
-from fewtrans_board.leaderboard.errors import SubmissionError, shown
 from fewtrans_board.leaderboard.meta import SubmissionMeta
 from fewtrans_board.leaderboard.recipe_rule import check_recipe
 from fewtrans_board.leaderboard.rows import check_rows

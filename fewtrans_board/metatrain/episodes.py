@@ -17,7 +17,7 @@ import numpy as np
 from fewtrans_board.api.backbone import Preprocessing
 from fewtrans_board.api.dataset_spec import DatasetSpec
 from fewtrans_board.core.errors import FewtransError
-from fewtrans_board.runner.images import ImageStore
+from fewtrans_board.datasets.images import ImageStore
 
 if TYPE_CHECKING:
     import torch

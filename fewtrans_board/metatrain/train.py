@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fewtrans_board import __version__
 from fewtrans_board.api.backbone import Preprocessing
 from fewtrans_board.core.errors import FewtransError, UnknownNameError
+from fewtrans_board.core.version import __version__
 from fewtrans_board.metatrain.episodes import SourceEpisodes, TrainingEpisode
 from fewtrans_board.methods.meta.checkpoint import check_checkpoint_path, write_checkpoint
 from fewtrans_board.methods.meta.maml import maml_adapt
 from fewtrans_board.methods.meta.methods import METHODS, METHODS_REVISION, MetaMethod
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
 
 if TYPE_CHECKING:
     import torch

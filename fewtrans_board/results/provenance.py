@@ -119,7 +119,7 @@ PEAK_MEMORY = Record(
     {"bytes": Number(integer=True, low=0), "measure": Text(100)},
     {"baseline_bytes": Number(integer=True, low=0), "device": LABEL},
 )
-"""A shard's peak memory (``fewtrans_board.runner.memory`` says what each measure is)."""
+"""A shard's peak memory (``fewtrans_board.runner.worker.memory`` says what each measure is)."""
 
 _COUNT = Number(integer=True, low=0, high=10**13)
 TRAINABLE_PARAMETERS = Record(
@@ -130,7 +130,7 @@ TRAINABLE_PARAMETERS = Record(
         "max": Items(_COUNT, max_items=MAX_GRID, min_items=1),
     }
 )
-"""A shard's trainable parameter counts per configuration (``fewtrans_board.runner.trainable``
+"""A shard's trainable parameter counts per configuration (``fewtrans_board.runner.worker.trainable``
 says what is counted); display-only provenance."""
 
 
@@ -373,7 +373,7 @@ class ModelRef(_Document):
     info: dict[str, Any] | None = None
     files_sha256: str | None = None
     """sha256 of the installed files of ``distribution`` at evaluate time
-    (:mod:`fewtrans_board.plugins.files`; runs from before it was recorded have none)."""
+    (:mod:`fewtrans_board.registry.files`; runs from before it was recorded have none)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """``family`` and whatever the loader's provenance adds."""
 
@@ -453,7 +453,7 @@ class Environment(_Document):
 class PeakMemory(_Document):
     """The peak memory of computing one shard (``shard.peak_memory``; FewTrans Table IX).
 
-    ``measure`` says what ``bytes`` counts (see :mod:`fewtrans_board.runner.memory`):
+    ``measure`` says what ``bytes`` counts (see :mod:`fewtrans_board.runner.worker.memory`):
     ``cuda-max-memory-allocated``, ``rss-high-water``, ``rss-high-water-since-start``,
     ``episode-process-cuda-max-memory-allocated`` or ``episode-process-rss-high-water``.
     """
@@ -475,7 +475,7 @@ class PeakMemory(_Document):
 class TrainableParameters(_Document):
     """How many parameters each configuration's fit trained, over a shard's episodes.
 
-    ``shard.trainable_parameters``; :mod:`fewtrans_board.runner.trainable` says what is
+    ``shard.trainable_parameters``; :mod:`fewtrans_board.runner.worker.trainable` says what is
     counted (``measure``: ``optimised-tensors``). Counted in the process that ran the
     adapter, so display-only: nothing scores, ranks or verifies with it.
     """

@@ -87,7 +87,7 @@ def trainable_parameters(run: RunResults) -> dict[str, Any] | None:
         shards_counted}``: per configuration (grid order) the mean count over the counted
         episodes and the largest; ``per_fit`` their mean over configurations and episodes,
         ``largest`` the largest of all. ``None`` when no shard counted (runs evaluated before
-        counts were recorded). See :mod:`fewtrans_board.runner.trainable`.
+        counts were recorded). See :mod:`fewtrans_board.runner.worker.trainable`.
     """
     recorded = [
         ShardRef.of(meta["shard"]).trainable_parameters

@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board import __version__
 from fewtrans_board.api.adapter import AdapterConfig
 from fewtrans_board.core.atomic import write_bytes_atomic
 from fewtrans_board.core.sandbox import Isolation
+from fewtrans_board.core.version import __version__
 from fewtrans_board.hpe.search import centre_search
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.results.schema import accuracy_percent
 from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.spec import RunSpec

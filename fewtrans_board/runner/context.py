@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board import __version__
 from fewtrans_board.api.adapter import Adapter, AdapterConfig
 from fewtrans_board.api.backbone import Backbone, Preprocessing
 from fewtrans_board.api.fit_options import FitOptions
@@ -15,20 +14,30 @@ from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.blocks.lockstep import LockstepSettings, parse_memory, settings_for
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.core.sandbox import Isolation, Limits
+from fewtrans_board.core.version import __version__
+from fewtrans_board.datasets.decoded import DecodedImages
+from fewtrans_board.datasets.images import ImageStore
 from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
 from fewtrans_board.episodes.verify import verify_manifest
 from fewtrans_board.hpe.protocols import check_schema_fits, get_hpe_protocol
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.results.schema import run_id_of
 from fewtrans_board.runner.centres import recipe_centre, resolve_centre
-from fewtrans_board.runner.decoded import DecodedImages
-from fewtrans_board.runner.episodes import EpisodeInputs, Serve, episode_inputs
+from fewtrans_board.runner.episode_rows import episode_rows
 from fewtrans_board.runner.evaluate import ConfigOutcome, config_seed, evaluate_episode
 from fewtrans_board.runner.features import FeatureCache
-from fewtrans_board.runner.images import ImageStore
-from fewtrans_board.runner.isolated import PluginWorker
-from fewtrans_board.runner.memory import PeakMemory
-from fewtrans_board.runner.remote import (
+from fewtrans_board.runner.presentation import EpisodeInputs, Serve, episode_inputs
+from fewtrans_board.runner.spec import (
+    RunSpec,
+    load_centre_file,
+    numeric_environment,
+    resolved_threads,
+    run_identity,
+)
+from fewtrans_board.runner.worker.isolated import PluginWorker
+from fewtrans_board.runner.worker.memory import PeakMemory
+from fewtrans_board.runner.worker.messages import FitReply, WorkerSettings
+from fewtrans_board.runner.worker.remote import (
     FAMILY_PRELOAD,
     ModelFacts,
     WorkerEmbedder,
@@ -39,16 +48,7 @@ from fewtrans_board.runner.remote import (
     plugins_request,
     resolve_isolation,
 )
-from fewtrans_board.runner.rows import episode_rows
-from fewtrans_board.runner.spec import (
-    RunSpec,
-    load_centre_file,
-    numeric_environment,
-    resolved_threads,
-    run_identity,
-)
-from fewtrans_board.runner.trainable import TrainableTally
-from fewtrans_board.runner.worker_messages import FitReply, WorkerSettings
+from fewtrans_board.runner.worker.trainable import TrainableTally
 
 EPISODES_PER_SHARD = 50
 

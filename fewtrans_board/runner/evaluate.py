@@ -20,7 +20,7 @@ from fewtrans_board.api.adapter import Adapter, AdapterConfig
 from fewtrans_board.api.backbone import Backbone
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.core.plugin_calls import PluginCallError, accepts_keyword, plugin_code
-from fewtrans_board.runner.episodes import EpisodeInputs, in_manifest_order
+from fewtrans_board.runner.presentation import EpisodeInputs, in_manifest_order
 
 if TYPE_CHECKING:
     from fewtrans_board.api.adapter import Predictor
@@ -194,7 +194,7 @@ def fit_predictors(
             (see :func:`call_fit_many`).
         trainable: a list as long as ``configs`` to fill, before each configuration is
             yielded, with its trainable parameter count (display-only provenance: see
-            :mod:`~fewtrans_board.runner.trainable`); ``None`` counts nothing.
+            :mod:`~fewtrans_board.runner.worker.trainable`); ``None`` counts nothing.
 
     Raises:
         EvaluationError: the adapter raised a :class:`FewtransError`.
@@ -204,7 +204,7 @@ def fit_predictors(
 
     import torch
 
-    from fewtrans_board.runner.trainable import counting
+    from fewtrans_board.runner.worker.trainable import counting
 
     def count() -> contextlib.AbstractContextManager[Any]:
         return counting() if trainable is not None else contextlib.nullcontext()

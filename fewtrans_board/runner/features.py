@@ -27,7 +27,7 @@ from fewtrans_board.api.backbone import Backbone, Preprocessing
 from fewtrans_board.core.atomic import TEMP_SUFFIX, write_bytes_atomic
 from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.core.errors import describe
-from fewtrans_board.runner.images import ImageStore
+from fewtrans_board.datasets.images import ImageStore
 from fewtrans_board.runner.locks import FileLock
 
 if TYPE_CHECKING:

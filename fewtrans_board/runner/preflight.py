@@ -30,8 +30,9 @@ import numpy as np
 from fewtrans_board.core.errors import ContractError, FewtransError
 from fewtrans_board.core.sandbox import Isolation
 from fewtrans_board.core.threads import torch_threads
-from fewtrans_board.plugins.registry import Registered, Registry
+from fewtrans_board.registry.lookup import Registered, Registry
 from fewtrans_board.runner.context import RunContext
+from fewtrans_board.runner.episode_rows import episode_rows
 from fewtrans_board.runner.evaluate import ConfigOutcome, evaluate_episode
 from fewtrans_board.runner.inductive import (
     INDUCTIVE_TOLERANCE,
@@ -39,7 +40,6 @@ from fewtrans_board.runner.inductive import (
     inductive_probes,
     relative_gap,
 )
-from fewtrans_board.runner.rows import episode_rows
 from fewtrans_board.runner.spec import RunSpec
 from fewtrans_board.testing.contract import (
     check_adapter,

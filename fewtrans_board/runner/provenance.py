@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fewtrans_board import __version__
+from fewtrans_board.core.version import __version__
 from fewtrans_board.hpe.protocols import hpe_roles
-from fewtrans_board.plugins.files import files_record
+from fewtrans_board.registry.files import files_record
 from fewtrans_board.runner.spec import cpu_flags_digest, cpu_model, resolved_threads
 
 if TYPE_CHECKING:

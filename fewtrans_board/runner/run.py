@@ -25,16 +25,16 @@ from typing import Any
 from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.core.sandbox import Isolation
-from fewtrans_board.plugins.loading import PluginSelection
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import PluginSelection
 from fewtrans_board.results.provenance import RunProvenance
 from fewtrans_board.results.schema import SCHEMA_VERSION
 from fewtrans_board.results.shards import write_shard
 from fewtrans_board.runner.context import RunContext
-from fewtrans_board.runner.memory import PeakMemory
 from fewtrans_board.runner.run_folder import claim_shards, shard_path, unwritable
 from fewtrans_board.runner.spec import RunSpec, environment_differences, resolved_threads
-from fewtrans_board.runner.trainable import TrainableTally
+from fewtrans_board.runner.worker.memory import PeakMemory
+from fewtrans_board.runner.worker.trainable import TrainableTally
 
 ProgressCallback = Callable[[int], None]
 
@@ -62,8 +62,8 @@ def run_shard(
     adapter = ctx.adapter_cls() if inline else None
     rows: list[dict[str, Any]] = []
     episodes = ctx.shard_episodes(index)
-    # Peak memory of the fitting (FewTrans Table IX): see runner/memory.py for what it is.
-    # Trainable parameters per configuration (display only): see runner/trainable.py.
+    # Peak memory of the fitting (FewTrans Table IX): see runner/worker/memory.py for what it is.
+    # Trainable parameters per configuration (display only): see runner/worker/trainable.py.
     ctx.trainable = TrainableTally(len(ctx.grid))
     with PeakMemory(ctx.device, in_process=inline) as memory:
         ctx.memory = memory
@@ -145,7 +145,7 @@ def _worker_run_shard(
 
     import torch
 
-    from fewtrans_board.plugins.loading import plugin_manager_for
+    from fewtrans_board.registry.manager import plugin_manager_for
 
     torch.set_num_threads(threads)
     spec = RunSpec.from_dict(spec_dict)
@@ -176,7 +176,7 @@ _POOL_DEVICE: dict[str, str] = {}
 def _init_pool_worker(parent_pid: int, counter: Any, device: str, gpus: int) -> None:
     """Pool initializer: die with the parent; take the next worker index and its GPU."""
     from fewtrans_board.runner.placement import pool_device
-    from fewtrans_board.runner.worker_guard import guard_worker
+    from fewtrans_board.runner.worker.guard import guard_worker
 
     guard_worker(parent_pid)
     with counter.get_lock():
@@ -322,7 +322,7 @@ def _run_process_pool(job: _PoolJob) -> None:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from fewtrans_board.runner.placement import gpu_count, spreads_over_gpus
-    from fewtrans_board.runner.worker_guard import stop_pool
+    from fewtrans_board.runner.worker.guard import stop_pool
 
     spec = job.spec
     threads = resolved_threads(spec)

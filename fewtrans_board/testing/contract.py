@@ -14,7 +14,7 @@ from fewtrans_board.api.dataset_spec import DatasetReader, DatasetSpec
 from fewtrans_board.api.model_spec import ModelSpec
 from fewtrans_board.core.errors import ContractError, FewtransError
 from fewtrans_board.core.plugin_calls import plugin_code
-from fewtrans_board.plugins.registry import validate_name
+from fewtrans_board.registry.lookup import validate_name
 
 if TYPE_CHECKING:
     import torch

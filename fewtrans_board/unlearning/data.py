@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from fewtrans_board.plugins.registry import Registry
-    from fewtrans_board.runner.images import ImageStore
+    from fewtrans_board.datasets.images import ImageStore
+    from fewtrans_board.registry.lookup import Registry
 
 PREPROCESSING = "fewtrans"
 """The transform of the ``clip-kshot`` protocol (what few-shot evaluation feeds the model)."""
@@ -69,7 +69,7 @@ class LabeledSplit:
 
     def pixels(self, index: np.ndarray) -> torch.Tensor:
         """Normalised pixels of the items at ``index``."""
-        from fewtrans_board.runner.images import ImageStore
+        from fewtrans_board.datasets.images import ImageStore
 
         if self._store is None:
             self._store = ImageStore(self.spec, self.root, self.preprocessing, max_bytes=1 << 30)

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fewtrans_board import __version__
 from fewtrans_board.core.atomic import atomic_path, write_bytes_atomic
 from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.core.version import __version__
 from fewtrans_board.unlearning.data import LabeledSplit
 from fewtrans_board.unlearning.sets import IMPORTANCE_BATCH
 

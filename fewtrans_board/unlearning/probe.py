@@ -26,7 +26,7 @@ from fewtrans_board.unlearning.data import LabeledSplit
 
 if TYPE_CHECKING:
     from fewtrans_board.api.backbone import Backbone
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
 
 SHOTS = (1, 2, 4, 8, 16)
 """Support images per class, as the ``clip-kshot`` protocol."""

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fewtrans_board import __version__
 from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.core.version import __version__
 from fewtrans_board.models.unlearned_names import (
     ORACLE_VARIANT,
     severity_variant,
@@ -40,7 +40,7 @@ from fewtrans_board.unlearning.zeroshot import zero_shot
 
 if TYPE_CHECKING:
     from fewtrans_board.api.backbone import Backbone
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
 
 Reporter = Callable[[str], None]
 

@@ -34,7 +34,7 @@ from fewtrans_board.unlearning.zeroshot import ZeroShotResult, zero_shot
 
 if TYPE_CHECKING:
     from fewtrans_board.api.backbone import Backbone
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
 
 Measure = Callable[[float, float], tuple[float, dict[str, Any]]]
 

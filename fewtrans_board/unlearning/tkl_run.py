@@ -24,7 +24,7 @@ from fewtrans_board.unlearning.zeroshot import zero_shot
 
 if TYPE_CHECKING:
     from fewtrans_board.api.backbone import Backbone
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
 
 
 @dataclass

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from fewtrans_board import __version__
+from fewtrans_board.core.version import __version__
 from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, get_hpe_protocol
 from fewtrans_board.leaderboard.entries import entry_errors, load_entries
 from fewtrans_board.leaderboard.label_index import frozen_labels

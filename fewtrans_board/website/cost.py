@@ -8,9 +8,9 @@ Every entry's cost comes from what its runs stored (FewTrans Table IX's columns)
   of each column (dataset), then over the columns (datasets weigh equally, as in the
   headline); **per configuration**: that divided by the number of configurations;
 - **trainable parameters** per fit (one configuration on one episode), as ``evaluate``
-  counted them (:mod:`fewtrans_board.runner.trainable`; mean over configurations, episodes
+  counted them (:mod:`fewtrans_board.runner.worker.trainable`; mean over configurations, episodes
   and columns; the largest single fit beside it);
-- **peak memory**: the largest peak any shard recorded (:mod:`fewtrans_board.runner.memory`
+- **peak memory**: the largest peak any shard recorded (:mod:`fewtrans_board.runner.worker.memory`
   says what each measure counts);
 - the **device** and the **batching mode** the runs recorded.
 

@@ -6,9 +6,8 @@ import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from fewtrans_board.core.errors import describe
+from fewtrans_board.core.errors import SubmissionError, describe
 from fewtrans_board.leaderboard.entries import LoadedEntry, entry_errors, load_entries
-from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.label_index import LabelIndex, frozen_labels
 from fewtrans_board.leaderboard.meta import SubmissionMeta
 from fewtrans_board.leaderboard.runs import load_checked_run

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board import __version__
+from fewtrans_board.core.version import __version__
 from fewtrans_board.leaderboard.table import csv_text
 from fewtrans_board.stats.bootstrap import BootstrapCI
 from fewtrans_board.stats.intervals import MeanCI

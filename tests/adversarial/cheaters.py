@@ -178,13 +178,13 @@ class TrainingFreeLiar(NoAxisTrainer):
 def _in_worker() -> bool:
     """What a cheater may look at to tell a plugin worker from an in-process run.
 
-    The worker runs as ``python -m fewtrans_board.runner.worker``: its ``__main__`` (and that
+    The worker runs as ``python -m fewtrans_board.runner.worker.serve``: its ``__main__`` (and that
     of the episode processes forked from it) is that module. Whether the module was imported
     by name tells nothing: an in-process run inside a test process that imported it for
     another test would take itself for a worker and never cheat.
     """
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return getattr(spec, "name", None) == "fewtrans_board.runner.worker"
+    return getattr(spec, "name", None) == "fewtrans_board.runner.worker.serve"
 
 
 def _balanced(logits: torch.Tensor, strength: float = 0.15) -> torch.Tensor:
@@ -468,8 +468,8 @@ def answer_key(
 
     from fewtrans_board.api.backbone import Preprocessing
     from fewtrans_board.datasets.digits import DIGITS
+    from fewtrans_board.datasets.images import ImageStore
     from fewtrans_board.episodes.manifest import Manifest
-    from fewtrans_board.runner.images import ImageStore
 
     manifest = Manifest.load(Path(str(manifest_path)))
     names: dict[str, str] = {}

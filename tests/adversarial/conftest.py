@@ -21,7 +21,7 @@ from click.testing import CliRunner, Result
 
 from fewtrans_board.cli import make_cli
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS, SubBenchmark
-from fewtrans_board.plugins.loading import PluginManager, get_plugin_manager
+from fewtrans_board.registry.manager import PluginManager, get_plugin_manager
 from tests.conftest import REPO, installed_distribution
 
 MANIFESTS = REPO / "leaderboard" / "manifests"
@@ -147,7 +147,7 @@ plugins = {PINS}
         """What ``submission verify --json`` answers, with any
         :class:`~fewtrans_board.leaderboard.verification.VerificationOptions` (the command
         passes most of them; ``probe_episodes`` it does not)."""
-        from fewtrans_board.leaderboard.errors import SubmissionError
+        from fewtrans_board.core.errors import SubmissionError
         from fewtrans_board.leaderboard.intake import verify_bundle
         from fewtrans_board.leaderboard.store import LeaderboardStore
         from fewtrans_board.leaderboard.verification import VerificationOptions

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fewtrans_board.leaderboard.errors import SubmissionError
+from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.leaderboard.intake import (
     Verification,
     add_bundle,
@@ -331,7 +331,7 @@ def test_random_mutants_are_refused_or_shown(
 
 
 def cli_json(args: list[Any]) -> tuple[int, dict[str, Any]]:
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     result = run_cli(get_plugin_manager(entry_points=False), [*args, "--json"])
     return result.exit_code, json.loads(result.output)
@@ -412,7 +412,7 @@ def _rename_entry(store: Path) -> None:
 def test_rebuild_and_site_build_name_a_damaged_entry(
     intake: dict[str, Any], case: tuple[str, str, Callable[[Path], None]], tmp_path: Path
 ) -> None:
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     _, code, damage = case
     store = tmp_path / "leaderboard"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 from tests.adversarial.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,7 +194,7 @@ def test_a_wheel_whose_hash_differs_from_the_pin_is_refused(tmp_path: Path) -> N
 
 
 def test_a_third_party_pin_needs_a_wheel_hash(tmp_path: Path) -> None:
-    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.meta import parse_meta
     from fewtrans_board.leaderboard.wheels import requirements
 

@@ -7,8 +7,8 @@ import pytest
 
 from fewtrans_board import hookimpl
 from fewtrans_board.core.errors import FewtransError
-from fewtrans_board.plugins.loading import PluginManager
-from fewtrans_board.plugins.registry import Registry
+from fewtrans_board.registry.lookup import Registry
+from fewtrans_board.registry.manager import PluginManager
 from fewtrans_board.results.load import load_run
 from fewtrans_board.runner.preflight import PreflightError, run_preflight
 from fewtrans_board.runner.spec import RunSpec
@@ -143,7 +143,7 @@ class DeclaredPlugin:
 
 def test_declared_transductive_adapter_is_exempt_from_the_inductive_check() -> None:
     from fewtrans_board.blocks.finetune import TransductiveFinetuneAdapter
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     assert TransductiveFinetuneAdapter.schema()["transductive"] is True
     # Through preflight itself: the same batch-dependent predictions that fail as

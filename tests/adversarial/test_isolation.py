@@ -138,7 +138,7 @@ def test_rewriting_the_extracted_bundle_has_no_effect(
 def test_modules_planted_for_the_judge_are_never_imported(
     board: Board, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fewtrans_board.runner import isolated
+    from fewtrans_board.runner.worker import isolated
 
     # A writable folder first on the judge's path (the console script's folder in CI).
     path = tmp_path / PLANT_HINT

@@ -15,7 +15,7 @@ import pytest
 from fewtrans_board import hookimpl
 from fewtrans_board.cli import make_cli, needs_plugins
 from fewtrans_board.core.errors import DuplicateNameError, PluginError
-from fewtrans_board.plugins.loading import get_plugin_manager
+from fewtrans_board.registry.manager import get_plugin_manager
 from tests.adversarial.conftest import REPO, Board, ok, run_cli
 
 
@@ -212,7 +212,7 @@ def record_status(board: Board, repo: Path, folder: Path) -> tuple[int, dict]:  
 
 def test_a_pull_request_may_not_add_change_or_delete_an_entry_status() -> None:
     """Red team (classify's status-from-ci), without git: every form of an entry's status."""
-    from fewtrans_board.leaderboard.errors import SubmissionError
+    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.pr import classify
 
     meta = ("A", "leaderboard/submissions/x/submission.toml")

@@ -213,7 +213,7 @@ def test_undeclared_transductive_adapters_are_caught(
 ) -> None:
     # Other tests of the same pytest process import the worker module; the in-process run
     # here must still be the cheating one (the whole suite once verified it as honest).
-    importlib.import_module("fewtrans_board.runner.worker")
+    importlib.import_module("fewtrans_board.runner.worker.serve")
     bundle = cheater_bundle(board, adapter, isolation=isolation)
     code, report = verify(board, bundle, "--sample", sample)
     assert code == 1 and report["code"] == "verification-failed", report

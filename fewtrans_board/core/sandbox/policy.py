@@ -180,9 +180,7 @@ def interpreter_paths(python: str) -> list[str]:
 
 def own_package() -> str:
     """The folder of the fewtrans-board package this process runs."""
-    import fewtrans_board
-
-    return str(Path(fewtrans_board.__file__).resolve().parent)
+    return str(Path(__file__).resolve().parents[2])
 
 
 def hub_caches() -> dict[str, str]:

@@ -27,10 +27,9 @@ import numpy as np
 from fewtrans_board.api.adapter import config_digest, typed_values
 from fewtrans_board.api.backbone import Preprocessing
 from fewtrans_board.core.canonical import canonical_json
-from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.core.errors import FewtransError, SubmissionError
 from fewtrans_board.hpe.protocols import get_hpe_protocol, schema_roles
 from fewtrans_board.leaderboard.bundle import BundleContents
-from fewtrans_board.leaderboard.errors import SubmissionError
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.validate import validate_contents
 from fewtrans_board.leaderboard.verification.environment import differences, rerun_environment
@@ -54,9 +53,9 @@ from fewtrans_board.leaderboard.verification.sampling import (
 )
 from fewtrans_board.leaderboard.verification.verdict import CostFacts, DatasetVerdict, judge_dataset
 from fewtrans_board.results.load import RunResults
-from fewtrans_board.runner.isolated import PluginWorker
-from fewtrans_board.runner.remote import resolve_isolation
-from fewtrans_board.runner.worker_messages import WorkerError, WorkerInfo
+from fewtrans_board.runner.worker.isolated import PluginWorker
+from fewtrans_board.runner.worker.messages import WorkerError, WorkerInfo
+from fewtrans_board.runner.worker.remote import resolve_isolation
 
 __all__ = [
     "VerificationOptions",
@@ -73,7 +72,7 @@ JUDGE_MODULES = (
     "torchvision.transforms.functional",
     "scipy.stats",
     "pyarrow.parquet",
-    "fewtrans_board.runner.images",
+    "fewtrans_board.datasets.images",
     "fewtrans_board.runner.features",
     "fewtrans_board.datasets.digits",
     "fewtrans_board.default_plugins.datasets",
@@ -118,7 +117,7 @@ def check_plugin_files(run: RunResults, files: dict[str, str | None]) -> None:
     """Refuse to verify a run whose model or adapter code differs from the installed one.
 
     A pin names a release; the run's provenance also records a digest of the files of the
-    distribution that provided its model and adapter (:mod:`fewtrans_board.plugins.files`,
+    distribution that provided its model and adapter (:mod:`fewtrans_board.registry.files`,
     built-ins: ``fewtrans-board``, recorded but not compared: see below). Runs evaluated
     before digests were recorded carry none and are judged on their pin alone; a recorded
     digest of a plugin distribution must match.
@@ -228,7 +227,7 @@ def _verify_run(
         ]
         spec = datasets.get(manifest.dataset).obj
         name = manifest.preprocessing
-        from fewtrans_board.runner.images import ImageStore
+        from fewtrans_board.datasets.images import ImageStore
 
         images = ImageStore(
             spec, roots.get(run.dataset), Preprocessing.named(name, info.image_size)
@@ -333,8 +332,8 @@ def verify_contents(
             worker fails, or a dataset fails a check (``verification-failed``; the report
             rides on the error as ``report``).
     """
-    from fewtrans_board.plugins.loading import get_plugin_manager
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     options = options or VerificationOptions()
     try:

@@ -10,14 +10,14 @@ from fewtrans_board.core.sandbox import Isolation, Limits
 from fewtrans_board.core.threads import replay_threads
 from fewtrans_board.leaderboard.verification.sampling import DEFAULT_BUDGET_S
 from fewtrans_board.results.provenance import RunProvenance
-from fewtrans_board.runner.remote import (
+from fewtrans_board.runner.worker.messages import WorkerSettings
+from fewtrans_board.runner.worker.remote import (
     FAMILY_PRELOAD,
     PluginPlaces,
     plugin_dir_places,
     plugin_places,
     plugins_request,
 )
-from fewtrans_board.runner.worker_messages import WorkerSettings
 
 MARGIN_POINTS = 0.5
 """Largest claimed-minus-re-run accuracy (points, one-sided 95%) accepted across environments."""
@@ -89,7 +89,7 @@ def replayed_settings(
     The worker loads the distributions that provided the model and adapter (as in
     ``evaluate``) and the submission's other pins, and reports the installed version of
     every pinned one. It sees of each pinned distribution what ``evaluate``'s worker sees
-    (the files it installed, :func:`~fewtrans_board.runner.remote.plugin_places`), whether
+    (the files it installed, :func:`~fewtrans_board.runner.worker.remote.plugin_places`), whether
     installed here or in a ``--plugin-dir`` folder, never the rest of that folder.
 
     Args:

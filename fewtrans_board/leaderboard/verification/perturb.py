@@ -27,7 +27,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-    from fewtrans_board.runner.images import ImageStore
+    from fewtrans_board.datasets.images import ImageStore
 
 MAX_SHIFT = 1
 """Largest shift in pixels along each axis (at least one pixel along one axis)."""

@@ -24,20 +24,20 @@ from typing import Any
 
 import numpy as np
 
+from fewtrans_board.datasets.images import ImageStore
 from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
 from fewtrans_board.leaderboard.verification.perturb import perturbed_pixels
 from fewtrans_board.leaderboard.verification.sampling import SamplePlan
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.schema import CONFIG_KIND, accuracy_percent
-from fewtrans_board.runner.episodes import EpisodeInputs, episode_inputs
+from fewtrans_board.runner.episode_rows import episode_rows
 from fewtrans_board.runner.evaluate import ConfigOutcome, config_seed
 from fewtrans_board.runner.features import FeatureCache
-from fewtrans_board.runner.images import ImageStore
 from fewtrans_board.runner.inductive import inductive_gap, verification_probes
-from fewtrans_board.runner.isolated import PluginWorker
-from fewtrans_board.runner.remote import WorkerEmbedder, fit_request, outcomes_from_reply
-from fewtrans_board.runner.rows import episode_rows
-from fewtrans_board.runner.worker_messages import FitReply
+from fewtrans_board.runner.presentation import EpisodeInputs, episode_inputs
+from fewtrans_board.runner.worker.isolated import PluginWorker
+from fewtrans_board.runner.worker.messages import FitReply
+from fewtrans_board.runner.worker.remote import WorkerEmbedder, fit_request, outcomes_from_reply
 
 
 @dataclass
@@ -393,7 +393,7 @@ def check_episode(
 
 
 def _manifest_logits(inputs: EpisodeInputs, reply: FitReply) -> list[np.ndarray]:
-    from fewtrans_board.runner.episodes import in_manifest_order
+    from fewtrans_board.runner.presentation import in_manifest_order
 
     return [in_manifest_order(per_config[0], inputs.query_order) for per_config in reply.query]
 

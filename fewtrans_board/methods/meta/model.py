@@ -69,7 +69,7 @@ def load_meta_trained(
     from safetensors.torch import save_file
 
     from fewtrans_board.methods.meta.checkpoint import read_checkpoint
-    from fewtrans_board.plugins.registry import registry_or_installed
+    from fewtrans_board.registry.lookup import registry_or_installed
 
     if weights is None:
         raise FewtransError(

@@ -23,17 +23,17 @@ import numpy as np
 
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.core.sandbox import Isolation, sandbox_problem
-from fewtrans_board.plugins.files import SKIPPED_DIRS, top_level_names
-from fewtrans_board.runner.episodes import EpisodeInputs, in_manifest_order
+from fewtrans_board.registry.files import SKIPPED_DIRS, top_level_names
 from fewtrans_board.runner.evaluate import ConfigOutcome, EvaluationError
-from fewtrans_board.runner.isolated import PluginWorker
-from fewtrans_board.runner.worker_messages import FitReply, FitRequest, WorkerError
+from fewtrans_board.runner.presentation import EpisodeInputs, in_manifest_order
+from fewtrans_board.runner.worker.isolated import PluginWorker
+from fewtrans_board.runner.worker.messages import FitReply, FitRequest, WorkerError
 
 if TYPE_CHECKING:
     import torch
 
     from fewtrans_board.api.adapter import AdapterConfig
-    from fewtrans_board.plugins.loading import PluginSelection
+    from fewtrans_board.registry.manager import PluginSelection
 
 FAMILY_PRELOAD = {"timm": ("timm",), "open_clip": ("open_clip",)}
 """Libraries a worker imports before forking, by model family (saves their import per episode)."""
@@ -410,7 +410,7 @@ def fit_in_worker(worker: PluginWorker, request: FitRequest, where: str, episode
     Raises:
         EvaluationError: the adapter failed or answered something malformed.
     """
-    from fewtrans_board.runner.worker import EPISODE_MARK
+    from fewtrans_board.runner.worker.serve import EPISODE_MARK
 
     try:
         return worker.fit(request)

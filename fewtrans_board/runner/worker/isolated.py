@@ -1,4 +1,4 @@
-"""Drive a plugin worker (:mod:`fewtrans_board.runner.worker`) from the calling process.
+"""Drive a plugin worker (:mod:`fewtrans_board.runner.worker.serve`) from the calling process.
 
 The caller (``evaluate``, ``preflight``, ``hpe search``, verification) never runs the
 contestant's model or adapter: it starts one worker per run, sends it episode tensors and
@@ -32,17 +32,17 @@ import numpy as np
 
 from fewtrans_board.core.sandbox import Isolation, sandbox_argv, worker_policy
 from fewtrans_board.models.unlearned_records import sidecar
-from fewtrans_board.runner.frames import FrameError, read_frame, write_frame
-from fewtrans_board.runner.trainable import checked_counts
-from fewtrans_board.runner.worker_messages import (
+from fewtrans_board.runner.worker.frames import FrameError, read_frame, write_frame
+from fewtrans_board.runner.worker.messages import (
     FitReply,
     FitRequest,
     WorkerError,
     WorkerInfo,
     WorkerSettings,
 )
+from fewtrans_board.runner.worker.trainable import checked_counts
 
-WORKER_MODULE = "fewtrans_board.runner.worker"
+WORKER_MODULE = "fewtrans_board.runner.worker.serve"
 
 
 @dataclass

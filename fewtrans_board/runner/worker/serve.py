@@ -1,7 +1,7 @@
 """The plugin worker: the only kind of process that runs a contestant's model or adapter.
 
-Started by :class:`fewtrans_board.runner.isolated.PluginWorker` as
-``python -I -m fewtrans_board.runner.worker`` (inside a sandbox where one can be made), by
+Started by :class:`fewtrans_board.runner.worker.isolated.PluginWorker` as
+``python -I -m fewtrans_board.runner.worker.serve`` (inside a sandbox where one can be made), by
 ``evaluate``, ``preflight``, ``hpe search`` and verification alike, with the same
 environment and settings, so a plugin cannot tell a verification from an evaluation.
 
@@ -13,7 +13,7 @@ left running and reports how it ended. No episode can see another's data, files 
 processes, and the zygote never holds episode data (it reads only the small ``spawn``
 frames; the episode process reads the rest itself).
 
-Frames (:mod:`fewtrans_board.runner.frames`) on stdin, answers on stdout:
+Frames (:mod:`fewtrans_board.runner.worker.frames`) on stdin, answers on stdout:
 
 - ``hello`` {settings}: configure the zygote; answer ``ready``.
 - ``spawn``: fork an episode process, which reads one session:
@@ -52,7 +52,7 @@ from fewtrans_board.core.sandbox.episode import (
     guard_worker_process,
     isolate_episode_process,
 )
-from fewtrans_board.runner.frames import FrameError, read_frame, write_frame
+from fewtrans_board.runner.worker.frames import FrameError, read_frame, write_frame
 
 TRUSTED_PRELOAD = (
     "torch",
@@ -64,8 +64,8 @@ TRUSTED_PRELOAD = (
     "fewtrans_board.runner.evaluate",
     "fewtrans_board.api.episode_data",
     "fewtrans_board.blocks.lockstep",
-    "fewtrans_board.plugins.registry",
-    "fewtrans_board.plugins.loading",
+    "fewtrans_board.registry.lookup",
+    "fewtrans_board.registry.manager",
     "fewtrans_board.default_plugins",
 )
 """Imported by the zygote before any fork (never a third-party plugin)."""
@@ -146,7 +146,7 @@ class Session:
         return installed
 
     def _plugin_manager(self) -> Any:
-        from fewtrans_board.plugins.loading import get_plugin_manager, plugin_manager_for
+        from fewtrans_board.registry.manager import get_plugin_manager, plugin_manager_for
 
         plugins = self.settings.get("plugins") or {}
         if "selection" in plugins:
@@ -160,7 +160,7 @@ class Session:
         import torch
 
         from fewtrans_board.blocks.lockstep import FitOptions, parse_memory, settings_for
-        from fewtrans_board.plugins.registry import Registry
+        from fewtrans_board.registry.lookup import Registry
 
         settings = self.settings
         device = settings.get("device", "cpu")
@@ -185,7 +185,7 @@ class Session:
 
     def info(self) -> dict[str, Any]:
         """What the caller needs to know before it sends episodes."""
-        from fewtrans_board.plugins.files import files_sha256
+        from fewtrans_board.registry.files import files_sha256
 
         backbone = self.backbone
         return {
@@ -217,7 +217,7 @@ class Session:
 
         from fewtrans_board.api.episode_data import ImageSet, SupportSet
         from fewtrans_board.runner.evaluate import fit_predictors, predict_logits, predictor_record
-        from fewtrans_board.runner.memory import folded_cuda_resets
+        from fewtrans_board.runner.worker.memory import folded_cuda_resets
 
         device = self.backbone.device
         memoize = bool(request.get("memoize", True))
@@ -245,7 +245,7 @@ class Session:
         out: dict[str, np.ndarray] = {}
         seconds: list[float] = [0.0] * len(configs)
         records: list[dict[str, Any] | None] = [None] * len(configs)
-        # Display-only provenance (runner/trainable.py): nothing scores with it.
+        # Display-only provenance (runner/worker/trainable.py): nothing scores with it.
         trainable: list[int | None] = [None] * len(configs)
         fitted = fit_predictors(
             self.adapter,
@@ -398,8 +398,8 @@ def _preload_builtin_model(settings: dict[str, Any]) -> None:
     """
     import torch
 
-    from fewtrans_board.plugins.loading import get_plugin_manager
-    from fewtrans_board.plugins.registry import Registry
+    from fewtrans_board.registry.lookup import Registry
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     if settings.get("device", "cpu") != "cpu":
         return

@@ -19,9 +19,9 @@ from typing import Any
 
 import pluggy
 
-from fewtrans_board import __version__
 from fewtrans_board.api import hookspecs
 from fewtrans_board.core.errors import PluginError
+from fewtrans_board.core.version import __version__
 
 ENTRY_POINT_GROUP = "fewtrans_board"
 """Entry-point group third-party plugins declare in their ``pyproject.toml``."""

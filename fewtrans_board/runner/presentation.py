@@ -18,9 +18,9 @@ import numpy as np
 
 from fewtrans_board.api.dataset_spec import DatasetSpec
 from fewtrans_board.api.episode_data import ImageSet, SupportSet
+from fewtrans_board.datasets.images import ImageStore
 from fewtrans_board.episodes.manifest import ManifestEpisode
 from fewtrans_board.runner.features import FeatureCache
-from fewtrans_board.runner.images import ImageStore
 
 Side = Literal["support", "query", "novel"]
 Serve = Literal["pixels", "features"]

@@ -4,7 +4,7 @@ It is an ordinary open_clip ``CLIP`` (ViT image tower, OpenAI-style text tower w
 causal mask and end-of-text pooling) with a small word-level tokenizer, so every CLIP
 adapter that accepts ``open-clip:ViT-B-16/openai`` accepts it too. Two checkpoints ship
 with the package (each well under 2 MB), both reproduced within tolerance by
-``python -m fewtrans_board.methods.models.demo_clip_train``:
+``python -m fewtrans_board.methods.trained.demo_clip_train``:
 
 - ``demo-clip.digits``: trained on the train halves of all ten digits;
 - ``demo-clip.digits-0-4``: the same recipe without the digits 5-9, the oracle the

@@ -27,7 +27,7 @@ from fewtrans_board.core.errors import (
     close_names,
     natural_key,
 )
-from fewtrans_board.plugins.loading import PluginManager, PluginSelection, PluginSource
+from fewtrans_board.registry.manager import PluginManager, PluginSelection, PluginSource
 
 if TYPE_CHECKING:
     from fewtrans_board.api.backbone import Backbone
@@ -253,7 +253,7 @@ class Registry:
         """Collect every ``register_*`` hook implementation into a new registry.
 
         Args:
-            pm: a manager from :func:`fewtrans_board.plugins.loading.get_plugin_manager`.
+            pm: a manager from :func:`fewtrans_board.registry.manager.get_plugin_manager`.
 
         Returns:
             The populated registry.
@@ -312,6 +312,6 @@ def registry_or_installed(registry: ModelRegistry | None) -> ModelRegistry:
     """
     if registry is not None:
         return registry
-    from fewtrans_board.plugins.loading import get_plugin_manager
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     return Registry.from_plugin_manager(get_plugin_manager())

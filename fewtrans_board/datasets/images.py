@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from fewtrans_board.runner.decoded import DecodedImages
+    from fewtrans_board.datasets.decoded import DecodedImages
 
 
 class ImageStore:

@@ -2,7 +2,7 @@
 
 Its weights ship with the package (``default_plugins/weights/demo-cnn-digits.safetensors``,
 about 230 KB), pinned by :data:`SHIPPED_WEIGHTS_SHA256` (the ``weights_id`` every demo result
-records). ``python -m fewtrans_board.methods.models.demo_cnn`` retrains them: bit for bit on one
+records). ``python -m fewtrans_board.methods.trained.demo_cnn`` retrains them: bit for bit on one
 machine, and within float tolerance on another, since training's float reductions differ
 across CPUs (the tests check both).
 The random-init twin uses the same architecture with seeded random weights, so the demo

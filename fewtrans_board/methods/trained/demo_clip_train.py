@@ -1,6 +1,6 @@
 """Train the demo dual encoders contrastively on the digits (the retrain script).
 
-``python -m fewtrans_board.methods.models.demo_clip_train [OUT_DIR]`` rewrites both shipped
+``python -m fewtrans_board.methods.trained.demo_clip_train [OUT_DIR]`` rewrites both shipped
 checkpoints (default: the package's weights folder) and prints their sha256.
 
 The recipe follows the inductive-CLIP paper's oracle training at digit scale: every
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.backbone import Preprocessing
 from fewtrans_board.datasets.digits import NAMES
-from fewtrans_board.methods.models.demo_clip import CHECKPOINTS, IMAGE_SIZE, TRAINED_DIGITS
+from fewtrans_board.methods.trained.demo_clip import CHECKPOINTS, IMAGE_SIZE, TRAINED_DIGITS
 
 if TYPE_CHECKING:
     import torch
@@ -89,7 +89,7 @@ def train(digits: Sequence[int], seed: int = SEED, steps: int = STEPS) -> dict[s
     import torch
     import torch.nn.functional as F
 
-    from fewtrans_board.methods.models.demo_clip import WordTokenizer, build_demo_clip
+    from fewtrans_board.methods.trained.demo_clip import WordTokenizer, build_demo_clip
 
     digits = tuple(digits)
     torch.use_deterministic_algorithms(True)
@@ -141,7 +141,7 @@ def main(out_dir: str | None = None) -> None:
     """Train both checkpoints and write them as safetensors (default: the shipped folder)."""
     from safetensors.torch import save_file
 
-    from fewtrans_board.methods.models.demo_clip import weights_path
+    from fewtrans_board.methods.trained.demo_clip import weights_path
     from fewtrans_board.models.weights import file_sha256
 
     for name, filename in CHECKPOINTS.items():

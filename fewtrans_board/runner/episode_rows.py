@@ -15,8 +15,8 @@ from fewtrans_board.results.schema import (
     accuracy_percent,
     storable_logits,
 )
-from fewtrans_board.runner.episodes import EpisodeInputs
 from fewtrans_board.runner.evaluate import ConfigOutcome
+from fewtrans_board.runner.presentation import EpisodeInputs
 
 
 def episode_rows(

@@ -1,6 +1,6 @@
 """The messages between the caller and a plugin worker: settings, replies and errors.
 
-:mod:`fewtrans_board.runner.isolated` sends them; ``evaluate``, ``preflight`` and
+:mod:`fewtrans_board.runner.worker.isolated` sends them; ``evaluate``, ``preflight`` and
 verification build :class:`WorkerSettings` the same way, so a worker cannot tell them apart.
 """
 
@@ -115,7 +115,7 @@ class WorkerInfo:
         isolation: how episode processes are kept apart (``namespaces``, or why not).
         batches: the adapter batches its configurations (overrides ``fit_many``).
         files: sha256 of the installed files of each pinned distribution, as the episode
-            process sees them (``None``: not found; :mod:`fewtrans_board.plugins.files`).
+            process sees them (``None``: not found; :mod:`fewtrans_board.registry.files`).
     """
 
     installed: dict[str, str | None]
@@ -172,7 +172,7 @@ class FitReply:
         peak_bytes: the episode process's peak memory (CUDA allocator or resident set).
         trainable: each configuration's trainable parameter count as the episode process
             reported it (``None``: not reported or malformed); display-only provenance
-            (:mod:`~fewtrans_board.runner.trainable`).
+            (:mod:`~fewtrans_board.runner.worker.trainable`).
     """
 
     query: list[list[np.ndarray]]
