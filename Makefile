@@ -60,7 +60,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy fewtrans_board
 
 docs: $(STAMP)
-	$(PY) -m fewtrans_board.jobs.docs README.md CONTRIBUTING.md
+	$(PY) -m fewtrans_board.jobs.docs --schemas docs/schemas README.md CONTRIBUTING.md
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info demo-output

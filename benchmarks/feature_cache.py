@@ -22,20 +22,24 @@ import torch
 from fewtrans_board.episodes.embedded import digits_manifest
 from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.registry.manager import get_plugin_manager
-from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.evaluate import evaluate_episode
+from fewtrans_board.runner.plan import plan_run
+from fewtrans_board.runner.session import RunSession
 from fewtrans_board.runner.spec import RunSpec
 
 
 def timed_run(registry: Registry, spec: RunSpec) -> tuple[float, float]:
-    ctx = RunContext(spec, registry)
-    _ = ctx.backbone  # load outside the timed region
-    adapter = ctx.adapter_cls()
+    plan = plan_run(spec, registry)
+    session = RunSession(plan)
+    _ = session.backbone  # load outside the timed region
+    adapter = plan.adapter_cls()
     start = time.perf_counter()
     accuracies = []
-    for episode in ctx.episodes:
-        inputs = ctx.inputs(episode)
-        outcomes = evaluate_episode(adapter, ctx.backbone, inputs, ctx.grid, ctx.manifest.sha256)
+    for episode in plan.episodes:
+        inputs = session.inputs(episode)
+        outcomes = evaluate_episode(
+            adapter, session.backbone, inputs, plan.grid, plan.manifest.sha256
+        )
         accuracies.append(
             sum((o.logits.argmax(1) == inputs.query_labels).mean() for o in outcomes)
             / len(outcomes)

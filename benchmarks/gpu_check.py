@@ -27,27 +27,29 @@ import torch
 from fewtrans_board.episodes.embedded import digits_manifest
 from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.registry.manager import get_plugin_manager
-from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.evaluate import evaluate_episode
+from fewtrans_board.runner.plan import RunPlan, plan_run
+from fewtrans_board.runner.session import RunSession
 from fewtrans_board.runner.spec import RunSpec
 
 REPORT: dict[str, object] = {}
 
 
-def run(registry: Registry, **spec: object) -> tuple[list[list[np.ndarray]], float, RunContext]:
-    ctx = RunContext(RunSpec(**spec), registry)  # type: ignore[arg-type]
-    _ = ctx.backbone
-    adapter = ctx.adapter_cls()
+def run(registry: Registry, **spec: object) -> tuple[list[list[np.ndarray]], float, RunPlan]:
+    plan = plan_run(RunSpec(**spec), registry)  # type: ignore[arg-type]
+    session = RunSession(plan)
+    _ = session.backbone
+    adapter = plan.adapter_cls()
     start = time.perf_counter()
     logits = []
-    for episode in ctx.episodes:
+    for episode in plan.episodes:
         outcomes = evaluate_episode(
-            adapter, ctx.backbone, ctx.inputs(episode), ctx.grid, ctx.manifest.sha256
+            adapter, session.backbone, session.inputs(episode), plan.grid, plan.manifest.sha256
         )
         logits.append([o.logits for o in outcomes])
     if str(spec.get("device", "cpu")).startswith("cuda"):
         torch.cuda.synchronize()
-    return logits, time.perf_counter() - start, ctx
+    return logits, time.perf_counter() - start, plan
 
 
 def agreement(a: list[list[np.ndarray]], b: list[list[np.ndarray]]) -> float:
@@ -138,12 +140,12 @@ def main() -> None:
         }
 
     def finetune_cost() -> None:
-        _, seconds, ctx = run(registry, **big, adapter="finetune", limit=2)
-        episodes = ctx.episodes
+        _, seconds, plan = run(registry, **big, adapter="finetune", limit=2)
+        episodes = plan.episodes
         REPORT["vitb_finetune_hpe27"] = {
             "seconds_per_episode": round(seconds / len(episodes), 2),
             "support_sizes": [len(e.support) for e in episodes],
-            "configurations": len(ctx.grid),
+            "configurations": len(plan.grid),
             "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
         }
 

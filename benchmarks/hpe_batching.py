@@ -356,8 +356,9 @@ def cache_ratio(registry: Registry, args: argparse.Namespace, tmp: Path) -> dict
     from safetensors.torch import save_file
 
     from fewtrans_board.episodes.embedded import digits_manifest
-    from fewtrans_board.runner.context import RunContext
     from fewtrans_board.runner.evaluate import evaluate_episode
+    from fewtrans_board.runner.plan import plan_run
+    from fewtrans_board.runner.session import RunSession
     from fewtrans_board.runner.spec import RunSpec
 
     manifest = str(digits_manifest("fewtrans-varied--digits.parquet", tmp))
@@ -390,22 +391,22 @@ def cache_ratio(registry: Registry, args: argparse.Namespace, tmp: Path) -> dict
             device=args.device,
             **options,  # type: ignore[arg-type]
         )
-        ctx = RunContext(spec, registry)
-        if spec.feature_cache:
-            ctx.decoded_folder = tmp / "decoded"
-        _ = ctx.backbone
-        adapter = ctx.adapter_cls()
+        plan = plan_run(spec, registry)
+        session = RunSession(plan, decoded_folder=tmp / "decoded" if spec.feature_cache else None)
+        _ = session.backbone
+        adapter = plan.adapter_cls()
 
-        def run(ctx: RunContext = ctx, adapter: Adapter = adapter) -> None:
-            ctx.prefetch_features(ctx.episodes, progress=False)
-            for episode in ctx.episodes:
+        def run(session: RunSession = session, adapter: Adapter = adapter) -> None:
+            plan = session.plan
+            session.prefetch_features(plan.episodes, progress=False)
+            for episode in plan.episodes:
                 evaluate_episode(
                     adapter,
-                    ctx.backbone,
-                    ctx.inputs(episode),
-                    ctx.grid,
-                    ctx.manifest.sha256,
-                    options=ctx.fit_options,
+                    session.backbone,
+                    session.inputs(episode),
+                    plan.grid,
+                    plan.manifest.sha256,
+                    options=session.fit_options,
                 )
 
         seconds[label] = timed(args.device, run, repeat=1)  # a rerun would find it cached

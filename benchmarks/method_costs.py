@@ -31,23 +31,27 @@ from fewtrans_board.episodes.embedded import digits_manifest
 from fewtrans_board.hpe.protocols import get_hpe_protocol
 from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.registry.manager import get_plugin_manager
-from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.evaluate import evaluate_episode
+from fewtrans_board.runner.plan import plan_run
+from fewtrans_board.runner.session import RunSession
 from fewtrans_board.runner.spec import RunSpec
 
 
-def time_config(ctx: RunContext, config: AdapterConfig) -> float:
-    """Mean seconds of fit + predict of one configuration over the context's episodes."""
-    adapter = ctx.adapter_cls()
-    cuda = ctx.spec.device.startswith("cuda")
+def time_config(session: RunSession, config: AdapterConfig) -> float:
+    """Mean seconds of fit + predict of one configuration over the run's episodes."""
+    plan = session.plan
+    adapter = plan.adapter_cls()
+    cuda = session.device.startswith("cuda")
     if cuda:
         torch.cuda.synchronize()
     start = time.perf_counter()
-    for episode in ctx.episodes:
-        evaluate_episode(adapter, ctx.backbone, ctx.inputs(episode), [config], ctx.manifest.sha256)
+    for episode in plan.episodes:
+        evaluate_episode(
+            adapter, session.backbone, session.inputs(episode), [config], plan.manifest.sha256
+        )
     if cuda:
         torch.cuda.synchronize()
-    return (time.perf_counter() - start) / len(ctx.episodes)
+    return (time.perf_counter() - start) / len(plan.episodes)
 
 
 def main() -> None:
@@ -85,8 +89,8 @@ def main() -> None:
         device=args.device,
         feature_cache=False,
     )
-    warm_ctx = RunContext(warm_up, registry)
-    time_config(warm_ctx, warm_ctx.grid[0])  # CUDA context, kernels and allocator
+    warm = RunSession(plan_run(warm_up, registry))
+    time_config(warm, warm.plan.grid[0])  # CUDA context, kernels and allocator
     header = f"{'adapter':22} {'s/config':>9} {'s/epoch':>8} {'GiB':>5} {'grid':>5} {'HPE s/ep':>9}"
     print(header, flush=True)
     for entry in registry.adapters:
@@ -107,15 +111,15 @@ def main() -> None:
             feature_cache=False,  # both runs pay for their features alike
         )
         try:
-            ctx = RunContext(spec, registry)
-            _ = ctx.backbone  # loading is not part of the cost
+            session = RunSession(plan_run(spec, registry))
+            _ = session.backbone  # loading is not part of the cost
             if spec.device.startswith("cuda"):
                 torch.cuda.reset_peak_memory_stats()
-            centre = ctx.grid[0]
+            centre = session.plan.grid[0]
             first = replace(centre, epochs=1) if trains else centre
-            time_config(ctx, first)  # untimed: lazy imports, kernel selection, caches
-            seconds = time_config(ctx, centre)
-            one = time_config(ctx, first) if trains else seconds
+            time_config(session, first)  # untimed: lazy imports, kernel selection, caches
+            seconds = time_config(session, centre)
+            one = time_config(session, first) if trains else seconds
         except Exception as exc:  # report and go on with the other adapters
             report[adapter.name] = {"error": f"{type(exc).__name__}: {exc}"}
             print(f"{adapter.name:22} error: {type(exc).__name__}: {exc}", flush=True)
@@ -123,7 +127,7 @@ def main() -> None:
         peak = torch.cuda.max_memory_allocated() / 2**30 if spec.device.startswith("cuda") else 0.0
         row: dict[str, object] = {
             "seconds_per_config": round(seconds, 3),
-            "support_sizes": [len(e.support) for e in ctx.episodes],
+            "support_sizes": [len(e.support) for e in session.plan.episodes],
             "peak_gib": round(peak, 2),
         }
         grid = paper.grid(adapter, adapter.Config())
@@ -141,7 +145,7 @@ def main() -> None:
             projected_hpe_seconds_per_episode=round(projected, 1),
         )
         report[adapter.name] = row
-        del ctx
+        del session
         gc.collect()
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()

@@ -108,7 +108,7 @@ def run_tables(
     from fewtrans_board.episodes.manifest import Manifest
     from fewtrans_board.hpe.aggregate import fuse
     from fewtrans_board.hpe.protocols import get_hpe_protocol, schema_roles
-    from fewtrans_board.results.schema import arrow_schema, run_id_of, storable_logits
+    from fewtrans_board.results.row_schema import arrow_schema, run_id_of, storable_logits
     from fewtrans_board.results.shards import seal_table
 
     manifest = Manifest.load(manifest_path)

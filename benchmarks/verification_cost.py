@@ -31,9 +31,10 @@ from fewtrans_board.leaderboard.verification.sampling import (
 )
 from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.registry.manager import get_plugin_manager
-from fewtrans_board.results.schema import accuracy_percent
-from fewtrans_board.runner.context import RunContext
+from fewtrans_board.results.row_schema import accuracy_percent
 from fewtrans_board.runner.inductive import verification_probes
+from fewtrans_board.runner.plan import plan_run
+from fewtrans_board.runner.session import RunSession
 from fewtrans_board.runner.spec import RunSpec
 from fewtrans_board.stats.bounds import detection_probability, forged_episodes, sample_size_for
 
@@ -50,7 +51,7 @@ FAMILIES = {
 }
 
 
-def context(adapter: str, model: str, episodes: int, isolation: str) -> RunContext:
+def session_of(adapter: str, model: str, episodes: int, isolation: str) -> RunSession:
     registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
     spec = RunSpec(
         model=model,
@@ -61,27 +62,27 @@ def context(adapter: str, model: str, episodes: int, isolation: str) -> RunConte
         threads=1,
         isolation=isolation,
     )
-    return RunContext(spec, registry)
+    return RunSession(plan_run(spec, registry))
 
 
 def startup() -> None:
     print("## 1. Worker start-up and per-request cost (mean-centroid, demo-cnn.digits)")
     rows = []
     for isolation in ("sandbox", "process"):
-        ctx = context("mean-centroid", "demo-cnn.digits", 10, isolation)
+        session = session_of("mean-centroid", "demo-cnn.digits", 10, isolation)
         begun = time.perf_counter()
-        _ = ctx.worker  # start, configure, load the plugins once
+        _ = session.worker  # start, configure, load the plugins once
         started = time.perf_counter() - begun
-        inputs = [ctx.inputs(e) for e in ctx.episodes]
+        inputs = [session.inputs(e) for e in session.plan.episodes]
         begun = time.perf_counter()
         for item in inputs:
-            ctx.outcomes(item, None)
+            session.outcomes(item, None)
         per_request = (time.perf_counter() - begun) / len(inputs)
-        ctx.close()
+        session.close()
         rows.append((isolation, started, per_request))
-    inline = context("mean-centroid", "demo-cnn.digits", 10, "inline")
-    adapter = inline.adapter_cls()
-    items = [inline.inputs(e) for e in inline.episodes]
+    inline = session_of("mean-centroid", "demo-cnn.digits", 10, "inline")
+    adapter = inline.plan.adapter_cls()
+    items = [inline.inputs(e) for e in inline.plan.episodes]
     begun = time.perf_counter()
     for item in items:
         inline.outcomes(item, adapter)
@@ -101,30 +102,31 @@ def per_family(families: list[str], episodes: int) -> None:
         "honest memorisation drop (points)"
     )
     for adapter in families:
-        ctx = context(adapter, FAMILIES[adapter], episodes, "sandbox")
+        session = session_of(adapter, FAMILIES[adapter], episodes, "sandbox")
+        grid = session.plan.grid
         rerun_s, probe_s, drops = [], [], []
         try:
-            for episode in ctx.episodes:
-                inputs = ctx.inputs(episode)
-                seeds = ctx.seeds(episode, ctx.grid)
+            for episode in session.plan.episodes:
+                inputs = session.inputs(episode)
+                seeds = session.plan.seeds(episode, grid)
                 begun = time.perf_counter()
-                clean = ctx.outcomes(inputs, None)
+                clean = session.outcomes(inputs, None)
                 rerun_s.append(time.perf_counter() - begun)
                 begun = time.perf_counter()
-                ctx.ask(
+                session.ask(
                     inputs,
-                    ctx.grid,
+                    grid,
                     seeds,
                     query_subsets=verification_probes(len(episode.query), 0),
                 )
-                if ctx.worker.info is not None and ctx.worker.info.batches:
-                    ctx.ask(inputs, ctx.grid, seeds, loop=True)
+                if session.worker.info is not None and session.worker.info.batches:
+                    session.ask(inputs, grid, seeds, loop=True)
                 items = [episode.query[int(i)][0] for i in inputs.query_order]
                 rng = np.random.default_rng(episode.index)  # verification: the secret seed
-                pixels = perturbed_pixels(ctx.images, items, rng).numpy()
-                if ctx.features is not None:
-                    (pixels,) = ctx.worker.embed([pixels], 256)
-                altered = ctx.ask(inputs, ctx.grid, seeds, query_override=pixels)
+                pixels = perturbed_pixels(session.images, items, rng).numpy()
+                if session.features is not None:
+                    (pixels,) = session.worker.embed([pixels], 256)
+                altered = session.ask(inputs, grid, seeds, query_override=pixels)
                 probe_s.append(time.perf_counter() - begun)
                 labels = inputs.query_labels
                 order = inputs.query_order
@@ -136,7 +138,7 @@ def per_family(families: list[str], episodes: int) -> None:
                         - accuracy_percent(restored.argmax(1), labels)
                     )
         finally:
-            ctx.close()
+            session.close()
         cost = float(np.mean(rerun_s))
         plan = plan_sample(600, cost, np.random.default_rng(0), extra_requests=0.5)
         everything = plan.keep_going([cost] * plan.minimum)  # the judge's measured projection

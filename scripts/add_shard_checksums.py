@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from fewtrans_board.results.schema import METADATA_KEY, arrow_schema
+from fewtrans_board.results.row_schema import METADATA_KEY, arrow_schema
 from fewtrans_board.results.shards import CHECKSUM_KEY, read_shard, seal_table, write_table
 
 

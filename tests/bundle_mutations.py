@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from hypothesis import strategies as st
 
-from fewtrans_board.results.schema import METADATA_KEY
+from fewtrans_board.results.row_schema import METADATA_KEY
 from fewtrans_board.results.shards import seal_table
 from tests.faults import mutations
 from tests.zip_members import (
@@ -447,7 +447,7 @@ def toml_edit(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
 @st.composite
 def json_edit(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
     """A JSON member with a value swapped, removed or added (run.json maybe re-hashed)."""
-    from fewtrans_board.results.schema import run_id_of
+    from fewtrans_board.results.row_schema import run_id_of
 
     document = draw(edit_document(parsed_json(data)))
     identity = document.get("identity") if isinstance(document, dict) else None

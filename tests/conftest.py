@@ -381,3 +381,82 @@ def assert_rows_score_the_manifest_labels(rows: list[dict[str, Any]], manifest: 
         votes = np.stack([(members == c).sum(axis=0) for c in range(episodes[index].ways)], 1)
         (vote,) = [r for r in rows if r["episode"] == index and r["aggregation"] == "vote"]
         assert vote["kind"] == "ensemble" and vote["predictions"] == votes.argmax(1).tolist()
+
+
+# --- the sandbox rule -------------------------------------------------------------------
+
+REQUIRE_SANDBOX = "FEWTRANS_REQUIRE_SANDBOX"
+"""Set to 1 (``.ci/run`` does) to fail, not skip, a test that needs the plugin sandbox."""
+
+
+def require_sandbox() -> None:
+    """The one rule for a test that needs the plugin worker's OS sandbox.
+
+    On a machine where none can be made (no bubblewrap, or no unprivileged user
+    namespaces) the test is skipped with the reason, unless ``FEWTRANS_REQUIRE_SANDBOX=1``
+    (CI), where it fails: CI must never pass by skipping the trust boundary's tests.
+    """
+    from fewtrans_board.core.sandbox import sandbox_problem
+
+    problem = sandbox_problem()
+    if problem is None:
+        return
+    reason = f"no sandbox here: {problem} (.ci/run installs bubblewrap)"
+    if os.environ.get(REQUIRE_SANDBOX, "") not in ("", "0"):
+        pytest.fail(f"{reason}; {REQUIRE_SANDBOX}=1 requires it", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def sandbox_required() -> None:
+    """:func:`require_sandbox` as a fixture (``pytest.mark.usefixtures``)."""
+    require_sandbox()
+
+
+# --- the CI workflow, parsed -------------------------------------------------------------
+
+WORKFLOW = REPO / ".github" / "workflows" / "leaderboard.yml"
+
+
+def workflow() -> dict[str, Any]:
+    """The leaderboard workflow as data (comments dropped; YAML 1.1's ``on:`` key is
+    returned under ``"on"``, not ``True``)."""
+    import yaml  # PyYAML: a dependency of timm
+
+    data: dict[Any, Any] = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    if True in data:
+        data["on"] = data.pop(True)
+    return data
+
+
+def workflow_step(job: str, name: str) -> dict[str, Any]:
+    """The step called ``name`` of ``job`` (exactly one)."""
+    (step,) = [s for s in workflow()["jobs"][job]["steps"] if s.get("name") == name]
+    return dict(step)
+
+
+def run_commands(step: dict[str, Any]) -> list[list[str]]:
+    """The commands of a step's ``run:`` script, each split into words like the shell does
+    (continued lines joined, ``&&`` chains and redirections split off)."""
+    import shlex
+
+    script = step.get("run", "").replace("\\\n", " ")
+    commands = []
+    for line in script.splitlines():
+        for part in line.split("&&"):
+            words = shlex.split(part, comments=True)
+            if ">" in words:
+                words = words[: words.index(">")]
+            if words:
+                commands.append(words)
+    return commands
+
+
+def command_options(words: Sequence[str]) -> dict[str, str | None]:
+    """``--option value`` pairs of a command's words (``None`` for a flag)."""
+    options: dict[str, str | None] = {}
+    for i, word in enumerate(words):
+        if word.startswith("--"):
+            following = words[i + 1] if i + 1 < len(words) else None
+            options[word] = None if following is None or following.startswith("-") else following
+    return options

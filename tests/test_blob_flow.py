@@ -30,7 +30,7 @@ from fewtrans_board.results.blobs import (
     join_shard,
     read_record,
 )
-from fewtrans_board.results.schema import METADATA_KEY
+from fewtrans_board.results.row_schema import METADATA_KEY
 from fewtrans_board.results.shards import read_shard, write_table
 from tests.test_blob_store import COMMITTED, bundle_of, reseal, shards, use_url
 

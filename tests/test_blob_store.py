@@ -35,7 +35,7 @@ from fewtrans_board.results.blobs import (
     read_record,
 )
 from fewtrans_board.results.load import find_runs, load_run
-from fewtrans_board.results.schema import METADATA_KEY
+from fewtrans_board.results.row_schema import METADATA_KEY
 from fewtrans_board.results.shards import read_shard, rows_to_table, seal_table, write_table
 from tests.conftest import REPO, file_digests, shared_folder
 
@@ -494,7 +494,7 @@ def test_an_analysis_reads_fetched_blobs_exactly_as_local_logits(
     loaded_three_ways: tuple[Path, Path, BlobStore],
 ) -> None:
     from fewtrans_board.analysis.sensitivity import sensitivity_report
-    from fewtrans_board.results.blobs import blobs_for_run
+    from fewtrans_board.results.load import blobs_for_run
 
     local, split, blobs = loaded_three_ways
     ids = ["cosine-classifier--demo-cnn", "finetune--demo-cnn", "linear-probe--demo-cnn"]

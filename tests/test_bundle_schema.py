@@ -1,28 +1,40 @@
-"""The bundle schema's building blocks: shapes, strict JSON, layout paths, one-line errors,
+"""The bundle schema's building blocks: leaf types, strict JSON, layout paths, one-line errors,
 submission.toml fields (no bundle needed; the whole-bundle tests are in
 tests/adversarial/test_bundles.py)."""
 
 from __future__ import annotations
 
 import functools
+from typing import Annotated, Any
 
 import pytest
+from pydantic import Field
 
 from fewtrans_board.core.errors import SubmissionError, one_line
+from fewtrans_board.leaderboard.bundle_schema import check_centre_values
 from fewtrans_board.leaderboard.layout import check_tree, normalise
 from fewtrans_board.leaderboard.meta import EXAMPLE, read_meta
-from fewtrans_board.leaderboard.schema import CENTRE_SEARCH, RUN_RECORD, check_centre_values
-from fewtrans_board.results.shapes import (
-    Items,
-    Mapping,
-    Number,
-    Record,
-    Text,
-    check,
-    load_json,
-)
+from fewtrans_board.results.document_types import Document, Number, Text, checked
+from fewtrans_board.results.documents import CentreSearch, RunRecord
+from fewtrans_board.results.strict_json import load_json
 
 DEEP = {"deep": functools.reduce(lambda value, _: [value], range(40), 1)}
+AnyNumber = Annotated[int | float, Number()]
+
+
+class Named(Document):
+    name: Annotated[str, Text()]
+
+
+class Closed(Named, extra="forbid"):
+    pass
+
+
+def check(value: Any, kind: Any, where: str, code: str) -> None:
+    if isinstance(kind, type) and issubclass(kind, Document):
+        kind.from_json(value, where, code=code)
+    else:
+        checked(value, kind, where, code)
 
 
 def refusal(call, *args) -> SubmissionError:  # type: ignore[no-untyped-def]
@@ -42,19 +54,19 @@ def test_messages_are_one_bounded_line_without_control_characters() -> None:
 @pytest.mark.parametrize(
     ("value", "shape", "problem"),
     [
-        ("Eve\x1b[2J", Text(), "control character U+001B at position 3"),
-        ("abc\u202edcba", Text(), "U+202E"),
-        ("x" * 201, Text(200), "201 characters long (at most 200)"),
-        ("ABC", Text(pattern=r"[a-z]+", what="lowercase"), "must be lowercase"),
-        (True, Number(), "must be a number, got bool"),
-        (1.5, Number(integer=True), "must be an integer"),
-        (10**30, Number(), "beyond 64 bits"),
-        (-1, Number(low=0), "must be in [0, None]"),
-        ([1] * 3, Items(Number(), max_items=2), "has 3 items"),
-        ({"a": "x"}, Mapping(Number()), "a must be a number"),
-        ({}, Record({"name": Text()}), "lacks name"),
-        ({"name": "x", "other": 1}, Record({"name": Text()}, closed=True), "other is not a known"),
-        (DEEP, Record({}), "nested more than"),
+        ("Eve\x1b[2J", Annotated[str, Text()], "control character U+001B at position 3"),
+        ("abc\u202edcba", Annotated[str, Text()], "U+202E"),
+        ("x" * 201, Annotated[str, Text(200)], "201 characters long (at most 200)"),
+        ("ABC", Annotated[str, Text(pattern=r"[a-z]+", what="lowercase")], "must be lowercase"),
+        (True, AnyNumber, "must be a number, got bool"),
+        (1.5, Annotated[int, Number()], "must be an integer"),
+        (10**30, AnyNumber, "beyond 64 bits"),
+        (-1, Annotated[int | float, Number(low=0)], "must be in [0, None]"),
+        ([1] * 3, Annotated[list[AnyNumber], Field(max_length=2)], "has 3 items"),
+        ({"a": "x"}, dict[str, AnyNumber], "a must be a number"),
+        ({}, Named, "lacks name"),
+        ({"name": "x", "other": 1}, Closed, "other is not a known"),
+        (DEEP, Document, "nested more than"),
     ],
 )  # fmt: skip
 def test_shapes_name_the_path_and_the_problem(value: object, shape: object, problem: str) -> None:
@@ -140,7 +152,7 @@ def test_centre_values_have_their_declared_types() -> None:
     ):
         assert problem in str(refusal(check_centre_values, centre, fields, "results/x"))
     record = {"adapter": "a", "centre": {}, "dataset": "cub", "manifest_protocol": "p"}
-    error = refusal(check, record, CENTRE_SEARCH, "centre-search.json", "bad-centre-search")
+    error = refusal(check, record, CentreSearch, "centre-search.json", "bad-centre-search")
     assert "lacks manifest_sha256, episodes, log" in str(error)
 
 
@@ -158,9 +170,9 @@ def test_a_forged_batching_mode_is_refused_before_verification_replays_it() -> N
     }
     record = {"run_id": "0123456789abcdef", "identity": identity}
     for mode in ("auto", "on", "off"):
-        check({**record, "identity": {**identity, "batching": mode}}, RUN_RECORD, "run.json", "x")
-    check(record, RUN_RECORD, "run.json", "x")  # runs from before the mode was recorded
+        check({**record, "identity": {**identity, "batching": mode}}, RunRecord, "run.json", "x")
+    check(record, RunRecord, "run.json", "x")  # runs from before the mode was recorded
     for forged in ("turbo", "", True, None):
         bad = {**record, "identity": {**identity, "batching": forged}}
-        error = refusal(check, bad, RUN_RECORD, "results/x/run.json", "bad-run-meta")
+        error = refusal(check, bad, RunRecord, "results/x/run.json", "bad-run-meta")
         assert error.code == "bad-run-meta" and "identity.batching" in str(error)

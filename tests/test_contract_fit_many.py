@@ -154,7 +154,7 @@ def test_the_toy_configurations_are_told_apart() -> None:
     """The failing cases below rest on fit giving the two configurations different classes
     on many toy queries: far more than the 7 a sign test at p < 0.01 needs."""
     from fewtrans_board.testing import tiny_vit_backbone, toy_episode
-    from fewtrans_board.testing.contract import FIT_MANY_QUERIES_PER_CLASS, _neighbour_config
+    from fewtrans_board.testing.fit_many import FIT_MANY_QUERIES_PER_CLASS, _neighbour_config
 
     backbone = tiny_vit_backbone()
     probe = toy_episode(

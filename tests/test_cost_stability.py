@@ -14,16 +14,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fewtrans_board.analysis.svg import (
-    FONT_PX,
-    fit_text,
-    log_ticks,
-    nice_axis,
-    nice_ticks,
-    text_box,
-    text_width,
-    ticks_with_text,
-)
+from fewtrans_board.figures.axes import log_ticks, nice_axis, nice_ticks, ticks_with_text
+from fewtrans_board.figures.text import FONT_PX, fit_text, text_box, text_width
 from fewtrans_board.website.cost import pareto_front
 from fewtrans_board.website.lottery import lottery
 from tests.conftest import shared_folder

@@ -27,7 +27,8 @@ from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 from fewtrans_board.leaderboard.table import AGGREGATIONS, LeaderboardTableError, csv_cell
 from fewtrans_board.website import badges as badges_module
 from fewtrans_board.website.data import COLUMN_SETS
-from fewtrans_board.website.views import MethodView
+from fewtrans_board.website.downloads import download_json, json_value, write_download
+from fewtrans_board.website.model import Download, MethodView
 from tests.conftest import shared_folder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,9 +208,25 @@ def read_csv(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(path.read_text(encoding="utf-8"))))
 
 
-def read_json(path: Path) -> list[dict[str, Any]]:
-    document = json.loads(path.read_text(encoding="utf-8"))
-    assert list(document["rows"][0]) == document["columns"] if document["rows"] else True
+def csv_header(path: Path) -> list[str]:
+    return next(csv.reader(io.StringIO(path.read_text(encoding="utf-8"))))
+
+
+def strict_json(text: str) -> Any:
+    """JSON as RFC 8259 has it: ``NaN`` and ``Infinity`` are errors, not numbers."""
+
+    def reject(constant: str) -> Any:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=reject)
+
+
+def read_json(path: Path, header: list[str]) -> list[dict[str, Any]]:
+    """A JSON download's rows; its columns are the CSV's ``header``, each row's keys too."""
+    document = strict_json(path.read_text(encoding="utf-8"))
+    assert document["columns"] == header, path.name  # an empty table's too
+    for row in document["rows"]:
+        assert list(row) == header, path.name
     return list(document["rows"])
 
 
@@ -234,7 +251,7 @@ def test_every_csv_matches_its_json_and_every_download_is_linked(built: tuple[Pa
     assert "leaderboard.parquet" in (out / "index.html").read_text(encoding="utf-8")
     for path in sorted(out.glob("*--*.csv")):
         rows = read_csv(path)
-        records = read_json(path.with_suffix(".json"))
+        records = read_json(path.with_suffix(".json"), csv_header(path))
         assert len(rows) == len(records), path.name
         for row, record in zip(rows, records, strict=True):
             assert list(row) == list(record), path.name
@@ -248,6 +265,23 @@ def test_every_csv_matches_its_json_and_every_download_is_linked(built: tuple[Pa
                     assert float(text) == value, (path.name, key)
                 else:
                     assert unguard(text) == str(value), (path.name, key)
+
+
+def test_an_empty_table_keeps_its_columns(tmp_path: Path) -> None:
+    csv_path, json_path = write_download(Download("p--t", "empty", ("a", "b"), ()), tmp_path)
+    assert csv_header(csv_path) == ["a", "b"]
+    assert read_json(json_path, csv_header(csv_path)) == []
+
+
+def test_json_downloads_write_non_finite_numbers_as_null() -> None:
+    # JSON has neither NaN nor infinity: both are null (no value), in the downloads and in
+    # the regime selector's embedded data alike (one helper).
+    columns = ("nan", "inf", "minus_inf", "numpy_inf", "finite", "none", "text")
+    row = (math.nan, math.inf, -math.inf, np.float64(np.inf), 1.5, None, "x")
+    expected = [None, None, None, None, 1.5, None, "x"]
+    document = strict_json(download_json(Download("p--t", "t", columns, (row,))))
+    assert document["rows"] == [dict(zip(columns, expected, strict=True))]
+    assert [json_value(v) for v in row] == expected
 
 
 def html_rows(page: str, section: str) -> dict[str, str]:

@@ -343,7 +343,6 @@ def test_editing_a_plugin_without_a_version_bump_changes_its_digest(
 
 
 def test_a_run_records_the_digest_and_verification_compares_a_plugins(probe: Probe) -> None:
-    from dataclasses import replace
     from types import SimpleNamespace
 
     from fewtrans_board.leaderboard.verification import check_plugin_files
@@ -360,10 +359,12 @@ def test_a_run_records_the_digest_and_verification_compares_a_plugins(probe: Pro
     check_plugin_files(run, {"fewtrans_board": "0" * 64})
     # A plugin's recorded digest is: the same files pass, edited files are refused.
     record = run.provenance
-    plugin = replace(
-        record.adapter, distribution="fewtrans-fake", version="1.0", files_sha256="a" * 64
+    plugin = record.adapter.model_copy(
+        update={"distribution": "fewtrans-fake", "version": "1.0", "files_sha256": "a" * 64}
     )
-    stub = SimpleNamespace(dataset=run.dataset, provenance=replace(record, adapter=plugin))
+    stub = SimpleNamespace(
+        dataset=run.dataset, provenance=record.model_copy(update={"adapter": plugin})
+    )
     check_plugin_files(stub, {"fewtrans_fake": "a" * 64})  # type: ignore[arg-type]
     with pytest.raises(SubmissionError) as err:
         check_plugin_files(stub, {"fewtrans-fake": "0" * 64})  # type: ignore[arg-type]
@@ -376,7 +377,6 @@ def test_a_run_records_the_digest_and_verification_compares_a_plugins(probe: Pro
 
 def test_runs_that_predate_the_digest_are_still_accepted() -> None:
     """Runs without a digest (the committed entries before it) are judged on their pin alone."""
-    from dataclasses import replace
     from types import SimpleNamespace
 
     from fewtrans_board.leaderboard.verification import check_plugin_files
@@ -384,14 +384,18 @@ def test_runs_that_predate_the_digest_are_still_accepted() -> None:
 
     run = load_run(next((REPO / "leaderboard" / "results").rglob("run.json")).parent)
     record = run.provenance
-    plugin = replace(record.adapter, distribution="fewtrans-fake", files_sha256=None)
-    stub = SimpleNamespace(dataset=run.dataset, provenance=replace(record, adapter=plugin))
+    plugin = record.adapter.model_copy(
+        update={"distribution": "fewtrans-fake", "files_sha256": None}
+    )
+    stub = SimpleNamespace(
+        dataset=run.dataset, provenance=record.model_copy(update={"adapter": plugin})
+    )
     check_plugin_files(stub, {"fewtrans-fake": "0" * 64})  # type: ignore[arg-type]
 
 
 def test_a_malformed_digest_is_refused_by_the_schema(probe: Probe) -> None:
+    from fewtrans_board.results.documents import RunProvenance
     from fewtrans_board.results.load import load_run
-    from fewtrans_board.results.provenance import RunProvenance
 
     meta = load_run(probe.run("full")).meta
     RunProvenance.from_json(meta, "shard metadata", intake=True)
@@ -407,7 +411,8 @@ def test_the_plugin_worker_reports_the_digest_evaluate_records() -> None:
     from fewtrans_board.core.sandbox.bwrap import sandbox_problem
     from fewtrans_board.registry.files import files_sha256
     from fewtrans_board.registry.lookup import Registry
-    from fewtrans_board.runner.context import RunContext
+    from fewtrans_board.runner.plan import plan_run
+    from fewtrans_board.runner.session import RunSession
     from fewtrans_board.runner.spec import RunSpec
 
     spec = RunSpec(
@@ -417,10 +422,8 @@ def test_the_plugin_worker_reports_the_digest_evaluate_records() -> None:
         limit=1,
         isolation="sandbox" if sandbox_problem() is None else "process",
     )
-    ctx = RunContext(spec, Registry.from_plugin_manager(get_plugin_manager(entry_points=False)))
-    try:
-        info = ctx.worker.info
+    registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
+    with RunSession(plan_run(spec, registry)) as session:
+        info = session.worker.info
         assert info is not None
         assert info.files == {"fewtrans-board": files_sha256("fewtrans-board")}
-    finally:
-        ctx.close()

@@ -20,7 +20,7 @@ from hypothesis import given
 from fewtrans_board.episodes.manifest import Manifest, ManifestError, sidecar_path
 from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.results.load import RunResults, load_run
-from fewtrans_board.results.schema import METADATA_KEY
+from fewtrans_board.results.row_schema import METADATA_KEY
 from fewtrans_board.results.shards import (
     CorruptShardError,
     ResultsError,

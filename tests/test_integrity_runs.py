@@ -510,7 +510,7 @@ def test_numeric_environment_of_gpu_runs_names_gpu_cuda_and_cudnn(
 ) -> None:
     import torch
 
-    from fewtrans_board.runner.spec import environment_differences, numeric_environment
+    from fewtrans_board.runner.provenance import environment_differences, numeric_environment
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
     monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91002)

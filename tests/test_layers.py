@@ -16,7 +16,7 @@ import fewtrans_board
 PACKAGE = Path(fewtrans_board.__file__).parent
 
 LAYERS: list[set[str]] = [
-    {"core"},
+    {"core", "figures"},
     {"api"},
     {"datasets", "models"},
     {"blocks"},
@@ -85,20 +85,43 @@ def unit_of(path: Path, depth: int = 0) -> str:
     return parts[depth] if len(parts) > depth + 1 else Path(parts[depth]).stem
 
 
+ROOT = ("__init__",)
+"""What :func:`imported_modules` records for an import of the package root itself."""
+
+ROOT_IMPORTERS = {"__init__", "__main__", "cli"}
+"""The only units that may import the package root (``import fewtrans_board``, or a name it
+re-exports: ``from fewtrans_board import __version__``). The root re-exports the public API
+from every layer, so any other unit importing it imports from above its own layer."""
+
+
+def is_submodule(name: str) -> bool:
+    """Whether ``fewtrans_board.<name>`` is a module or a package of its own."""
+    return (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").is_file()
+
+
 def imported_modules(tree: ast.AST) -> set[tuple[str, ...]]:
-    """Module paths inside ``fewtrans_board`` a module imports, lazily imported ones too."""
+    """Module paths inside ``fewtrans_board`` a module imports, lazily imported ones too.
+
+    An import of the package root (``import fewtrans_board``, ``from fewtrans_board import
+    X`` for a name X that is not a submodule) is recorded as :data:`ROOT`.
+    """
     modules = set()
     for node in ast.walk(tree):
         names: list[str] = []
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
             if node.module == "fewtrans_board":
-                names = [f"fewtrans_board.{alias.name}" for alias in node.names]
+                names = [
+                    f"fewtrans_board.{alias.name}" if is_submodule(alias.name) else "fewtrans_board"
+                    for alias in node.names
+                ]
         elif isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         for name in names:
             parts = tuple(name.split("."))
-            if parts[0] == "fewtrans_board" and len(parts) > 1:
+            if parts == ("fewtrans_board",):
+                modules.add(ROOT)
+            elif parts[0] == "fewtrans_board":
                 modules.add(parts[1:])
     return modules
 
@@ -150,6 +173,12 @@ def upward_imports(path: Path, tree: ast.AST) -> list[str]:
     problems = []
     unit = unit_of(path)
     for target in imported_modules(tree):
+        if target == ROOT:
+            if unit not in ROOT_IMPORTERS:
+                problems.append(
+                    f"{path.relative_to(PACKAGE.parent)} ({unit}) imports the package root"
+                )
+            continue
         if target[0] in LEVEL and LEVEL[target[0]] > LEVEL[unit]:
             problems.append(f"{path.relative_to(PACKAGE.parent)} ({unit}) imports {target[0]}")
         if target[0] != unit or unit not in SUBLEVEL or len(target) < 2:
@@ -207,6 +236,21 @@ def test_the_contract_and_the_core_import_no_heavy_library() -> None:
             "from fewtrans_board.methods.adapters.heads import LinearProbe\n",
             "(methods/meta) imports its peer adapters",
         ),
+        (
+            "stats/tests.py",  # a name the package root re-exports
+            "from fewtrans_board import __version__\n",
+            "(stats) imports the package root",
+        ),
+        (
+            "core/errors.py",  # the root itself, lazily
+            "def f():\n    import fewtrans_board\n",
+            "(core) imports the package root",
+        ),
+        (
+            "default_plugins/adapters.py",  # even from the top layer, but for __init__ / cli
+            "import fewtrans_board as fb\n",
+            "(default_plugins) imports the package root",
+        ),
     ],
 )
 def test_the_check_catches_an_upward_import(path: str, source: str, problem: str) -> None:
@@ -216,6 +260,11 @@ def test_the_check_catches_an_upward_import(path: str, source: str, problem: str
 def test_the_check_allows_a_downward_import() -> None:
     source = "from fewtrans_board.blocks.training import run_adam\n"
     assert upward_imports(PACKAGE / "methods/adapters/heads.py", ast.parse(source)) == []
+    # A submodule named through the root is that submodule, not the root.
+    source = "from fewtrans_board import toolkit\n"
+    assert upward_imports(PACKAGE / "jobs/docs.py", ast.parse(source)) == []
+    source = "import fewtrans_board\nfrom fewtrans_board import __version__\n"
+    assert upward_imports(PACKAGE / "cli/app.py", ast.parse(source)) == []
 
 
 def test_the_heavy_import_check_sees_eager_imports_only() -> None:

@@ -188,7 +188,8 @@ def test_composite_models_resolve_members_in_the_callers_registry(tmp_path: Path
     from fewtrans_board.methods.meta.checkpoint import write_checkpoint
     from fewtrans_board.registry.lookup import Registry
     from fewtrans_board.registry.manager import get_plugin_manager
-    from fewtrans_board.runner.context import RunContext
+    from fewtrans_board.runner.plan import plan_run
+    from fewtrans_board.runner.session import RunSession
     from fewtrans_board.runner.spec import RunSpec
 
     local = Registry.from_plugin_manager(
@@ -199,7 +200,8 @@ def test_composite_models_resolve_members_in_the_callers_registry(tmp_path: Path
     manifest = REPO / "leaderboard/manifests/fewtrans-varied--digits.parquet"
     spec = RunSpec(model="library:local-cnn+demo-cnn.random", adapter="mean-centroid",
                    manifest=str(manifest), limit=1)  # fmt: skip
-    assert RunContext(spec, local).backbone.feature_dim == library.feature_dim  # the runner too
+    runner = RunSession(plan_run(spec, local)).backbone  # the runner loads it alike
+    assert runner.feature_dim == library.feature_dim
 
     encoder = local.load_model("local-cnn").image_encoder.state_dict()
     checkpoint = tmp_path / "meta.safetensors"

@@ -18,9 +18,9 @@ from click.testing import CliRunner
 from fewtrans_board.cli import make_cli
 from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.registry.manager import get_plugin_manager
+from fewtrans_board.results.documents import RunProvenance
 from fewtrans_board.results.load import load_run
-from fewtrans_board.results.provenance import RunProvenance
-from fewtrans_board.results.schema import METADATA_KEY
+from fewtrans_board.results.row_schema import METADATA_KEY
 from fewtrans_board.results.summary import summarize
 from fewtrans_board.runner.worker import memory
 from fewtrans_board.runner.worker.memory import PeakMemory, folded_cuda_resets

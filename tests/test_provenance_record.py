@@ -11,14 +11,14 @@ import pytest
 
 from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.core.errors import SubmissionError
-from fewtrans_board.results.load import find_runs, load_run
-from fewtrans_board.results.provenance import (
+from fewtrans_board.results.documents import (
     CentreSearch,
     EntryStatus,
     RunProvenance,
     RunRecord,
     is_name,
 )
+from fewtrans_board.results.load import find_runs, load_run
 
 ROOT = Path(__file__).resolve().parents[1] / "leaderboard"
 RUNS = sorted(find_runs([ROOT / "results"]))

@@ -163,7 +163,7 @@ def forged(bundle: Path, out: Path, change: Any, rows: tuple[str, str]) -> Path:
     def relabel(name: str, data: bytes) -> bytes:
         if not name.endswith(".parquet"):
             return data
-        from fewtrans_board.results.schema import METADATA_KEY
+        from fewtrans_board.results.row_schema import METADATA_KEY
 
         table = pq.read_table(io.BytesIO(data))
         meta = json.loads(table.schema.metadata[METADATA_KEY])

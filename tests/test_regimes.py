@@ -9,6 +9,7 @@ in headless Chromium to check that ``#regime=...`` selects a view.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import html
 import io
@@ -29,15 +30,14 @@ from scipy import stats as scipy_stats
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 from fewtrans_board.website.data import build_site_data
+from fewtrans_board.website.model import BenchmarkView, Bucket, SiteData
 from fewtrans_board.website.regimes import (
     BUCKETS,
     PER_SHOT_NOTE,
-    Bucket,
     EpisodeProfiles,
     regime_views,
     shot_count,
 )
-from fewtrans_board.website.views import BenchmarkView, SiteData
 from tests.conftest import CHROMIUM, serving
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -405,6 +405,14 @@ def test_few_episodes_are_marked(data: SiteData) -> None:
 # --- in a browser -----------------------------------------------------------------------------
 
 
+SHOWN = """expected => JSON.stringify(
+  [...document.querySelectorAll("section.regime")]
+    .filter((s) => s.getClientRects().length > 0)
+    .map((s) => s.dataset.regime)
+) === JSON.stringify(expected)"""
+"""Whether the page shows exactly the regime tables ``expected`` (a selection's result)."""
+
+
 @pytest.fixture
 def server(site: Path) -> Iterator[str]:
     with serving(site) as url:
@@ -416,6 +424,7 @@ def server(site: Path) -> Iterator[str]:
     not CHROMIUM.exists(), reason="Debian chromium not installed (.ci/run installs it)"
 )
 def test_the_address_selects_a_regime_in_headless_chromium(server: str) -> None:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
     from playwright.sync_api import sync_playwright
 
     errors: list[str] = []
@@ -444,20 +453,27 @@ def test_the_address_selects_a_regime_in_headless_chromium(server: str) -> None:
                 if s.is_visible()
             ]
 
+        def shown(expected: list[str]) -> list[str]:
+            """The regimes shown once the page shows ``expected`` (or, after 5 s, as it is)."""
+            with contextlib.suppress(PlaywrightTimeoutError):
+                page.wait_for_function(SHOWN, arg=expected, timeout=5000)
+            return visible()
+
+        every = ["shots-1", "shots-2-4", "shots-5-10", "ways-2-5"]
         page.goto(f"{server}/benchmark-demo.html")
-        assert visible() == ["shots-1", "shots-2-4", "shots-5-10", "ways-2-5"]
+        assert shown(every) == every
         page.goto(f"{server}/benchmark-demo.html#regime=shots-1")
         page.reload()  # a fresh load of the linked view, not only a hash change
-        assert visible() == ["shots-1"]
+        assert shown(["shots-1"]) == ["shots-1"]
         select = page.locator("select.regime-select").first
         assert select.is_visible() and select.input_value() == "shots-1"
         select.select_option("ways-2-5")
-        assert visible() == ["ways-2-5"]
+        assert shown(["ways-2-5"]) == ["ways-2-5"]
         assert page.url.endswith("#regime=ways-2-5")
         page.goto(f"{server}/benchmark-demo.html#regime=shots-11plus")  # no such episode here
-        assert len(visible()) == 4
+        assert len(shown(every)) == 4
         assert "shots-11plus" in page.locator(".regime-status").first.inner_text()
         page.goto(f"{server}/benchmark-demo.html#regime=shots-2-4")  # hash change only
-        assert visible() == ["shots-2-4"]
+        assert shown(["shots-2-4"]) == ["shots-2-4"]
         browser.close()
     assert errors == [] and outside == []

@@ -16,7 +16,7 @@ from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.hpe.aggregate import vote
 from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.results.load import load_run
-from fewtrans_board.results.schema import METADATA_KEY
+from fewtrans_board.results.row_schema import METADATA_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "leaderboard" / "manifests" / "fewtrans-varied--digits.parquet"

@@ -23,18 +23,15 @@ from fewtrans_board.core.sandbox import (
     Isolation,
     Limits,
     sandbox_argv,
-    sandbox_problem,
     worker_policy,
 )
 from fewtrans_board.runner.worker.isolated import PluginWorker
 from fewtrans_board.runner.worker.messages import FitRequest, WorkerError, WorkerSettings
 from fewtrans_board.runner.worker.remote import plugin_places
-from tests.conftest import installed_distribution
+from tests.conftest import installed_distribution, require_sandbox
 
-needs_sandbox = pytest.mark.skipif(
-    sandbox_problem() is not None and not os.environ.get("FEWTRANS_REQUIRE_SANDBOX"),
-    reason=f"no sandbox here: {sandbox_problem()} (.ci/run installs bubblewrap)",
-)
+needs_sandbox = pytest.mark.usefixtures("sandbox_required")
+"""Skipped without a sandbox, failed there under FEWTRANS_REQUIRE_SANDBOX=1 (tests/conftest.py)."""
 
 PROBE = r"""
 import json, os, socket, sys
@@ -216,8 +213,8 @@ def test_no_episode_finds_what_another_left_behind_locked_folders_or_in_root_or_
 def test_bytes_an_episode_leaves_in_its_request_pipe_stop_the_worker(
     probe_dist: Path, isolation: Isolation
 ) -> None:
-    if isolation is Isolation.SANDBOX and sandbox_problem() is not None:
-        pytest.skip(f"no sandbox here: {sandbox_problem()}")
+    if isolation is Isolation.SANDBOX:
+        require_sandbox()
     # Control: the same worker answers one honest request after another.
     with probe_worker("probe-scratch", isolation) as worker:
         ask(worker), ask(worker)

@@ -24,7 +24,7 @@ from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.results.load import find_runs, load_run
 from fewtrans_board.stats.bootstrap import holm_paired
 from fewtrans_board.website.data import build_site_data, protocol_section
-from fewtrans_board.website.views import MethodView
+from fewtrans_board.website.model import MethodView
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = (

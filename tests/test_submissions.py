@@ -15,7 +15,7 @@ import pytest
 
 from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.registry.manager import get_plugin_manager
-from fewtrans_board.results.schema import METADATA_KEY
+from fewtrans_board.results.row_schema import METADATA_KEY
 from fewtrans_board.results.shards import rows_to_table
 from tests.conftest import file_digests, shared_folder
 

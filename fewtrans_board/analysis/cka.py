@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fewtrans_board.analysis.plots import layer_lines
 from fewtrans_board.analysis.refit import AdaptedEpisode
 from fewtrans_board.analysis.report import provenance
 from fewtrans_board.blocks.layers import block_features
+from fewtrans_board.figures.charts import layer_lines
 from fewtrans_board.stats.intervals import mean_ci
 
 if TYPE_CHECKING:

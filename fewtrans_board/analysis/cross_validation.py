@@ -32,21 +32,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fewtrans_board.analysis.plots import layer_lines
-from fewtrans_board.analysis.refit import run_spec_of
+from fewtrans_board.analysis.refit import check_weights, replay_plan
 from fewtrans_board.analysis.report import provenance
 from fewtrans_board.analysis.sweep import average_optimal, config_label, varied_fields
 from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.figures.charts import layer_lines
 from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.results.load import RunResults
-from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.evaluate import config_seed, fit_predictors, predict_logits
+from fewtrans_board.runner.plan import RunPlan
+from fewtrans_board.runner.session import RunSession
 from fewtrans_board.stats.intervals import mean_ci
 
 if TYPE_CHECKING:
     from fewtrans_board.api.adapter import Adapter, AdapterConfig
     from fewtrans_board.api.backbone import Backbone
     from fewtrans_board.api.fit_options import FitOptions
+    from fewtrans_board.episodes.manifest import ManifestEpisode
     from fewtrans_board.runner.presentation import EpisodeInputs
 
 DEFAULT_FOLDS = 5
@@ -181,7 +183,7 @@ def cross_validation_scores(
     return mean
 
 
-def analysis_context(
+def analysis_plan(
     run: RunResults,
     registry: Registry,
     manifest: Path,
@@ -189,46 +191,39 @@ def analysis_context(
     root: Path | None = None,
     weights: Path | None = None,
     device: str = "cpu",
-) -> RunContext:
-    """A context that re-creates ``run`` in this process (a sweep keeps its axes).
+) -> RunPlan:
+    """The plan that re-creates ``run`` in this process (a sweep keeps its axes).
 
     Raises:
-        FewtransError: another manifest, other weights, or another grid than the run's.
+        FewtransError: another manifest, or another grid than the run's.
     """
-    spec = dataclasses.replace(
-        run_spec_of(run, manifest, root, weights, device),
+    return replay_plan(
+        run,
+        registry,
+        manifest,
+        root=root,
+        weights=weights,
+        device=device,
         sweep=run.provenance.hpe.sweep_axes,
         isolation="inline",
     )
-    ctx = RunContext(spec, registry)
-    identity = run.provenance.identity
-    if ctx.backbone.weights_id != identity.weights_id:
-        raise FewtransError(
-            f"model {identity.model!r} loaded with weights {ctx.backbone.weights_id}, but run "
-            f"{run.path} used {identity.weights_id}: pass the run's --weights"
-        )
-    if [c.to_dict() for c in ctx.grid] != list(identity.grid):
-        raise FewtransError(
-            f"the installed adapter {identity.adapter!r} builds another grid than run "
-            f"{run.path} used (adapter version changed?)"
-        )
-    return ctx
 
 
 def cross_validation_run(
-    run: RunResults, ctx: RunContext, folds: int = DEFAULT_FOLDS, limit: int | None = None
+    run: RunResults, plan: RunPlan, folds: int = DEFAULT_FOLDS, limit: int | None = None
 ) -> dict[str, Any]:
     """Cross-validate every episode of ``run`` (the first ``limit``) and compare.
 
     Args:
         run: the stored run (its query accuracies score both choices).
-        ctx: :func:`analysis_context` of the run.
+        plan: :func:`analysis_plan` of the run.
         folds: the requested ``l``.
         limit: only the first ``limit`` episodes (the average-optimal configuration is
             still the run's, over all of its episodes).
 
     Raises:
-        FewtransError: the run's grid has a single configuration (nothing to choose).
+        FewtransError: the run's grid has a single configuration (nothing to choose), or
+            the model loads with other weights than the run's.
     """
     episodes, matrix, names = run.config_matrix()
     if matrix.shape[1] < 2:
@@ -240,45 +235,33 @@ def cross_validation_run(
     configs = [json.loads(n) for n in names]
     fields = varied_fields(configs, list(run.provenance.hpe.sweep_axes or {}))
     optimal = average_optimal(matrix)
-    by_index = {e.index: e for e in ctx.episodes}
-    adapter = ctx.adapter_cls()
+    by_index = {e.index: e for e in plan.episodes}
     rows = []
-    chosen = episodes[:limit] if limit else episodes
-    for row, episode_index in enumerate(chosen):
-        episode = by_index[int(episode_index)]
-        shots = episode.shots()
-        plan = fold_plan(shots, folds)
-        entry: dict[str, Any] = {
-            "episode": int(episode_index),
-            "shots": min(shots),
-            "uniform_shots": len(set(shots)) == 1,
-            "scheme": plan.scheme,
-            "folds": plan.folds,
-            "reason": plan.reason,
-            "average_optimal_accuracy": float(matrix[row, optimal]),
-            "oracle_accuracy": float(np.nanmax(matrix[row])),
-            "cv_index": None,
-            "cv_accuracy": None,
-            "cv_scores": None,
-        }
-        if plan.scheme != IMPOSSIBLE:
-            scores = cross_validation_scores(
-                adapter,
-                ctx.backbone,
-                ctx.inputs(episode),
-                ctx.grid,
-                plan,
-                ctx.manifest.sha256,
-                ctx.fit_options,
-            )
-            choice = int(np.argmax(scores))  # ties: the lowest index
-            entry.update(
-                cv_index=choice,
-                cv_config={name: configs[choice][name] for name in fields},
-                cv_accuracy=float(matrix[row, choice]),
-                cv_scores=[float(s) for s in scores],
-            )
-        rows.append(entry)
+    with RunSession(plan) as session:
+        check_weights(run, session.backbone)
+        adapter = plan.adapter_cls()
+        for row, episode_index in enumerate(episodes[:limit] if limit else episodes):
+            episode = by_index[int(episode_index)]
+            folding = fold_plan(episode.shots(), folds)
+            entry = _episode_entry(episode, folding, matrix[row], optimal)
+            if folding.scheme != IMPOSSIBLE:
+                scores = cross_validation_scores(
+                    adapter,
+                    session.backbone,
+                    session.inputs(episode),
+                    plan.grid,
+                    folding,
+                    plan.manifest.sha256,
+                    session.fit_options,
+                )
+                choice = int(np.argmax(scores))  # ties: the lowest index
+                entry.update(
+                    cv_index=choice,
+                    cv_config={name: configs[choice][name] for name in fields},
+                    cv_accuracy=float(matrix[row, choice]),
+                    cv_scores=[float(s) for s in scores],
+                )
+            rows.append(entry)
     record = run.provenance
     return {
         "run": str(run.path),
@@ -294,6 +277,26 @@ def cross_validation_run(
             "label": config_label(configs[optimal], fields),
         },
         "episodes": rows,
+    }
+
+
+def _episode_entry(
+    episode: ManifestEpisode, plan: FoldPlan, accuracies: np.ndarray, optimal: int
+) -> dict[str, Any]:
+    """An episode's row before cross-validation: its fold plan and the run's accuracies."""
+    shots = episode.shots()
+    return {
+        "episode": int(episode.index),
+        "shots": min(shots),
+        "uniform_shots": len(set(shots)) == 1,
+        "scheme": plan.scheme,
+        "folds": plan.folds,
+        "reason": plan.reason,
+        "average_optimal_accuracy": float(accuracies[optimal]),
+        "oracle_accuracy": float(np.nanmax(accuracies)),
+        "cv_index": None,
+        "cv_accuracy": None,
+        "cv_scores": None,
     }
 
 

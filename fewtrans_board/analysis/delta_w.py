@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fewtrans_board.analysis.plots import grouped_bars, layer_lines
 from fewtrans_board.analysis.refit import AdaptedEpisode
 from fewtrans_board.analysis.report import provenance
 from fewtrans_board.blocks.layers import encoder_blocks
 from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.figures.charts import grouped_bars, layer_lines
 from fewtrans_board.stats.intervals import mean_ci
 
 if TYPE_CHECKING:

@@ -18,14 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board.analysis.plots import layer_lines
 from fewtrans_board.analysis.report import provenance
 from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.figures.charts import layer_lines
 from fewtrans_board.hpe.protocols import HpeProtocol, get_hpe_protocol
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.stats.intervals import mean_ci
-
-DEFAULT_SPACINGS = (3, 5, 10)
 
 
 def spacing_of(run: RunResults) -> tuple[HpeProtocol, int]:

@@ -31,9 +31,9 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from fewtrans_board.analysis.plots import grouped_bars
 from fewtrans_board.analysis.report import provenance
 from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.figures.charts import grouped_bars
 from fewtrans_board.results.load import RunResults
 
 PAPER = {

@@ -10,6 +10,7 @@ reported as ``agreement`` (1.0 on the machine that made the run).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +22,10 @@ from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.results.load import RunResults
-from fewtrans_board.results.schema import CONFIG_KIND
-from fewtrans_board.runner.context import RunContext
+from fewtrans_board.results.row_schema import CONFIG_KIND
 from fewtrans_board.runner.evaluate import evaluate_episode
+from fewtrans_board.runner.plan import RunPlan, plan_run
+from fewtrans_board.runner.session import RunSession
 from fewtrans_board.runner.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -112,6 +114,47 @@ def run_spec_of(
     )
 
 
+def replay_plan(
+    run: RunResults,
+    registry: Registry,
+    manifest: Path,
+    *,
+    root: Path | None = None,
+    weights: Path | None = None,
+    device: str = "cpu",
+    **changes: Any,
+) -> RunPlan:
+    """The plan that re-creates a stored run in this process (``changes``: to its spec).
+
+    Raises:
+        FewtransError: another manifest than the run's, or the installed adapter builds
+            another grid than the run used.
+    """
+    spec = dataclasses.replace(run_spec_of(run, manifest, root, weights, device), **changes)
+    plan = plan_run(spec, registry)
+    identity = run.provenance.identity
+    if [c.to_dict() for c in plan.grid] != list(identity.grid):
+        raise FewtransError(
+            f"the installed adapter {identity.adapter!r} builds another HPE grid than run "
+            f"{run.path} used (adapter version changed?)"
+        )
+    return plan
+
+
+def check_weights(run: RunResults, backbone: Backbone) -> None:
+    """Refuse a backbone loaded with other weights than the stored run used.
+
+    Raises:
+        FewtransError: naming both weights and what to pass.
+    """
+    identity = run.provenance.identity
+    if backbone.weights_id != identity.weights_id:
+        raise FewtransError(
+            f"model {identity.model!r} loaded with weights {backbone.weights_id}, but run "
+            f"{run.path} used {identity.weights_id}: pass the run's --weights"
+        )
+
+
 def best_config_index(run: RunResults) -> int:
     """The configuration with the best mean accuracy over the run's episodes."""
     _, matrix, _ = run.config_matrix()
@@ -173,24 +216,16 @@ def refit_episodes(
         FewtransError: the manifest, weights or grid differ from the run's, or the
             configuration index is out of range.
     """
-    ctx = RunContext(run_spec_of(run, manifest, root, weights, device), registry)
+    plan = replay_plan(run, registry, manifest, root=root, weights=weights, device=device)
+    session = RunSession(plan)
+    check_weights(run, session.backbone)
     identity = run.provenance.identity
-    if ctx.backbone.weights_id != identity.weights_id:
-        raise FewtransError(
-            f"model {identity.model!r} loaded with weights {ctx.backbone.weights_id}, but run "
-            f"{run.path} used {identity.weights_id}: pass the run's --weights"
-        )
-    grid = [c.to_dict() for c in ctx.grid]
-    if grid != list(identity.grid):
-        raise FewtransError(
-            f"the installed adapter {identity.adapter!r} builds another HPE grid than run "
-            f"{run.path} used (adapter version changed?)"
-        )
+    grid = [c.to_dict() for c in plan.grid]
     index = best_config_index(run) if config_index is None else config_index
     if not 0 <= index < len(grid):
         raise FewtransError(f"--config-index {index} is outside 0..{len(grid) - 1}")
     stored = set(int(e) for e in run.config_matrix()[0])
-    chosen = sample_episodes([e.index for e in ctx.episodes if e.index in stored], episodes, seed)
+    chosen = sample_episodes([e.index for e in plan.episodes if e.index in stored], episodes, seed)
     description = {
         "run": str(run.path),
         "run_id": run.provenance.run_id,
@@ -203,18 +238,19 @@ def refit_episodes(
         "episodes": chosen,
         "sampling_seed": seed,
     }
-    return description, _iterate(ctx, run, chosen, index)
+    return description, _iterate(session, run, chosen, index)
 
 
 def _iterate(
-    ctx: RunContext, run: RunResults, chosen: list[int], index: int
+    session: RunSession, run: RunResults, chosen: list[int], index: int
 ) -> Iterator[AdaptedEpisode]:
-    by_index = {e.index: e for e in ctx.episodes}
-    adapter = ctx.adapter_cls()
-    config = ctx.grid[index]
+    plan = session.plan
+    by_index = {e.index: e for e in plan.episodes}
+    adapter = plan.adapter_cls()
+    config = plan.grid[index]
     for episode_index in chosen:
         # The analyses read query pixels, so they are served even to frozen-feature adapters.
-        inputs = ctx.inputs(by_index[episode_index], serve="pixels")
+        inputs = session.inputs(by_index[episode_index], serve="pixels")
         kept: list[Any] = []
 
         def keep(_index: int, _config: Any, predictor: Any, store: list[Any] = kept) -> None:
@@ -222,23 +258,23 @@ def _iterate(
 
         outcomes = evaluate_episode(
             adapter,
-            ctx.backbone,
+            session.backbone,
             inputs,
             [config],
-            ctx.manifest.sha256,
+            plan.manifest.sha256,
             observe=keep,
-            options=ctx.fit_options,
+            options=session.fit_options,
         )
         predictions = outcomes[0].logits.argmax(axis=1)
         stored = _stored_predictions(run, episode_index, index)
         yield AdaptedEpisode(
             episode=episode_index,
-            backbone=ctx.backbone,
+            backbone=session.backbone,
             encoder=adapted_encoder(
                 kept[0],
-                ctx.backbone,
-                ctx.spec.adapter,
-                frozen_backbone=ctx.adapter_cls.frozen_backbone,
+                session.backbone,
+                plan.spec.adapter,
+                frozen_backbone=plan.adapter_cls.frozen_backbone,
             ),
             query_pixels=inputs.query.pixels,
             agreement=float((predictions == stored).mean()),

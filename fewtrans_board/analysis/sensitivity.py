@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fewtrans_board.analysis.plots import scatter
 from fewtrans_board.analysis.report import provenance
 from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.figures.charts import scatter
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.summary import summarize
 from fewtrans_board.stats.correlation import pearson

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board.analysis.plots import layer_lines
 from fewtrans_board.analysis.report import provenance
 from fewtrans_board.core.errors import FewtransError
+from fewtrans_board.figures.charts import layer_lines
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.stats.intervals import mean_ci
 

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fewtrans_board.analysis.plots import scatter
 from fewtrans_board.analysis.report import provenance
 from fewtrans_board.api.dataset_spec import DatasetSpec
 from fewtrans_board.core.errors import FewtransError, UnknownNameError
+from fewtrans_board.figures.charts import scatter
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.stats.correlation import spearman
 

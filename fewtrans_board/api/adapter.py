@@ -161,11 +161,6 @@ class Adapter(ABC):
         return cls.fit_many is not Adapter.fit_many
 
     @classmethod
-    def default_config(cls) -> AdapterConfig:
-        """Return the ``Config`` with every default."""
-        return cls.Config()
-
-    @classmethod
     def check_class(cls) -> None:
         """Check the class-level declarations (called at registration).
 

@@ -14,9 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-BOUND_KEYS = ("min", "above", "max", "below")
-"""``min``/``max`` are inclusive bounds, ``above``/``below`` exclusive ones."""
-
 
 @dataclass(frozen=True)
 class Range:

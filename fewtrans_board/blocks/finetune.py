@@ -257,39 +257,17 @@ def encoder_plan(
         device: torch device.
         finish: builds the predictor once trained.
     """
-    import torch
+    from fewtrans_board.blocks.training import backbone_optimiser_of, optimiser_of, schedule_of
 
-    from fewtrans_board.blocks.training import (
-        autocast,
-        backbone_optimiser_of,
-        head_features,
-        optimiser_of,
-        schedule_of,
-    )
-
-    if getattr(config, "head_init", "fewtrans") != "fewtrans" and not isinstance(
-        head, torch.nn.Linear
-    ):
-        raise FewtransError(
-            f"head_init={config.head_init!r} initialises a linear head; this method trains a "
-            f"{type(head).__name__}"
-        )
-    pixels = support.images.pixels.to(device)
-    labels = support.labels.to(device)
-
-    def loss_of(batch: Any) -> torch.Tensor:
-        index = torch.as_tensor(batch, device=device)
-        with autocast(device):
-            features = encoder(pixels[index])
-        return head_loss(head_features(features, config), labels[index])
-
+    _check_head_init(head, config)
+    loss_of, n_items = _support_loss(encoder, head_loss, support, config, device)
     optimiser, backbone_optimiser = optimiser_of(config), backbone_optimiser_of(config)
     train_mode = bool(getattr(config, "backbone_train_mode", False))
     return TrainingPlan(
         groups=[(list(trainable), config.lr_backbone), (list(head.parameters()), config.lr_head)],
         loss=loss_of,
         finish=finish,
-        n_items=len(labels),
+        n_items=n_items,
         batch_size=config.batch_size,
         epochs=config.epochs,
         modules=[encoder, head],
@@ -307,6 +285,46 @@ def encoder_plan(
             None if backbone_optimiser == optimiser else [backbone_optimiser, optimiser]
         ),
     )
+
+
+def _check_head_init(head: nn.Module, config: Any) -> None:
+    """A ``head_init`` other than FewTrans's initialises a linear head only."""
+    import torch
+
+    if getattr(config, "head_init", "fewtrans") != "fewtrans" and not isinstance(
+        head, torch.nn.Linear
+    ):
+        raise FewtransError(
+            f"head_init={config.head_init!r} initialises a linear head; this method trains a "
+            f"{type(head).__name__}"
+        )
+
+
+def _support_loss(
+    encoder: nn.Module,
+    head_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    support: SupportSet,
+    config: Any,
+    device: str,
+) -> tuple[Callable[[Any], torch.Tensor], int]:
+    """The loss of a batch of support indices, and the number of support items.
+
+    The support set moves to ``device`` once, here; each batch indexes it there.
+    """
+    import torch
+
+    from fewtrans_board.blocks.training import autocast, head_features
+
+    pixels = support.images.pixels.to(device)
+    labels = support.labels.to(device)
+
+    def loss_of(batch: Any) -> torch.Tensor:
+        index = torch.as_tensor(batch, device=device)
+        with autocast(device):
+            features = encoder(pixels[index])
+        return head_loss(head_features(features, config), labels[index])
+
+    return loss_of, len(labels)
 
 
 class FinetuneLastKAdapter(FinetuneAdapter):

@@ -109,7 +109,8 @@ def leaderboard_publish_blobs(
     A store keeping its blobs in its own folder receives them through git: nothing to do.
     """
     from fewtrans_board.core.errors import SubmissionError
-    from fewtrans_board.leaderboard.blob_flow import copy_entry_blobs, entries_added, source_of
+    from fewtrans_board.leaderboard.blob_flow import copy_entry_blobs, source_of
+    from fewtrans_board.leaderboard.git import entries_added
     from fewtrans_board.leaderboard.store import LeaderboardStore
     from fewtrans_board.results.blobs import BlobStore
 

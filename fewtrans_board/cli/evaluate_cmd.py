@@ -32,6 +32,7 @@ from fewtrans_board.cli.groups import (
 from fewtrans_board.cli.store_options import LEADERBOARD_ENV
 
 if TYPE_CHECKING:
+    from fewtrans_board.runner.plan import RunPlan
     from fewtrans_board.runner.run import RunReport
     from fewtrans_board.runner.spec import RunSpec
 
@@ -175,16 +176,17 @@ def evaluate_command(
     submitted to any sub-benchmark (limited run, manifest or protocol a sub-benchmark does
     not accept, no held-out centre search).
     """
-    from fewtrans_board.runner.run import run_evaluation
+    from fewtrans_board.runner.plan import plan_run
+    from fewtrans_board.runner.run import run_plan
 
     spec, shard_index = run_spec_of_options(run_options, shard)
-    warnings = submission_warnings(app, spec, leaderboard)
+    plan = plan_run(spec, app.registry)
+    warnings = submission_warnings(plan, leaderboard)
     if not as_json:
         for warning in warnings:
             click.echo(f"Warning: not submittable: {warning}", err=True)
-    report = run_evaluation(
-        spec,
-        app.registry,
+    report = run_plan(
+        plan,
         out,
         shard=shard_index,
         executor=executor,
@@ -258,33 +260,22 @@ def print_run_outcome(report: RunReport, warnings: list[str], as_json: bool) -> 
         click.echo(f"{len(results.shards_present)}/{results.shards_total} shards finished so far.")
 
 
-def submission_warnings(app: App, spec: RunSpec, leaderboard: Path | None) -> list[str]:
+def submission_warnings(plan: RunPlan, leaderboard: Path | None) -> list[str]:
     """Why the run's results could not be submitted to any sub-benchmark (see eligibility)."""
-    from fewtrans_board.episodes.manifest import Manifest
-    from fewtrans_board.hpe.protocols import get_hpe_protocol, hpe_roles
+    from fewtrans_board.hpe.protocols import hpe_roles
     from fewtrans_board.leaderboard.eligibility import submission_problems
     from fewtrans_board.leaderboard.store import LeaderboardStore
-    from fewtrans_board.runner.centres import recipe_centre, resolve_centre
-    from fewtrans_board.runner.spec import load_centre_file
 
-    adapter_cls = app.registry.adapters.get(spec.adapter).obj
-    manifest = Manifest.load(spec.manifest)
-    record = load_centre_file(spec.centre_file) if spec.centre_file else None
-    if get_hpe_protocol(spec.hpe).centre_rule == "recipe":
-        centre, _ = recipe_centre(
-            adapter_cls, spec.recipe, manifest.dataset, spec.config, spec.centre_file
-        )
-    else:
-        centre = resolve_centre(spec.adapter, adapter_cls, spec.config, record, spec.centre_file)
+    spec = plan.spec
     folder = leaderboard or Path(os.environ.get(LEADERBOARD_ENV, "leaderboard"))
     store = LeaderboardStore(folder) if (folder / "manifests").is_dir() else None
     return submission_problems(
         Path(spec.manifest),
-        manifest,
+        plan.manifest,
         spec.hpe,
-        roles=hpe_roles(adapter_cls),
-        centre=centre.to_dict(),
-        centre_record=record,
+        roles=hpe_roles(plan.adapter_cls),
+        centre=plan.centre.config.to_dict(),
+        centre_record=plan.centre.record,
         limit=spec.limit,
         store=store,
     )

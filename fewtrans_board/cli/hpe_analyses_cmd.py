@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,6 +24,10 @@ from fewtrans_board.cli.groups import (
     threads_option,
     weights_option,
 )
+
+if TYPE_CHECKING:
+    from fewtrans_board.results.load import RunResults
+    from fewtrans_board.runner.plan import RunPlan
 
 MANIFESTS = click.option(
     "--manifest",
@@ -90,16 +94,40 @@ def analyze_cross_validation(
     process.
     """
     from fewtrans_board.analysis.cross_validation import (
-        analysis_context,
         cross_validation_report,
         cross_validation_run,
     )
+
+    plans = _cross_validation_plans(
+        app, _load(runs), manifests, root=root, weights=weights, device=resolve_device(device)
+    )
+    results = [cross_validation_run(run, plan, folds, limit) for run, plan in plans]
+    data, svg = cross_validation_report(results, folds)
+    if not as_json:
+        _echo_cross_validation(data["per_shot"])
+    lines = [
+        f"{r['adapter']} on {r['dataset']}: average-optimal configuration "
+        f"#{r['average_optimal']['index']} ({r['average_optimal']['label']})"
+        for r in results
+    ]
+    _finish("cross-validation", data, svg, out, as_json, "\n".join(lines))
+
+
+def _cross_validation_plans(
+    app: App, loaded: list[RunResults], manifests: tuple[Path, ...], **where: Any
+) -> list[tuple[RunResults, RunPlan]]:
+    """Each run with the plan that re-creates it; every input checked before any fitting.
+
+    Raises:
+        FewtransError: a run's manifest was not passed, it has a single configuration, or
+            the installed plugins cannot re-create it (names, grid, dataset copy).
+    """
+    from fewtrans_board.analysis.cross_validation import analysis_plan
     from fewtrans_board.core.errors import FewtransError
     from fewtrans_board.episodes.manifest import Manifest
 
     by_sha = {Manifest.load(m).sha256: m for m in manifests}
-    loaded = _load(runs)
-    for run in loaded:  # every input is checked before any fitting starts
+    for run in loaded:
         if run.provenance.manifest.sha256 not in by_sha:
             raise FewtransError(
                 f"run {run.path} used manifest {run.provenance.manifest.file}; pass it with "
@@ -110,50 +138,39 @@ def analyze_cross_validation(
                 f"run {run.path} has a single configuration: nothing to choose by "
                 "cross-validation (run 'fewtrans-board sweep --grid ...' first)"
             )
-    results = []
-    for run in loaded:
-        ctx = analysis_context(
-            run,
-            app.registry,
-            by_sha[run.provenance.manifest.sha256],
-            root=root,
-            weights=weights,
-            device=resolve_device(device),
-        )
-        results.append(cross_validation_run(run, ctx, folds, limit))
-    data, svg = cross_validation_report(results, folds)
-    if not as_json:
-        echo_table(
-            [
-                "dataset",
-                "K",
-                "episodes",
-                "scheme",
-                "cross-validation %",
-                "average-optimal %",
-                "avg-opt - CV (paired)",
-            ],
-            [
-                [
-                    row["dataset"],
-                    row["shots"],
-                    row["episodes"],
-                    ", ".join(row["schemes"]),
-                    _cell(row["cross_validation"])
-                    if row["cv_possible"]
-                    else f"impossible ({row['cv_impossible']} episodes)",
-                    _cell(row["average_optimal"]),
-                    _cell(row["paired_difference"]),
-                ]
-                for row in data["per_shot"]
-            ],
-        )
-    lines = [
-        f"{r['adapter']} on {r['dataset']}: average-optimal configuration "
-        f"#{r['average_optimal']['index']} ({r['average_optimal']['label']})"
-        for r in results
+    return [
+        (run, analysis_plan(run, app.registry, by_sha[run.provenance.manifest.sha256], **where))
+        for run in loaded
     ]
-    _finish("cross-validation", data, svg, out, as_json, "\n".join(lines))
+
+
+def _echo_cross_validation(per_shot: list[dict[str, Any]]) -> None:
+    """The per-shot table: both choices' accuracies and their paired difference."""
+    echo_table(
+        [
+            "dataset",
+            "K",
+            "episodes",
+            "scheme",
+            "cross-validation %",
+            "average-optimal %",
+            "avg-opt - CV (paired)",
+        ],
+        [
+            [
+                row["dataset"],
+                row["shots"],
+                row["episodes"],
+                ", ".join(row["schemes"]),
+                _cell(row["cross_validation"])
+                if row["cv_possible"]
+                else f"impossible ({row['cv_impossible']} episodes)",
+                _cell(row["average_optimal"]),
+                _cell(row["paired_difference"]),
+            ]
+            for row in per_shot
+        ],
+    )
 
 
 @click.command("grid-spacing")
@@ -271,8 +288,8 @@ def _evaluate_spacings(app: App, as_json: bool, options: dict[str, Any]) -> list
     Every run is resolved (names, protocol, grid, dataset copy) before the first starts.
     """
     from fewtrans_board.hpe.protocols import get_hpe_protocol
-    from fewtrans_board.runner.context import RunContext
-    from fewtrans_board.runner.run import run_evaluation
+    from fewtrans_board.runner.plan import plan_run
+    from fewtrans_board.runner.run import run_plan
     from fewtrans_board.runner.spec import RunSpec
 
     missing = [
@@ -304,11 +321,11 @@ def _evaluate_spacings(app: App, as_json: bool, options: dict[str, Any]) -> list
                 device=resolve_device(options["device"]),
                 threads=options["threads"],
             )
-            RunContext(spec, app.registry)  # refuses bad names, grids, copies up front
+            plan = plan_run(spec, app.registry)  # refuses bad names, grids, copies up front
             folder = options["runs_out"] / Path(manifest).stem / f"x{protocol.spacing}"
-            jobs.append((spec, folder))
-    for spec, folder in jobs:
-        run_evaluation(spec, app.registry, folder, progress=show_progress(not as_json))
+            jobs.append((plan, folder))
+    for plan, folder in jobs:
+        run_plan(plan, folder, progress=show_progress(not as_json))
         if not as_json:
-            click.echo(f"{folder}: {spec.hpe} evaluated")
+            click.echo(f"{folder}: {plan.spec.hpe} evaluated")
     return [folder for _, folder in jobs]

@@ -1,12 +1,36 @@
-"""How the submission and leaderboard commands print validation and verification reports."""
+"""How the submission and leaderboard commands print reports and refusals."""
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from fewtrans_board.cli.groups import echo_json, echo_table
+
+if TYPE_CHECKING:
+    from fewtrans_board.core.errors import SubmissionError
+
+
+def fail(error: SubmissionError, as_json: bool) -> NoReturn:
+    """Refuse with ``error``: its JSON and exit status 1, or raise it.
+
+    The JSON is ``{"ok": false, "code", "error", "report"}``; raised, the root group prints
+    it as ``Error: <message>``.
+    """
+    if as_json:
+        echo_json(
+            {
+                "ok": False,
+                "code": error.code,
+                "error": str(error),
+                "report": getattr(error, "report", None),
+            }
+        )
+        sys.exit(1)
+    # The root group reports it as "Error: <message>" with exit status 1.
+    raise error
 
 
 def print_validation(report: dict[str, Any], as_json: bool) -> None:

@@ -125,29 +125,12 @@ def verification_from(options: dict[str, Any]) -> Verification:
     return Verification(enabled, settings)
 
 
-def verification_options(
-    root_help: str, switch: str | None = None, switch_help: str = ""
-) -> Callable[[F], F]:
-    """The options of every command that verifies.
-
-    ``submission verify``, ``leaderboard add``, ``check`` and ``check-pr`` share them.
-
-    Args:
-        root_help: help text of ``--root``.
-        switch: ``"--verify"`` (off unless given), ``"--unsafe-no-verify"`` (on unless
-            given) or ``None`` (always on).
-        switch_help: help text of the switch.
-
-    Returns:
-        A decorator adding the options.
-    """
-    from fewtrans_board.cli.groups import DEVICE, FiniteFloatRange
-
-    options = []
+def _switch_options(switch: str | None, switch_help: str) -> list[Callable[[F], F]]:
+    """``--verify`` (off unless given), ``--unsafe-no-verify`` (on unless given) or none."""
     if switch == "--verify":
-        options.append(click.option("--verify", "verify_enabled", is_flag=True, help=switch_help))
-    elif switch == "--unsafe-no-verify":
-        options.append(
+        return [click.option("--verify", "verify_enabled", is_flag=True, help=switch_help)]
+    if switch == "--unsafe-no-verify":
+        return [
             click.option(
                 "--unsafe-no-verify",
                 "verify_enabled",
@@ -155,8 +138,15 @@ def verification_options(
                 default=True,
                 help=switch_help,
             )
-        )
-    options += [
+        ]
+    return []
+
+
+def _sampling_options() -> list[Callable[[F], F]]:
+    """Which episodes are re-run: the sample size, the seed, the secret, the budget."""
+    from fewtrans_board.cli.groups import FiniteFloatRange
+
+    return [
         click.option(
             "--sample",
             type=click.IntRange(1),
@@ -190,6 +180,14 @@ def verification_options(
             metavar="SECONDS",
             help="Seconds per dataset within which every episode is re-run (default 1800).",
         ),
+    ]
+
+
+def _worker_options(root_help: str) -> list[Callable[[F], F]]:
+    """What the re-running plugin worker reads and runs on."""
+    from fewtrans_board.cli.groups import DEVICE
+
+    return [
         click.option("--root", "roots", multiple=True, metavar="DATASET=PATH", help=root_help),
         click.option(
             "--weights",
@@ -228,6 +226,29 @@ def verification_options(
             help="UNSAFE: run the plugin worker without an OS sandbox (where bubblewrap is "
             "missing); recorded in the report and shown on the site.",
         ),
+    ]
+
+
+def verification_options(
+    root_help: str, switch: str | None = None, switch_help: str = ""
+) -> Callable[[F], F]:
+    """The options of every command that verifies.
+
+    ``submission verify``, ``leaderboard add``, ``check`` and ``check-pr`` share them.
+
+    Args:
+        root_help: help text of ``--root``.
+        switch: ``"--verify"`` (off unless given), ``"--unsafe-no-verify"`` (on unless
+            given) or ``None`` (always on).
+        switch_help: help text of the switch.
+
+    Returns:
+        A decorator adding the options.
+    """
+    options = [
+        *_switch_options(switch, switch_help),
+        *_sampling_options(),
+        *_worker_options(root_help),
         click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts."),
     ]
 

@@ -117,7 +117,7 @@ class SubmissionError(FewtransError):
 
     The message is always one line (whitespace collapsed, control characters escaped,
     length bounded), prefixed with the code. It lives on the ground floor so that the
-    provenance records (:mod:`fewtrans_board.results.provenance`) raise the same error
+    provenance records (:mod:`fewtrans_board.results.documents`) raise the same error
     the leaderboard does (:mod:`fewtrans_board.core.errors` re-exports it).
 
     Attributes:

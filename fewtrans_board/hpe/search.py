@@ -89,70 +89,113 @@ class SearchResult:
     evaluations: int = 0
 
 
+Directions = dict[str, str]
+"""``axis -> "up" | "down" | "still"``."""
+
+
+@dataclass(frozen=True)
+class _Axes:
+    """The searched axes (``name -> "lr" | "epochs"``) and their ladders."""
+
+    roles: dict[str, str]
+
+    def snap(self, name: str, value: Any) -> Any:
+        """The nearest rung of the axis's ladder."""
+        return snap_lr(float(value)) if self.roles[name] == "lr" else snap_epochs(int(value))
+
+    def up(self, name: str, value: Any) -> Any:
+        """The next rung up (``None`` at the top)."""
+        return lr_up(value) if self.roles[name] == "lr" else epochs_up(value)
+
+    def down(self, name: str, value: Any) -> Any:
+        """The next rung down (``None`` at the bottom)."""
+        return lr_down(value) if self.roles[name] == "lr" else epochs_down(value)
+
+    def around(self, current: dict[str, Any]) -> dict[str, list[Any]]:
+        """The first round's values: each axis's rung below, the current one, the one above."""
+        return {
+            n: [
+                v
+                for v in (self.down(n, current[n]), current[n], self.up(n, current[n]))
+                if v is not None
+            ]
+            for n in self.roles
+        }
+
+    def first_directions(self, values: dict[str, list[Any]], best: dict[str, Any]) -> Directions:
+        """After the full grid: an axis whose best sits on an edge moves past it."""
+        directions = {}
+        for n, tried in values.items():
+            if len(tried) > 1 and best[n] == tried[0] and self.down(n, best[n]) is not None:
+                directions[n] = "down"
+            elif len(tried) > 1 and best[n] == tried[-1] and self.up(n, best[n]) is not None:
+                directions[n] = "up"
+            else:
+                directions[n] = "still"
+        return directions
+
+    def next_directions(
+        self, directions: Directions, current: dict[str, Any], best: dict[str, Any]
+    ) -> Directions:
+        """An axis keeps moving while its best moved and a next rung exists; else it stops."""
+        moved = {}
+        for n, direction in directions.items():
+            step = self.down if direction == "down" else self.up
+            nxt = step(n, best[n]) if direction != "still" else None
+            moved[n] = direction if best[n] != current[n] and nxt is not None else "still"
+        return moved
+
+    def next_values(self, directions: Directions, current: dict[str, Any]) -> dict[str, list[Any]]:
+        """A later round's values: {next, current} on a moving axis, the current one else."""
+        return {
+            n: (
+                [self.down(n, current[n]), current[n]]
+                if d == "down"
+                else [current[n], self.up(n, current[n])]
+                if d == "up"
+                else [current[n]]
+            )
+            for n, d in directions.items()
+        }
+
+
 def centre_search(adapter: type[Adapter], start: AdapterConfig, score: Scorer) -> SearchResult:
     """Run the iterative local search from ``start`` with the given scorer.
 
     Raises:
         FewtransError: the adapter declares no HPE axis.
     """
-    axes = hpe_roles(adapter)
-    if not axes:
+    axes = _Axes(hpe_roles(adapter))
+    if not axes.roles:
         raise FewtransError(
             f"adapter {adapter.name!r} declares no HPE axis (hpe='lr'/'epochs'); nothing to search"
         )
-
-    def up(name: str, value: Any) -> Any:
-        return lr_up(value) if axes[name] == "lr" else epochs_up(value)
-
-    def down(name: str, value: Any) -> Any:
-        return lr_down(value) if axes[name] == "lr" else epochs_down(value)
-
     current = start.to_dict()
-    for name, kind in axes.items():
-        current[name] = (
-            snap_lr(float(current[name])) if kind == "lr" else snap_epochs(int(current[name]))
-        )
+    current.update({n: axes.snap(n, current[n]) for n in axes.roles})
     result = SearchResult(centre={}, start=dict(current))
     scores: dict[str, float] = {}
-    values = {
-        n: [v for v in (down(n, current[n]), current[n], up(n, current[n])) if v is not None]
-        for n in axes
-    }
-    directions: dict[str, str] = {}
+    values = axes.around(current)
+    directions: Directions = {}
     for round_index in range(1, MAX_ROUNDS + 1):
-        names = list(values)
         grid = [
-            adapter.Config.from_dict({**current, **dict(zip(names, combo, strict=True))})
-            for combo in itertools.product(*(values[n] for n in names))
+            adapter.Config.from_dict({**current, **dict(zip(values, combo, strict=True))})
+            for combo in itertools.product(*values.values())
         ]
         new = [c for c in grid if c.digest() not in scores]
         if new:
-            for config, accuracy in zip(new, score(new), strict=True):
-                scores[config.digest()] = accuracy
+            scores.update(zip([c.digest() for c in new], score(new), strict=True))
         ranked = [(scores[c.digest()], -i, c) for i, c in enumerate(grid)]
         best = max(ranked, key=lambda r: (r[0], r[1]))[2].to_dict()
-        if round_index == 1:
-            for n in names:
-                if len(values[n]) > 1 and best[n] == values[n][0] and down(n, best[n]) is not None:
-                    directions[n] = "down"
-                elif len(values[n]) > 1 and best[n] == values[n][-1] and up(n, best[n]) is not None:
-                    directions[n] = "up"
-                else:
-                    directions[n] = "still"
-        else:
-            for n in names:
-                moved = best[n] != current[n]
-                nxt = (
-                    (down if directions[n] == "down" else up)(n, best[n])
-                    if directions[n] != "still"
-                    else None
-                )
-                directions[n] = directions[n] if moved and nxt is not None else "still"
+        directions = (
+            axes.first_directions(values, best)
+            if round_index == 1
+            else axes.next_directions(directions, current, best)
+        )
         result.rounds.append(
             {
                 "round": round_index,
                 "grid": [{"config": c.to_dict(), "accuracy": scores[c.digest()]} for c in grid],
-                "best": {n: best[n] for n in names},
+                "best": {n: best[n] for n in values},
                 "best_accuracy": scores[adapter.Config.from_dict(best).digest()],
                 "directions": dict(directions),
             }
@@ -160,16 +203,7 @@ def centre_search(adapter: type[Adapter], start: AdapterConfig, score: Scorer) -
         current = best
         if all(d == "still" for d in directions.values()):
             break
-        values = {
-            n: (
-                [down(n, current[n]), current[n]]
-                if directions[n] == "down"
-                else [current[n], up(n, current[n])]
-                if directions[n] == "up"
-                else [current[n]]
-            )
-            for n in names
-        }
+        values = axes.next_values(directions, current)
     result.centre = current
     result.evaluations = len(scores)
     return result

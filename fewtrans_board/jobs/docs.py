@@ -4,11 +4,14 @@ Two sections exist: the hook reference in CONTRIBUTING.md (from the hookspec doc
 and the method table in README.md (from the registered built-in adapters). Run
 ``python -m fewtrans_board.jobs.docs README.md CONTRIBUTING.md`` to rewrite every marked section
 in those files, or add ``--check`` to fail when one is out of date (a test does this).
+``--schemas docs/schemas`` also writes the JSON Schema of every published metadata document
+(:data:`fewtrans_board.results.documents.PUBLISHED`) for submitters.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -168,6 +171,32 @@ def render_toolkit_table() -> str:
     return "\n".join([*lines, "", end_marker("TOOLKIT TABLE")])
 
 
+def render_schemas() -> dict[str, str]:
+    """The JSON Schema of every published document by file name (``run.schema.json`` ...)."""
+    from fewtrans_board.results.documents import PUBLISHED
+
+    out = {}
+    for name, model in PUBLISHED.items():
+        schema = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
+        schema.update(model.model_json_schema())
+        out[f"{name}.schema.json"] = json.dumps(schema, indent=2) + "\n"
+    return out
+
+
+def stale_schemas(folder: Path, write: bool) -> list[str]:
+    """The schema files in ``folder`` that differ from :func:`render_schemas` (rewritten if asked)."""
+    stale = []
+    for name, text in render_schemas().items():
+        path = folder / name
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
+            continue
+        stale.append(str(path))
+        if write:
+            folder.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    return stale
+
+
 SECTIONS: dict[str, Callable[[], str]] = {
     "HOOK REFERENCE": render_hook_reference,
     "METHOD TABLE": render_method_table,
@@ -197,9 +226,17 @@ def update_sections(text: str) -> tuple[str, list[str]]:
     "paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
 )
 @click.option("--check", is_flag=True, help="Exit 1 if any file is out of date.")
-def main(paths: tuple[Path, ...], check: bool) -> None:
+@click.option(
+    "--schemas",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also write the published documents' JSON Schemas into this folder.",
+)
+def main(paths: tuple[Path, ...], check: bool, schemas: Path | None) -> None:
     """Rewrite (or --check) the generated sections of each of PATHS."""
-    stale = []
+    stale = [] if schemas is None else stale_schemas(schemas, write=not check)
+    if stale and not check:
+        click.echo(f"updated {len(stale)} JSON Schema(s) in {schemas}")
+        stale = []
     for path in paths:
         text = path.read_text(encoding="utf-8")
         updated, found = update_sections(text)
@@ -215,9 +252,7 @@ def main(paths: tuple[Path, ...], check: bool) -> None:
             path.write_text(updated, encoding="utf-8")
             click.echo(f"updated {', '.join(found).lower()} in {path}")
     if stale:
-        click.echo(
-            f"out of date: {' '.join(stale)}; run python -m fewtrans_board.jobs.docs {' '.join(stale)}"
-        )
+        click.echo(f"out of date: {' '.join(stale)}; run make docs")
         sys.exit(1)
 
 

@@ -261,42 +261,61 @@ def run_inductive_demo(
                 result.selected.setdefault(adapter, {})[role] = chosen
                 config = chosen["config"]
             say(f"few-shot {adapter} on {model}")
-            run_dir = out / "results" / role / adapter
-            weights = str(unlearned_weights(out)) if role == "unlearned" else None
             spec = RunSpec(
                 model,
                 adapter,
                 str(manifest),
                 hpe=HPE,
-                weights=weights,
+                weights=str(unlearned_weights(out)) if role == "unlearned" else None,
                 config=config,
                 limit=episodes,
                 device=device,
             )
-            run_evaluation(spec, registry, run_dir, progress=progress)
-            per_role[role] = load_run(run_dir).aggregations()["hpe"]
-        result.per_episode[adapter] = per_role
-        result.few_shot[adapter] = {r: mean_ci(v).to_dict() for r, v in per_role.items()}
-        result.gaps[adapter] = {
-            f"{other} - unlearned": mean_ci(per_role[other] - per_role["unlearned"]).to_dict()
-            for other in ("original", "scratch")
-        }
-        result.verdicts[adapter] = oracle_verdict(
-            per_role["unlearned"], per_role["scratch"], margin
-        ).to_dict()
+            per_role[role] = _hpe_accuracies(
+                spec, registry, out / "results" / role / adapter, progress
+            )
+        _compare_models(result, adapter, per_role, margin)
     if build_site_too:
-        from fewtrans_board.website.build import build_site
-
-        store = out / "leaderboard"
-        (store / "manifests").mkdir(parents=True, exist_ok=True)
-        for file in manifest.parent.glob(manifest.name + "*"):
-            shutil.copy2(file, store / "manifests" / file.name)
-        build_site(
-            store,
-            out / "site",
-            registry,
-            [out / "results"],
-            oracle_check={"models": MODELS, "rows": result.oracle_rows(), "margin": margin},
-        )
-        result.site_index = out / "site" / "index.html"
+        result.site_index = _build_demo_site(registry, out, manifest, result, margin)
     return result
+
+
+def _hpe_accuracies(spec: RunSpec, registry: Registry, run_dir: Path, progress: bool) -> Any:
+    """Evaluate ``spec`` into ``run_dir`` (resuming) and read its per-episode HPE accuracies."""
+    run_evaluation(spec, registry, run_dir, progress=progress)
+    return load_run(run_dir).aggregations()["hpe"]
+
+
+def _compare_models(
+    result: InductiveDemoResult, adapter: str, per_role: dict[str, Any], margin: float
+) -> None:
+    """Record one adapter's accuracies on the three models, their gaps and the oracle verdict."""
+    result.per_episode[adapter] = per_role
+    result.few_shot[adapter] = {r: mean_ci(v).to_dict() for r, v in per_role.items()}
+    result.gaps[adapter] = {
+        f"{other} - unlearned": mean_ci(per_role[other] - per_role["unlearned"]).to_dict()
+        for other in ("original", "scratch")
+    }
+    result.verdicts[adapter] = oracle_verdict(
+        per_role["unlearned"], per_role["scratch"], margin
+    ).to_dict()
+
+
+def _build_demo_site(
+    registry: Registry, out: Path, manifest: Path, result: InductiveDemoResult, margin: float
+) -> Path:
+    """The static site of the demo's runs, with the oracle check; its index page."""
+    from fewtrans_board.website.build import build_site
+
+    store = out / "leaderboard"
+    (store / "manifests").mkdir(parents=True, exist_ok=True)
+    for file in manifest.parent.glob(manifest.name + "*"):
+        shutil.copy2(file, store / "manifests" / file.name)
+    build_site(
+        store,
+        out / "site",
+        registry,
+        [out / "results"],
+        oracle_check={"models": MODELS, "rows": result.oracle_rows(), "margin": margin},
+    )
+    return out / "site" / "index.html"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from fewtrans_board.core.errors import SubmissionError
@@ -166,18 +166,6 @@ def split_shards(store: LeaderboardStore, ident: str) -> Iterator[SplitShard]:
             yield SplitShard(name, path, table, meta, record)
 
 
-def unsplit_shards(store_root: Path, ident: str) -> list[str]:
-    """The shard files of ``ident`` that still carry their logits (their names in results/)."""
-    from fewtrans_board.results.blobs import read_record
-
-    folder = store_root / "results" / ident
-    return [
-        path.relative_to(folder).as_posix()
-        for path in sorted(folder.rglob("shards/shard-*.parquet"))
-        if not read_record(path).get("sha256")
-    ]
-
-
 @dataclass(frozen=True)
 class CopyReport:
     """What copying one entry's blobs did.
@@ -266,25 +254,6 @@ def copy_entry_blobs(
         copied += 1
         written += len(data)
     return CopyReport(ident, copied, present, written)
-
-
-def entries_added(
-    repo: Path, since: str, head: str = "HEAD", leaderboard: str = "leaderboard"
-) -> list[str]:
-    """The entries whose ``submission.toml`` was added between ``since`` and ``head``.
-
-    Raises:
-        SubmissionError: ``git-failed``.
-    """
-    from fewtrans_board.leaderboard.pr import changed_paths
-
-    root = PurePosixPath(leaderboard) / "submissions"
-    ids = set()
-    for status, raw in changed_paths(repo, since, head):
-        path = PurePosixPath(raw)
-        if status == "A" and path.name == "submission.toml" and path.parent.parent == root:
-            ids.add(path.parent.name)
-    return sorted(ids)
 
 
 def source_of(store: LeaderboardStore, ident: str, override: BlobStore | None) -> BlobStore:

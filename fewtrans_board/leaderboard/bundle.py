@@ -5,7 +5,7 @@ yields :class:`BundleContents` (parsed ``submission.toml``, checked centre-searc
 run folders named as the layout names them) or raises one
 :class:`~fewtrans_board.core.errors.SubmissionError` naming the member and the
 problem. The layout and the zip checks are :mod:`~fewtrans_board.leaderboard.layout`; the
-metadata shapes :mod:`~fewtrans_board.leaderboard.schema`; nothing is unpickled.
+metadata documents :mod:`~fewtrans_board.results.documents`; nothing is unpickled.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.leaderboard.layout import CENTRE, META, RUN, check_tree, extract_members
 from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
-from fewtrans_board.results.provenance import CentreSearch
-from fewtrans_board.results.shapes import load_json
+from fewtrans_board.results.documents import CentreSearch
+from fewtrans_board.results.strict_json import load_json
 
 PARQUET_MAGIC = b"PAR1"
 ENTRY_FILES = frozenset({"submission.toml", "centre-search.json", "status.json"})
@@ -36,7 +36,7 @@ class BundleContents:
     Attributes:
         meta: the parsed ``submission.toml``.
         centre_search: ``centre-search.json``, checked against
-            :data:`~fewtrans_board.leaderboard.schema.CENTRE_SEARCH`, or ``None``.
+            :class:`~fewtrans_board.results.documents.CentreSearch`, or ``None``.
         runs: the run folders on disk.
         names: each run folder's name in the bundle layout (``results/<run>``), for messages.
         files: every file of the bundle or entry by its layout name (``status.json`` of a

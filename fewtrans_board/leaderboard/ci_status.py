@@ -13,15 +13,16 @@ leaves that entry's status as it was.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.core.atomic import write_bytes_atomic
 from fewtrans_board.core.errors import SubmissionError
+from fewtrans_board.leaderboard.fail_closed import fail_closed
 
 if TYPE_CHECKING:
-    from fewtrans_board.leaderboard.intake import PullRequestReport
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
 STATUS_SUFFIX = ".json"
@@ -34,21 +35,27 @@ def status_text(record: dict[str, Any]) -> str:
     return json.dumps(record, indent=2, sort_keys=True) + "\n"
 
 
-def write_ci_statuses(report: PullRequestReport, folder: Path) -> dict[str, Path]:
+def write_ci_statuses(
+    verifications: Mapping[str, dict[str, Any] | None], folder: Path
+) -> dict[str, Path]:
     """Write ``folder/<id>.json`` for every entry the check verified (and passed).
 
-    Entries checked without verification, and entries that failed, get nothing.
+    Args:
+        verifications: ``{id: verification report}`` of the entries that passed the check
+            (``None``: checked without verification); entries that failed are left out,
+            and they and the unverified ones get nothing.
+        folder: where to write.
 
     Returns:
         ``{id: path}`` of the files written.
     """
     written = {}
     folder.mkdir(parents=True, exist_ok=True)
-    for ident, result in sorted(report.results.items()):
-        if result.verification is None:
+    for ident, verification in sorted(verifications.items()):
+        if verification is None:
             continue
         path = folder / f"{ident}{STATUS_SUFFIX}"
-        record = {"status": "verified", "verification": result.verification}
+        record = {"status": "verified", "verification": verification}
         write_bytes_atomic(path, status_text(record).encode())
         written[ident] = path
     return written
@@ -92,9 +99,8 @@ def checked_status(path: Path, store: LeaderboardStore) -> tuple[str, dict[str, 
             (``status-not-passed``), or verified other files than the entry holds now
             (``status-digest-mismatch``).
     """
-    from fewtrans_board.leaderboard.intake import fail_closed
-    from fewtrans_board.results.provenance import EntryStatus
-    from fewtrans_board.results.shapes import load_json
+    from fewtrans_board.results.documents import EntryStatus
+    from fewtrans_board.results.strict_json import load_json
 
     name = path.name
     ident = name.removesuffix(STATUS_SUFFIX)

@@ -1,7 +1,7 @@
 """Rules for the rows of result shards beyond their exact Arrow types.
 
 :func:`fewtrans_board.results.shards.read_shard` already refuses a shard whose columns or
-types differ from :func:`~fewtrans_board.results.schema.arrow_schema`. A submitted run
+types differ from :func:`~fewtrans_board.results.row_schema.arrow_schema`. A submitted run
 must also have no nulls except the logits of vote rows (which store none), only the known
 labels in its label columns, finite numbers, and the run id, manifest hash and dataset of
 its provenance and frozen manifest on every row.
@@ -15,7 +15,7 @@ import numpy as np
 
 from fewtrans_board.core.errors import SubmissionError, shown
 from fewtrans_board.results.load import RunResults
-from fewtrans_board.results.schema import COLUMNS, CONFIG_KIND, ENSEMBLE_KIND, ENSEMBLES, SPLITS
+from fewtrans_board.results.row_schema import COLUMNS, CONFIG_KIND, ENSEMBLE_KIND, ENSEMBLES, SPLITS
 
 NULLABLE = frozenset({"logits"})
 """Columns that may hold nulls (vote rows store no logits; validation checks the rest)."""

@@ -31,9 +31,9 @@ from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 from fewtrans_board.leaderboard.summary_cache import SummaryCache, entry_key
 from fewtrans_board.results.digest import RunDigest, digest_bytes, digest_of_bytes
-from fewtrans_board.results.load import RunResults
-from fewtrans_board.results.provenance import EntryStatus
-from fewtrans_board.results.shapes import load_json
+from fewtrans_board.results.documents import EntryStatus
+from fewtrans_board.results.load import RunResults, RunView
+from fewtrans_board.results.strict_json import load_json
 from fewtrans_board.results.summary import summarize
 
 
@@ -102,15 +102,6 @@ def read_status_record(store: LeaderboardStore, ident: str) -> dict[str, Any]:
     return EntryStatus.from_json(record, "status.json", code="bad-status").to_json()
 
 
-def read_status(store: LeaderboardStore, ident: str) -> str:
-    """The checked ``status`` of a stored entry (``validated`` when it has no status.json).
-
-    Raises:
-        SubmissionError: ``bad-status``.
-    """
-    return str(read_status_record(store, ident)["status"])
-
-
 def _entry_shell(store: LeaderboardStore, ident: str) -> tuple[StoredEntry, BundleContents]:
     """A stored entry without its runs, and its contents (files checked against the layout)."""
     contents = store.entry_contents(ident)
@@ -128,7 +119,7 @@ def _entry_shell(store: LeaderboardStore, ident: str) -> tuple[StoredEntry, Bund
 
 
 def _frozen_of(
-    frozen_manifests: Mapping[str, tuple[str, Any]], run: RunDigest | RunResults, where: str
+    frozen_manifests: Mapping[str, tuple[str, Any]], run: RunView, where: str
 ) -> tuple[str, Any]:
     """The frozen manifest a run names: ``(file name, manifest)``, its dataset the run's.
 

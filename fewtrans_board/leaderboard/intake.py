@@ -11,16 +11,14 @@ than escaping as a traceback; the store is never touched before validation has p
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fewtrans_board.core.errors import FewtransError, SubmissionError, describe
+from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.leaderboard.bundle import (
     BundleContents,
     extract_bundle,
@@ -28,6 +26,7 @@ from fewtrans_board.leaderboard.bundle import (
     read_centre_search,
     run_centre_record,
 )
+from fewtrans_board.leaderboard.fail_closed import fail_closed
 from fewtrans_board.leaderboard.index import build_index
 from fewtrans_board.leaderboard.meta import read_meta
 from fewtrans_board.leaderboard.runs import GIT_ONLY, fetching
@@ -65,31 +64,6 @@ class CheckResult:
         if self.verification is not None:
             out["verification"] = self.verification
         return out
-
-
-@contextlib.contextmanager
-def fail_closed(what: str) -> Iterator[None]:
-    """Turn an unanticipated error while reading untrusted data into a refusal.
-
-    Args:
-        what: the bundle or entry being read, named in the message.
-
-    Raises:
-        SubmissionError: unchanged; ``cannot-check`` for another user-facing error (e.g. a
-            damaged frozen manifest in the store); ``unexpected-fault`` for anything else.
-    """
-    try:
-        yield
-    except SubmissionError:
-        raise
-    except FewtransError as exc:
-        raise SubmissionError("cannot-check", f"{what} cannot be checked: {exc}") from exc
-    except Exception as exc:  # fail closed on untrusted input
-        raise SubmissionError(
-            "unexpected-fault",
-            f"{what} is refused: reading it stopped on {describe(exc)} (please report this "
-            "with the bundle: the checks should have named the fault)",
-        ) from exc
 
 
 def validate_bundle(bundle: Path, store: LeaderboardStore) -> ValidationReport:
@@ -299,7 +273,8 @@ def fetch_pull_request_plugins(
         SubmissionError: the pull request changes more than new entries' data, a pin has
             no wheel hash, or pip refused a pin.
     """
-    from fewtrans_board.leaderboard.pr import blob_folder_of, changed_paths, classify
+    from fewtrans_board.leaderboard.git import changed_paths
+    from fewtrans_board.leaderboard.pr import blob_folder_of, classify
     from fewtrans_board.leaderboard.wheels import install_pins
 
     changes = classify(
@@ -344,9 +319,9 @@ def check_pull_request(
     """
     from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.blob_flow import source_of
+    from fewtrans_board.leaderboard.git import changed_paths
     from fewtrans_board.leaderboard.pr import (
         blob_folder_of,
-        changed_paths,
         check_added_blobs,
         check_entries_split,
         classify,
@@ -387,5 +362,5 @@ def check_pull_request(
     if status_out is not None:
         from fewtrans_board.leaderboard.ci_status import write_ci_statuses
 
-        write_ci_statuses(report, status_out)
+        write_ci_statuses({i: r.verification for i, r in report.results.items()}, status_out)
     return report

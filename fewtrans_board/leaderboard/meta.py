@@ -9,8 +9,8 @@ from typing import Any
 
 from fewtrans_board.core.errors import SubmissionError, shown
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
-from fewtrans_board.results.provenance import is_name
-from fewtrans_board.results.shapes import text_problem
+from fewtrans_board.results.documents import is_name
+from fewtrans_board.results.strict_json import text_problem
 
 # Ids become folder names: lowercase, digits, '-' and '.', no '..', no leading/trailing separator.
 ID_PATTERN = re.compile(r"^(?!.*\.\.)[a-z0-9](?:[a-z0-9.-]{0,98}[a-z0-9])?\Z")
@@ -142,6 +142,32 @@ def _wheels(data: dict[str, Any], pins: dict[str, str]) -> dict[str, str]:
     return checked
 
 
+def _pins(data: dict[str, Any]) -> dict[str, str]:
+    """``submission.plugins``: the version pinned for each distribution (names normalised)."""
+    plugins = data["plugins"]
+    if not isinstance(plugins, list) or not 1 <= len(plugins) <= MAX_PINS:
+        raise SubmissionError(
+            "unpinned-plugin",
+            f"submission.plugins must list 1 to {MAX_PINS} 'distribution==version' pins",
+        )
+    pins: dict[str, str] = {}
+    for pin in plugins:
+        match = PIN_PATTERN.match(pin) if isinstance(pin, str) and len(pin) <= MAX_NAME else None
+        if match is None:
+            raise SubmissionError(
+                "unpinned-plugin",
+                f"plugin {shown(pin)} is not pinned: write 'distribution==version' "
+                "(e.g. fewtrans-example==0.1.0)",
+            )
+        distribution = match.group(1).lower().replace("_", "-")
+        if distribution in pins and pins[distribution] != match.group(2):
+            raise SubmissionError(
+                "unpinned-plugin", f"submission.plugins pins {distribution} twice"
+            )
+        pins[distribution] = match.group(2)
+    return pins
+
+
 def read_meta(data: bytes) -> SubmissionMeta:
     """Decode and check the bytes of ``submission.toml`` (UTF-8 TOML, bounded size).
 
@@ -209,27 +235,7 @@ def parse_meta(text: str) -> SubmissionMeta:
             "unknown-benchmark",
             f"benchmark {shown(benchmark)} is not one of {', '.join(SUB_BENCHMARKS)}",
         )
-    plugins = data["plugins"]
-    if not isinstance(plugins, list) or not 1 <= len(plugins) <= MAX_PINS:
-        raise SubmissionError(
-            "unpinned-plugin",
-            f"submission.plugins must list 1 to {MAX_PINS} 'distribution==version' pins",
-        )
-    pins: dict[str, str] = {}
-    for pin in plugins:
-        match = PIN_PATTERN.match(pin) if isinstance(pin, str) and len(pin) <= MAX_NAME else None
-        if match is None:
-            raise SubmissionError(
-                "unpinned-plugin",
-                f"plugin {shown(pin)} is not pinned: write 'distribution==version' "
-                "(e.g. fewtrans-example==0.1.0)",
-            )
-        distribution = match.group(1).lower().replace("_", "-")
-        if distribution in pins and pins[distribution] != match.group(2):
-            raise SubmissionError(
-                "unpinned-plugin", f"submission.plugins pins {distribution} twice"
-            )
-        pins[distribution] = match.group(2)
+    pins = _pins(data)
     wheels = _wheels(data, pins)
     supersedes = _text(data, "supersedes")
     if supersedes and not ID_PATTERN.match(supersedes):

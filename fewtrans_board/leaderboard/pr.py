@@ -17,7 +17,6 @@ the new entries from the pull request's data.
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -50,40 +49,6 @@ class PullRequestChanges:
     sources: list[str] = field(default_factory=list)
 
 
-def changed_paths(repo: Path, base: str, head: str = "HEAD") -> list[tuple[str, str]]:
-    """``(status, path)`` of every file that differs between ``base`` and ``head``.
-
-    Uses the merge base (``base...head``), as a pull request's diff does, with rename
-    detection off so that a moved file shows as a deletion and an addition.
-
-    Raises:
-        SubmissionError: git failed (not a repository, unknown ref).
-    """
-    try:
-        out = subprocess.run(
-            [
-                "git",
-                "-C",
-                str(repo),
-                "diff",
-                "--name-status",
-                "--no-renames",
-                "-z",
-                f"{base}...{head}",
-            ],
-            check=True,
-            capture_output=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError) as exc:
-        detail = getattr(exc, "stderr", b"") or b""
-        raise SubmissionError(
-            "git-failed",
-            f"cannot diff {base}...{head} in {repo}: {detail.decode(errors='replace').strip() or exc}",
-        ) from exc
-    parts = out.decode("utf-8", errors="surrogateescape").split("\0")
-    return [(parts[i], parts[i + 1]) for i in range(0, len(parts) - 1, 2)]
-
-
 def classify(
     changes: list[tuple[str, str]],
     leaderboard: str = "leaderboard",
@@ -92,7 +57,7 @@ def classify(
     """Check that a pull request only adds new entries' data.
 
     Args:
-        changes: ``(status, path)`` pairs from :func:`changed_paths`.
+        changes: ``(status, path)`` pairs from :func:`~.git.changed_paths`.
         leaderboard: the store folder, relative to the repository root.
         blob_folder: the store's blob folder relative to it (``None``: blobs live
             elsewhere, at a URL; the pull request adds none, and may add
@@ -232,8 +197,6 @@ def check_entries_split(store_root: Path, ids: list[str]) -> None:
     Raises:
         SubmissionError: ``unsplit-shard`` naming the first shard that carries its logits.
     """
-    from fewtrans_board.leaderboard.blob_flow import unsplit_shards
-
     for ident in ids:
         unsplit = unsplit_shards(store_root, ident)
         if unsplit:
@@ -243,3 +206,15 @@ def check_entries_split(store_root: Path, ids: list[str]) -> None:
                 "logits in blobs at a URL; add the bundle with 'fewtrans-board leaderboard add "
                 "BUNDLE --blobs-to FOLDER-OR-URL' and commit what it stores",
             )
+
+
+def unsplit_shards(store_root: Path, ident: str) -> list[str]:
+    """The shard files of ``ident`` that still carry their logits (their names in results/)."""
+    from fewtrans_board.results.blobs import read_record
+
+    folder = store_root / "results" / ident
+    return [
+        path.relative_to(folder).as_posix()
+        for path in sorted(folder.rglob("shards/shard-*.parquet"))
+        if not read_record(path).get("sha256")
+    ]

@@ -22,7 +22,12 @@ from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.hpe.aggregate import fuse
 from fewtrans_board.results.load import RunResults
-from fewtrans_board.results.schema import CONFIG_KIND, ENSEMBLE_KIND, ENSEMBLES, accuracy_percent
+from fewtrans_board.results.row_schema import (
+    CONFIG_KIND,
+    ENSEMBLE_KIND,
+    ENSEMBLES,
+    accuracy_percent,
+)
 
 
 def _list_column(table: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -164,26 +169,7 @@ def _check_group(
     member_predictions: list[np.ndarray] = [np.zeros(0)] * len(expected_configs)
     for i in [*config_rows, *ensemble_rows.values()]:
         where = f"{dataset}: {name}, row {rows['kind'][i]} {rows['aggregation'][i] or rows['config_index'][i]}"
-        if int(rows["n_way"][i]) != w or int(rows["n_query"][i]) != q:
-            raise SubmissionError(
-                "bad-predictions",
-                f"{where}: n_way/n_query {rows['n_way'][i]}/{rows['n_query'][i]} disagree "
-                f"with the manifest ({w}/{q})",
-            )
-        pred = columns.prediction(i)
-        if len(pred) != q or (pred < 0).any() or (pred >= w).any():
-            raise SubmissionError(
-                "bad-predictions",
-                f"{where}: {len(pred)} predictions with values {sorted(set(pred.tolist()))[:8]}, "
-                f"expected {q} labels in [0, {w})",
-            )
-        accuracy = accuracy_percent(pred, labels)
-        if abs(accuracy - float(rows["accuracy"][i])) > 1e-9:
-            raise SubmissionError(
-                "accuracy-mismatch",
-                f"{where}: stored accuracy {rows['accuracy'][i]:.4f} but predictions against the "
-                f"manifest labels give {accuracy:.4f}",
-            )
+        pred = _checked_predictions(columns, i, where, labels, w)
         if rows["kind"][i] != CONFIG_KIND:
             continue
         c = int(rows["config_index"][i])
@@ -193,21 +179,8 @@ def _check_group(
                 f"{where}: configuration {rows['config'][i]} is not grid point {c} {expected_configs[c]}",
             )
         member_predictions[c] = pred
-        if not with_logits:
-            continue
-        values = columns.logit(i)
-        if not columns.logit_valid[i] or len(values) != q * w or not np.isfinite(values).all():
-            raise SubmissionError(
-                "bad-logits", f"{where}: {len(values)} logits (expected {q}x{w} finite values)"
-            )
-        member_logits[c] = values.reshape(q, w)
-        # The runner predicts the argmax of the logits before storing them as float16; the
-        # rounding is monotone, so a stored prediction is among the stored row's maxima.
-        if (member_logits[c][np.arange(q), pred] != member_logits[c].max(axis=1)).any():
-            raise SubmissionError(
-                "prediction-mismatch",
-                f"{where}: stored predictions are not the argmax of the stored logits",
-            )
+        if with_logits:
+            member_logits[c] = _checked_logits(columns, i, where, pred, w)
     stacked_predictions = np.stack(member_predictions)
     stacked_logits = np.stack(member_logits) if with_logits else np.zeros((0, q, w))
     for aggregation in ENSEMBLES if with_logits else ("vote",):
@@ -220,3 +193,50 @@ def _check_group(
                 f"{dataset}: {name}, {aggregation} predictions differ from the ones recomputed "
                 f"from the stored member {'logits' if aggregation == 'logit-mean' else 'predictions'}",
             )
+
+
+def _checked_predictions(
+    columns: _Columns, i: int, where: str, labels: np.ndarray, w: int
+) -> np.ndarray:
+    """Row ``i``'s predictions: the manifest's shape, labels in range, its stored accuracy."""
+    rows, q = columns.rows, len(labels)
+    if int(rows["n_way"][i]) != w or int(rows["n_query"][i]) != q:
+        raise SubmissionError(
+            "bad-predictions",
+            f"{where}: n_way/n_query {rows['n_way'][i]}/{rows['n_query'][i]} disagree "
+            f"with the manifest ({w}/{q})",
+        )
+    pred = columns.prediction(i)
+    if len(pred) != q or (pred < 0).any() or (pred >= w).any():
+        raise SubmissionError(
+            "bad-predictions",
+            f"{where}: {len(pred)} predictions with values {sorted(set(pred.tolist()))[:8]}, "
+            f"expected {q} labels in [0, {w})",
+        )
+    accuracy = accuracy_percent(pred, labels)
+    if abs(accuracy - float(rows["accuracy"][i])) > 1e-9:
+        raise SubmissionError(
+            "accuracy-mismatch",
+            f"{where}: stored accuracy {rows['accuracy'][i]:.4f} but predictions against the "
+            f"manifest labels give {accuracy:.4f}",
+        )
+    return pred
+
+
+def _checked_logits(columns: _Columns, i: int, where: str, pred: np.ndarray, w: int) -> np.ndarray:
+    """Row ``i``'s logits as ``[Q, W]``: finite, of the manifest's shape, argmax its predictions."""
+    q = len(pred)
+    values = columns.logit(i)
+    if not columns.logit_valid[i] or len(values) != q * w or not np.isfinite(values).all():
+        raise SubmissionError(
+            "bad-logits", f"{where}: {len(values)} logits (expected {q}x{w} finite values)"
+        )
+    logits = values.reshape(q, w)
+    # The runner predicts the argmax of the logits before storing them as float16; the
+    # rounding is monotone, so a stored prediction is among the stored row's maxima.
+    if (logits[np.arange(q), pred] != logits.max(axis=1)).any():
+        raise SubmissionError(
+            "prediction-mismatch",
+            f"{where}: stored predictions are not the argmax of the stored logits",
+        )
+    return logits

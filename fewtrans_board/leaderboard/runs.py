@@ -17,10 +17,10 @@ from typing import Any
 from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.core.errors import SubmissionError, describe, shown
 from fewtrans_board.results.blobs import BlobStore
+from fewtrans_board.results.documents import SHARED_PROVENANCE, RunProvenance, RunRecord
 from fewtrans_board.results.load import RunResults, ShardBlobError, load_run, run_progress
-from fewtrans_board.results.provenance import SHARED_PROVENANCE, RunProvenance, RunRecord
-from fewtrans_board.results.shapes import load_json
 from fewtrans_board.results.shards import CorruptShardError, ResultsError, shard_file_name
+from fewtrans_board.results.strict_json import load_json
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,9 @@ def load_checked_run(
     Args:
         path: the run folder on disk.
         where: its name in the bundle layout (``results/<run>``), used in messages.
-        intake: check the provenance a submission needs (:data:`~fewtrans_board.results.provenance.INTAKE_PROVENANCE`);
-            ``False`` checks what the index and the site read (:data:`~fewtrans_board.results.provenance.PROVENANCE`).
+        intake: check the provenance a submission needs
+            (:class:`~fewtrans_board.results.documents.IntakeProvenance`); ``False`` checks
+            what the index and the site read (:class:`~fewtrans_board.results.documents.RunProvenance`).
         consistent: also run :func:`check_consistent` (validation runs it last, so that a
             forged run is refused for what it forged rather than for a side effect).
         logits: where the logits come from (:data:`BUNDLE`: in every shard; a stored

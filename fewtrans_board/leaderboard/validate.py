@@ -15,14 +15,19 @@ from fewtrans_board.api.adapter import typed_values
 from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.core.errors import FewtransError, SubmissionError, shown
 from fewtrans_board.episodes.manifest import Manifest
-from fewtrans_board.hpe.protocols import check_schema_fits, get_hpe_protocol, schema_roles
+from fewtrans_board.hpe.protocols import (
+    HpeProtocol,
+    check_schema_fits,
+    get_hpe_protocol,
+    schema_roles,
+)
 from fewtrans_board.leaderboard.bundle import BundleContents
+from fewtrans_board.leaderboard.bundle_schema import check_centre_values
 from fewtrans_board.leaderboard.columns import check_columns
 from fewtrans_board.leaderboard.meta import SubmissionMeta
 from fewtrans_board.leaderboard.recipe_rule import check_recipe
 from fewtrans_board.leaderboard.rows import check_rows
 from fewtrans_board.leaderboard.runs import BUNDLE, LogitSource, check_consistent, load_checked_run
-from fewtrans_board.leaderboard.schema import check_centre_values
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS, SubBenchmark
 from fewtrans_board.results.load import RunResults
@@ -190,7 +195,7 @@ def _check_centre_search(
     """The centre must come from a held-out search that moved every axis the grid varies.
 
     The record's shape is checked when the bundle is read
-    (:data:`~fewtrans_board.leaderboard.schema.CENTRE_SEARCH`); when its search manifest is
+    (:class:`~fewtrans_board.results.documents.CentreSearch`); when its search manifest is
     frozen in this store, its dataset and protocol must be that manifest's.
     """
     if not roles:
@@ -335,6 +340,100 @@ def _frozen_manifest(
     return filename, manifest
 
 
+def _check_protocol(
+    run: RunResults, protocol: HpeProtocol, roles: dict[str, str], where: str
+) -> None:
+    """The run's recorded aggregation, protocol version and axis roles are the protocol's."""
+    hpe = run.provenance.hpe
+    if hpe.aggregation != protocol.aggregation:
+        raise SubmissionError(
+            "aggregation-mismatch",
+            f"{run.dataset}: the results claim aggregation {hpe.aggregation!r}; the "
+            f"{protocol.name} protocol fuses by {protocol.aggregation!r}",
+        )
+    if hpe.version != protocol.version:
+        raise SubmissionError(
+            "protocol-mismatch",
+            f"{where}: the results were scored under {protocol.name} version {hpe.version}; "
+            f"this leaderboard's is version {protocol.version}",
+        )
+    if canonical_json(hpe.roles) != canonical_json(roles):
+        raise SubmissionError(
+            "grid-mismatch",
+            f"{run.dataset}: the recorded HPE roles {hpe.roles} are not the adapter schema's {roles}",
+        )
+
+
+def _check_run(
+    contents: BundleContents,
+    store: LeaderboardStore,
+    report: ValidationReport,
+    run: RunResults,
+    where: str,
+    manifest: Manifest,
+    protocol: HpeProtocol,
+) -> list[dict[str, Any]]:
+    """Check one run of a submission against its frozen manifest and the protocol's grid.
+
+    Returns:
+        The grid the protocol derives from the stored centre and the recorded schema.
+    """
+    meta = contents.meta
+    benchmark = SUB_BENCHMARKS[meta.benchmark]
+    check_columns(run, where, manifest.dataset)
+    _check_provenance(meta, run, benchmark)
+    schema = _recorded_schema(run, meta)
+    try:
+        check_schema_fits(protocol, schema)
+    except FewtransError as exc:
+        raise SubmissionError("axes-undeclared", f"{run.dataset}: {exc}") from exc
+    roles = schema_roles(schema)
+    _check_protocol(run, protocol, roles, where)
+    _check_complete(run)
+    check_centre_values(run.provenance.adapter.centre, schema["fields"], where)
+    centre = typed_values(run.provenance.adapter.centre, schema["fields"])
+    grid = protocol.grid_for(centre, roles)
+    _check_grid(run, protocol.name, grid, list(run.provenance.identity.grid))
+    if run.provenance.hpe.hash != protocol.digest_for(centre, roles):
+        raise SubmissionError(
+            "grid-mismatch",
+            f"{run.dataset}: the recorded HPE hash is not the {protocol.name} hash of the "
+            "grid around the stored centre",
+        )
+    if protocol.centre_rule == "recipe":
+        check_recipe(run, schema, benchmark, report.loaded[0] if report.loaded else None)
+    elif report.loaded:
+        _check_same_configuration(report.loaded[0], run)
+    report.logits_checked &= check_rows(run, manifest, grid)
+    if protocol.centre_rule != "recipe":
+        _check_centre_search(meta, benchmark, contents.centre_search, run, roles, store)
+    check_consistent(run, where)
+    return grid
+
+
+def _checks_made(
+    report: ValidationReport, protocol: HpeProtocol, benchmark: SubBenchmark
+) -> list[str]:
+    """What a valid submission's report says was checked, beyond its ``submission.toml``."""
+    return [
+        "manifest hashes are frozen ones; every episode exactly once",
+        f"grid, axes and aggregation derived from the {protocol.name} protocol and the "
+        "recorded adapter schema",
+        (
+            "accuracies and ensembles recomputed from stored predictions and logits"
+            if report.logits_checked
+            else "accuracies and vote ensembles recomputed from stored predictions; logit-mean "
+            "ensembles not rechecked (the logits blobs were not fetched: --with-logits)"
+        ),
+        (
+            f"each dataset runs the adapter's published recipe {benchmark.recipe!r} as declared"
+            if protocol.centre_rule == "recipe"
+            else "one configuration on every dataset; its centre from a held-out search of "
+            "every axis"
+        ),
+    ]
+
+
 def validate_contents(
     contents: BundleContents, store: LeaderboardStore, logits: LogitSource = BUNDLE
 ) -> ValidationReport:
@@ -372,52 +471,7 @@ def validate_contents(
             raise SubmissionError(
                 "duplicate-episode", f"{filename} is covered by two result folders"
             )
-        check_columns(run, where, manifest.dataset)
-        _check_provenance(meta, run, benchmark)
-        schema = _recorded_schema(run, meta)
-        try:
-            check_schema_fits(protocol, schema)
-        except FewtransError as exc:
-            raise SubmissionError("axes-undeclared", f"{run.dataset}: {exc}") from exc
-        roles = schema_roles(schema)
-        if run.provenance.hpe.aggregation != protocol.aggregation:
-            raise SubmissionError(
-                "aggregation-mismatch",
-                f"{run.dataset}: the results claim aggregation "
-                f"{run.provenance.hpe.aggregation!r}; the {protocol.name} protocol fuses "
-                f"by {protocol.aggregation!r}",
-            )
-        if run.provenance.hpe.version != protocol.version:
-            raise SubmissionError(
-                "protocol-mismatch",
-                f"{where}: the results were scored under {protocol.name} version "
-                f"{run.provenance.hpe.version}; this leaderboard's is version {protocol.version}",
-            )
-        if canonical_json(run.provenance.hpe.roles) != canonical_json(roles):
-            raise SubmissionError(
-                "grid-mismatch",
-                f"{run.dataset}: the recorded HPE roles {run.provenance.hpe.roles} are not "
-                f"the adapter schema's {roles}",
-            )
-        _check_complete(run)
-        check_centre_values(run.provenance.adapter.centre, schema["fields"], where)
-        centre = typed_values(run.provenance.adapter.centre, schema["fields"])
-        grid = protocol.grid_for(centre, roles)
-        _check_grid(run, protocol.name, grid, list(run.provenance.identity.grid))
-        if run.provenance.hpe.hash != protocol.digest_for(centre, roles):
-            raise SubmissionError(
-                "grid-mismatch",
-                f"{run.dataset}: the recorded HPE hash is not the {protocol.name} hash of the "
-                "grid around the stored centre",
-            )
-        if protocol.centre_rule == "recipe":
-            check_recipe(run, schema, benchmark, report.loaded[0] if report.loaded else None)
-        elif report.loaded:
-            _check_same_configuration(report.loaded[0], run)
-        report.logits_checked &= check_rows(run, manifest, grid)
-        if protocol.centre_rule != "recipe":
-            _check_centre_search(meta, benchmark, contents.centre_search, run, roles, store)
-        check_consistent(run, where)
+        grid = _check_run(contents, store, report, run, where, manifest, protocol)
         covered.add(filename)
         report.loaded.append(run)
         hpe = run.aggregations()["hpe"]
@@ -439,21 +493,5 @@ def validate_contents(
     first = report.loaded[0]
     report.configuration = adapter_configuration(first.provenance.adapter)
     report.transductive = bool(first.provenance.adapter.transductive)
-    report.checks += [
-        "manifest hashes are frozen ones; every episode exactly once",
-        f"grid, axes and aggregation derived from the {protocol.name} protocol and the "
-        "recorded adapter schema",
-        (
-            "accuracies and ensembles recomputed from stored predictions and logits"
-            if report.logits_checked
-            else "accuracies and vote ensembles recomputed from stored predictions; logit-mean "
-            "ensembles not rechecked (the logits blobs were not fetched: --with-logits)"
-        ),
-        (
-            f"each dataset runs the adapter's published recipe {benchmark.recipe!r} as declared"
-            if protocol.centre_rule == "recipe"
-            else "one configuration on every dataset; its centre from a held-out search of "
-            "every axis"
-        ),
-    ]
+    report.checks += _checks_made(report, protocol, benchmark)
     return report

@@ -195,9 +195,6 @@ def meta_train(
     """
     import torch
 
-    from fewtrans_board.methods.meta.fwt import fwt_hooks
-    from fewtrans_board.methods.meta.heads import is_running_statistic
-
     method = spec.check()
     check_checkpoint_path(out)
     try:
@@ -209,62 +206,17 @@ def meta_train(
     backbone = registry.load_model(spec.model, spec.weights, spec.device)
     encoder = copy.deepcopy(backbone.image_encoder).to(spec.device).train()
     encoder.requires_grad_(True)
-    shape = None
-    if method.maps:
-        from fewtrans_board.methods.meta.features import map_shape
-
-        shape = map_shape(encoder, backbone.image_size, spec.device)
-    initial = method.init_head(backbone.feature_dim, n_way=spec.n_way, map_shape=shape)
-    head = {k: v.to(spec.device) for k, v in initial.items()}
-    learned = [v for k, v in head.items() if not is_running_statistic(k)]
-    for tensor in learned:
-        tensor.requires_grad_(True)
-    preprocessing = Preprocessing.named(spec.preprocessing, backbone.image_size)
-    root = Path(spec.root) if spec.root else None
+    head, learned = _trainable_head(spec, method, backbone, encoder)
     source = SourceEpisodes(
         dataset.obj,
-        root,
-        preprocessing,
+        Path(spec.root) if spec.root else None,
+        Preprocessing.named(spec.preprocessing, backbone.image_size),
         n_way=spec.n_way,
         shots=spec.shots,
         queries=spec.queries,
         augment=spec.augment,
     )
-    rng = np.random.default_rng(spec.seed)
-    fwt_generator = torch.Generator().manual_seed(spec.seed + 1)
-    optimiser = torch.optim.Adam([*encoder.parameters(), *learned], lr=spec.lr)
-    losses: list[float] = []
-    hooks = fwt_hooks(encoder, fwt_generator) if spec.fwt else None
-    if hooks is not None:
-        hooks.__enter__()
-    try:
-        for epoch in range(spec.epochs):
-            epoch_losses = []
-            for _ in range(spec.episodes_per_epoch):
-                optimiser.zero_grad(set_to_none=True)
-                if method.inner_loop:
-                    batch = [source.sample(rng) for _ in range(spec.maml_tasks)]
-                    epoch_losses.append(_maml_step(spec, encoder, batch, head))
-                else:
-                    episode = source.sample(rng)
-                    support, query = _episode_features(encoder, episode, spec.device, method.maps)
-                    loss = method.loss(
-                        head,
-                        support,
-                        episode.support_labels.to(spec.device),
-                        query,
-                        episode.query_labels.to(spec.device),
-                        spec.n_way,
-                    )
-                    loss.backward()  # type: ignore[no-untyped-call]
-                    epoch_losses.append(float(loss.detach()))
-                optimiser.step()
-            losses.append(float(np.mean(epoch_losses)))
-            if progress is not None:
-                progress(epoch, losses[-1])
-    finally:
-        if hooks is not None:
-            hooks.__exit__(None, None, None)
+    losses = _train_epochs(spec, method, encoder, head, learned, source, progress)
     record = {
         **asdict(spec),
         "base_model": spec.model,
@@ -282,6 +234,87 @@ def meta_train(
     }
     write_checkpoint(out, encoder.state_dict(), {k: v.detach() for k, v in head.items()}, record)
     return record
+
+
+def _trainable_head(
+    spec: MetaTrainSpec, method: MetaMethod, backbone: Any, encoder: nn.Module
+) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+    """The method's initial head on the device, and its tensors that train (not statistics)."""
+    from fewtrans_board.methods.meta.heads import is_running_statistic
+
+    shape = None
+    if method.maps:
+        from fewtrans_board.methods.meta.features import map_shape
+
+        shape = map_shape(encoder, backbone.image_size, spec.device)
+    initial = method.init_head(backbone.feature_dim, n_way=spec.n_way, map_shape=shape)
+    head = {k: v.to(spec.device) for k, v in initial.items()}
+    learned = [v for k, v in head.items() if not is_running_statistic(k)]
+    for tensor in learned:
+        tensor.requires_grad_(True)
+    return head, learned
+
+
+def _train_epochs(
+    spec: MetaTrainSpec,
+    method: MetaMethod,
+    encoder: nn.Module,
+    head: dict[str, torch.Tensor],
+    learned: list[torch.Tensor],
+    source: SourceEpisodes,
+    progress: ProgressCallback | None,
+) -> list[float]:
+    """Adam over ``spec.epochs`` epochs of episodes (FWT hooks on while it trains).
+
+    Returns:
+        The mean loss of every epoch.
+    """
+    import torch
+
+    from fewtrans_board.methods.meta.fwt import fwt_hooks
+
+    rng = np.random.default_rng(spec.seed)
+    fwt_generator = torch.Generator().manual_seed(spec.seed + 1)
+    optimiser = torch.optim.Adam([*encoder.parameters(), *learned], lr=spec.lr)
+    losses: list[float] = []
+    hooks = fwt_hooks(encoder, fwt_generator) if spec.fwt else contextlib.nullcontext()
+    with hooks:
+        for epoch in range(spec.epochs):
+            epoch_losses = []
+            for _ in range(spec.episodes_per_epoch):
+                optimiser.zero_grad(set_to_none=True)
+                epoch_losses.append(_episode_step(spec, method, encoder, head, source, rng))
+                optimiser.step()
+            losses.append(float(np.mean(epoch_losses)))
+            if progress is not None:
+                progress(epoch, losses[-1])
+    return losses
+
+
+def _episode_step(
+    spec: MetaTrainSpec,
+    method: MetaMethod,
+    encoder: nn.Module,
+    head: dict[str, torch.Tensor],
+    source: SourceEpisodes,
+    rng: np.random.Generator,
+) -> float:
+    """Sample the next episode (a meta-batch of tasks for MAML), backpropagate its loss."""
+    if method.inner_loop:
+        batch = [source.sample(rng) for _ in range(spec.maml_tasks)]
+        return _maml_step(spec, encoder, batch, head)
+    episode = source.sample(rng)
+    support, query = _episode_features(encoder, episode, spec.device, method.maps)
+    loss = method.loss(
+        head,
+        support,
+        episode.support_labels.to(spec.device),
+        query,
+        episode.query_labels.to(spec.device),
+        spec.n_way,
+    )
+    loss.backward()  # type: ignore[no-untyped-call]
+    return float(loss.detach())
 
 
 @contextlib.contextmanager

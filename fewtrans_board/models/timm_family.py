@@ -40,55 +40,14 @@ def load_timm_backbone(
         FewtransError: unknown architecture, failed download, a checkpoint whose keys
             do not match the architecture, or weights given for a random-init model.
     """
-    import timm
-    import torch
-
-    from fewtrans_board.models.hub import hub_access, offline_hint
-
     kwargs = dict(model_kwargs or {})
     if random_init and weights is not None:
         raise FewtransError(
             f"timm {architecture!r} is requested random-init ('.{RANDOM_TAG}') and with "
             "--weights; drop one of them"
         )
-    online = True
-    try:
-        if random_init:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(0)
-                model: Any = timm.create_model(architecture, pretrained=False, **kwargs)
-        elif weights is None:
-            with hub_access() as online:
-                model = timm.create_model(architecture, pretrained=True, **kwargs)
-        else:
-            model = timm.create_model(architecture, pretrained=False, **kwargs)
-    except RuntimeError as exc:
-        raise FewtransError(f"timm does not know architecture {architecture!r}: {exc}") from exc
-    except Exception as exc:
-        raise FewtransError(
-            f"cannot download pretrained weights for {architecture!r} "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
-            f"{offline_hint(online)} Or use timm:{architecture.partition('.')[0]}.{RANDOM_TAG} "
-            "for random-init weights."
-        ) from exc
-
-    if weights is not None:
-        head = model.pretrained_cfg.get("classifier") or ""
-        heads = head if isinstance(head, (list, tuple)) else [head]
-
-        def is_head(key: str) -> bool:
-            return any(h and (key == h or key.startswith(h + ".")) for h in heads)
-
-        weights_id = fit_checkpoint(
-            model, weights, f"timm {architecture!r}", ignore=is_head, mark_truncation=True
-        )
-        source = str(weights)
-    elif random_init:
-        weights_id = f"random-init:{tensor_digest(model.state_dict())[:16]}"
-        source = "random-init (torch seed 0)"
-    else:
-        weights_id = f"timm:{architecture}"
-        source = "hub"
+    model = _create_model(architecture, weights, kwargs, random_init)
+    weights_id, source = _load_weights(model, architecture, weights, random_init)
     model.reset_classifier(0)
     model = model.to(device).eval()
     input_size = model.pretrained_cfg.get("input_size", (3, 224, 224))
@@ -102,6 +61,66 @@ def load_timm_backbone(
         device=device,
         info={"family": "timm", "architecture": architecture, "weights": source},
     )
+
+
+def _create_model(
+    architecture: str, weights: Path | None, kwargs: dict[str, Any], random_init: bool
+) -> Any:
+    """The timm model: seeded random init, pretrained from the hub, or empty for ``weights``.
+
+    Raises:
+        FewtransError: an unknown architecture, or a failed download (with the offline hint).
+    """
+    import timm
+    import torch
+
+    from fewtrans_board.models.hub import hub_access, offline_hint
+
+    online = True
+    try:
+        if random_init:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                return timm.create_model(architecture, pretrained=False, **kwargs)
+        if weights is None:
+            with hub_access() as online:
+                return timm.create_model(architecture, pretrained=True, **kwargs)
+        return timm.create_model(architecture, pretrained=False, **kwargs)
+    except RuntimeError as exc:
+        raise FewtransError(f"timm does not know architecture {architecture!r}: {exc}") from exc
+    except Exception as exc:
+        raise FewtransError(
+            f"cannot download pretrained weights for {architecture!r} "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
+            f"{offline_hint(online)} Or use timm:{architecture.partition('.')[0]}.{RANDOM_TAG} "
+            "for random-init weights."
+        ) from exc
+
+
+def _load_weights(
+    model: Any, architecture: str, weights: Path | None, random_init: bool
+) -> tuple[str, str]:
+    """The weights id and where the weights came from, a local checkpoint loaded first.
+
+    A checkpoint's classifier may differ from the model's (it is reset afterwards).
+
+    Raises:
+        FewtransError: a checkpoint whose keys do not match the architecture.
+    """
+    if weights is not None:
+        head = model.pretrained_cfg.get("classifier") or ""
+        heads = head if isinstance(head, (list, tuple)) else [head]
+
+        def is_head(key: str) -> bool:
+            return any(h and (key == h or key.startswith(h + ".")) for h in heads)
+
+        weights_id = fit_checkpoint(
+            model, weights, f"timm {architecture!r}", ignore=is_head, mark_truncation=True
+        )
+        return weights_id, str(weights)
+    if random_init:
+        return f"random-init:{tensor_digest(model.state_dict())[:16]}", "random-init (torch seed 0)"
+    return f"timm:{architecture}", "hub"
 
 
 def tensor_digest(state: dict[str, Any]) -> str:

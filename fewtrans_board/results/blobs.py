@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import tomllib
 from dataclasses import dataclass
 from functools import cached_property
@@ -403,7 +402,7 @@ def join_shard(
             path, f"with its logits blob it is not the shard that was validated ({exc.reason})"
         ) from exc
     from fewtrans_board.core.canonical import canonical_json
-    from fewtrans_board.results.schema import METADATA_KEY
+    from fewtrans_board.results.row_schema import METADATA_KEY
 
     joined = joined.replace_schema_metadata({METADATA_KEY: canonical_json(original).encode()})
     return joined, original
@@ -475,7 +474,7 @@ def read_record(path: Path) -> dict[str, Any]:
 
     import pyarrow.parquet as pq
 
-    from fewtrans_board.results.schema import METADATA_KEY
+    from fewtrans_board.results.row_schema import METADATA_KEY
     from fewtrans_board.results.shards import footer_metadata
 
     try:
@@ -486,26 +485,3 @@ def read_record(path: Path) -> dict[str, Any]:
     except Exception:  # a damaged file: its readers name it
         return {}
     return record if isinstance(record, dict) else {}
-
-
-def store_root_of(run: Path) -> Path | None:
-    """The leaderboard store a run folder belongs to (``<store>/results/<id>/<run>``), if any."""
-    for parent in list(run.resolve().parents)[:3]:
-        if (parent / CONFIG_FILE).is_file() or (
-            (parent / "results").is_dir() and (parent / "submissions").is_dir()
-        ):
-            return parent
-    return None
-
-
-def blobs_for_run(run: Path) -> BlobStore | None:
-    """The blob store of the leaderboard store holding ``run`` (``None``: not in a store).
-
-    ``$FEWTRANS_BOARD_BLOBS`` (a folder or an fsspec URL) overrides it, for runs copied out
-    of their store.
-    """
-    override = os.environ.get("FEWTRANS_BOARD_BLOBS")
-    if override:
-        return BlobStore(override)
-    root = store_root_of(run)
-    return None if root is None else BlobStore.for_store(root)

@@ -12,19 +12,17 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fewtrans_board.results.load import RunResults
-from fewtrans_board.results.provenance import RunProvenance
-from fewtrans_board.results.schema import CONFIG_KIND
+from fewtrans_board.results.load import RunResults, RunView
+from fewtrans_board.results.row_schema import CONFIG_KIND
 
 
 @dataclass
-class RunDigest:
+class RunDigest(RunView):
     """A loaded run reduced to what builds read; treat its arrays as read-only.
 
     Attributes:
@@ -73,21 +71,6 @@ class RunDigest:
             episode_seconds=seconds,
             configurations=configurations,
         )
-
-    @cached_property
-    def provenance(self) -> RunProvenance:
-        """The typed provenance of the run, read once."""
-        return RunProvenance.of(self.meta)
-
-    @property
-    def dataset(self) -> str:
-        """Dataset of the run (its own record)."""
-        return self.provenance.manifest.dataset
-
-    @property
-    def complete(self) -> bool:
-        """Whether every shard is present."""
-        return len(self.shards_present) == self.shards_total
 
     @property
     def has_novel(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -11,16 +12,44 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fewtrans_board.core.errors import describe
-from fewtrans_board.results.provenance import RunProvenance
-from fewtrans_board.results.schema import CONFIG_KIND, ENSEMBLE_KIND, ENSEMBLES
+from fewtrans_board.results.documents import RunProvenance
+from fewtrans_board.results.row_schema import CONFIG_KIND, ENSEMBLE_KIND, ENSEMBLES
 from fewtrans_board.results.shards import ResultsError, read_shard, shard_file_name
 
 if TYPE_CHECKING:
     from fewtrans_board.results.blobs import BlobError, BlobStore
 
 
+class RunView:
+    """What a loaded run and its digest (:class:`~.digest.RunDigest`) both read the same way."""
+
+    meta: dict[str, Any]
+    shards_present: list[int]
+    shards_total: int
+
+    @property
+    def complete(self) -> bool:
+        """Whether every shard is present."""
+        return len(self.shards_present) == self.shards_total
+
+    @cached_property
+    def provenance(self) -> RunProvenance:
+        """The typed provenance of the run (its first shard's ``meta``), read once."""
+        return RunProvenance.of(self.meta)
+
+    @property
+    def dataset(self) -> str:
+        """Dataset of the run (its own record)."""
+        return self.provenance.manifest.dataset
+
+    @property
+    def label(self) -> str:
+        """``model / adapter`` for listings."""
+        return f"{self.provenance.model.name} / {self.provenance.adapter.name}"
+
+
 @dataclass
-class RunResults:
+class RunResults(RunView):
     """All shards of one run.
 
     Treated as immutable once loaded: converted columns and configuration matrices are
@@ -56,26 +85,6 @@ class RunResults:
     def logits_present(self) -> bool:
         """Whether every shard's logits are in :attr:`table` (none left in an unfetched blob)."""
         return not self.blobs
-
-    @property
-    def complete(self) -> bool:
-        """Whether every shard is present."""
-        return len(self.shards_present) == self.shards_total
-
-    @cached_property
-    def provenance(self) -> RunProvenance:
-        """The typed provenance of the run (its first shard's ``meta``), read once."""
-        return RunProvenance.of(self.meta)
-
-    @property
-    def dataset(self) -> str:
-        """Dataset of the run."""
-        return self.provenance.manifest.dataset
-
-    @property
-    def label(self) -> str:
-        """``model / adapter`` for listings."""
-        return f"{self.provenance.model.name} / {self.provenance.adapter.name}"
 
     def column(self, name: str) -> np.ndarray:
         """A column as a numpy array, converted once and cached: treat it as read-only.
@@ -261,7 +270,7 @@ def read_run_record(path: Path) -> dict[str, Any]:
     Raises:
         ResultsError: missing, unreadable, or not matching its own hash.
     """
-    from fewtrans_board.results.schema import run_id_of
+    from fewtrans_board.results.row_schema import run_id_of
 
     marker = path / "run.json"
     try:
@@ -298,7 +307,7 @@ def load_run(path: Path, blobs: BlobStore | None = None) -> RunResults:
     Args:
         path: the run folder.
         blobs: where to fetch logits blobs from (see
-            :func:`~fewtrans_board.results.blobs.blobs_for_run`); ``None`` fetches nothing.
+            :func:`blobs_for_run`); ``None`` fetches nothing.
 
     Raises:
         ResultsError: a damaged ``run.json``; a corrupt shard (:class:`CorruptShardError`,
@@ -380,3 +389,30 @@ class ShardBlobError(ResultsError):
 
     def __reduce__(self) -> tuple[type[ShardBlobError], tuple[Path, BlobError]]:
         return (type(self), (self.path, self.blob))
+
+
+def store_root_of(run: Path) -> Path | None:
+    """The leaderboard store a run folder belongs to (``<store>/results/<id>/<run>``), if any."""
+    from fewtrans_board.results.blobs import CONFIG_FILE
+
+    for parent in list(run.resolve().parents)[:3]:
+        if (parent / CONFIG_FILE).is_file() or (
+            (parent / "results").is_dir() and (parent / "submissions").is_dir()
+        ):
+            return parent
+    return None
+
+
+def blobs_for_run(run: Path) -> BlobStore | None:
+    """The blob store of the leaderboard store holding ``run`` (``None``: not in a store).
+
+    ``$FEWTRANS_BOARD_BLOBS`` (a folder or an fsspec URL) overrides it, for runs copied out
+    of their store.
+    """
+    from fewtrans_board.results.blobs import BlobStore
+
+    override = os.environ.get("FEWTRANS_BOARD_BLOBS")
+    if override:
+        return BlobStore(override)
+    root = store_root_of(run)
+    return None if root is None else BlobStore.for_store(root)

@@ -21,7 +21,7 @@ import numpy as np
 from fewtrans_board.core.atomic import write_with
 from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.core.errors import FewtransError, describe
-from fewtrans_board.results.schema import METADATA_KEY, SCHEMA_VERSION, arrow_schema
+from fewtrans_board.results.row_schema import METADATA_KEY, SCHEMA_VERSION, arrow_schema
 
 CHECKSUM_KEY = "checksum"
 CHECKSUM_ALGORITHM = "sha256/fewtrans-shard-v1"

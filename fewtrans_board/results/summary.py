@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from fewtrans_board.results.documents import AdapterRef, ShardRef
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.per_shot import per_shot, shot_seed_pairs
-from fewtrans_board.results.provenance import AdapterRef, ShardRef
 from fewtrans_board.stats.base_novel import harmonic_mean, harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
 

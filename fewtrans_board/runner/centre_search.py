@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -11,12 +12,12 @@ import numpy as np
 
 from fewtrans_board.api.adapter import AdapterConfig
 from fewtrans_board.core.atomic import write_bytes_atomic
-from fewtrans_board.core.sandbox import Isolation
 from fewtrans_board.core.version import __version__
 from fewtrans_board.hpe.search import centre_search
 from fewtrans_board.registry.lookup import Registry
-from fewtrans_board.results.schema import accuracy_percent
-from fewtrans_board.runner.context import RunContext
+from fewtrans_board.results.row_schema import accuracy_percent
+from fewtrans_board.runner.plan import plan_run
+from fewtrans_board.runner.session import RunSession
 from fewtrans_board.runner.spec import RunSpec
 
 
@@ -33,17 +34,17 @@ def run_centre_search(
     from tqdm import tqdm
 
     started = time.time()
-    ctx = RunContext(RunSpec(**{**spec.to_dict(), "hpe": "single"}), registry)
-    try:
-        adapter = ctx.adapter_cls() if ctx.isolation is Isolation.INLINE else None
-        ctx.prefetch_features(ctx.episodes, progress)
+    plan = plan_run(dataclasses.replace(spec, hpe="single"), registry)
+    with RunSession(plan) as session:
+        adapter = session.inline_adapter()
+        session.prefetch_features(plan.episodes, progress)
         bar = tqdm(desc="centre search", unit="config", disable=not progress)
 
         def score(configs: list[AdapterConfig]) -> list[float]:
             per_episode = []
-            for episode in ctx.episodes:
-                inputs = ctx.inputs(episode)
-                outcomes = ctx.outcomes(inputs, adapter, configs)
+            for episode in plan.episodes:
+                inputs = session.inputs(episode)
+                outcomes = session.outcomes(inputs, adapter, configs)
                 per_episode.append(
                     [
                         accuracy_percent(o.logits.argmax(axis=1), inputs.query_labels)
@@ -53,21 +54,19 @@ def run_centre_search(
             bar.update(len(configs))
             return [float(v) for v in np.mean(np.array(per_episode), axis=0)]
 
-        result = centre_search(ctx.adapter_cls, ctx.centre, score)
+        result = centre_search(plan.adapter_cls, plan.centre.config, score)
         bar.close()
-        weights_id = ctx.model_facts.weights_id
-    finally:
-        ctx.close()
+        weights_id = session.model_facts.weights_id
     record = {
         "kind": "fewtrans-board/centre-search",
-        "adapter": ctx.adapter_entry.name,
-        "adapter_provenance": ctx.adapter_entry.provenance(),
-        "model": ctx.model.name,
+        "adapter": plan.adapter_entry.name,
+        "adapter_provenance": plan.adapter_entry.provenance(),
+        "model": plan.model.name,
         "weights_id": weights_id,
-        "dataset": ctx.manifest.dataset,
-        "manifest_sha256": ctx.manifest.sha256,
-        "manifest_protocol": ctx.manifest.protocol,
-        "episodes": len(ctx.episodes),
+        "dataset": plan.manifest.dataset,
+        "manifest_sha256": plan.manifest.sha256,
+        "manifest_protocol": plan.manifest.protocol,
+        "episodes": len(plan.episodes),
         "start": result.start,
         "centre": result.centre,
         "evaluations": result.evaluations,

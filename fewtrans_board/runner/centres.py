@@ -3,12 +3,57 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fewtrans_board.api.adapter import Adapter, AdapterConfig
 from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.core.errors import ConfigError, FewtransError
+from fewtrans_board.hpe.protocols import HpeProtocol
+from fewtrans_board.runner.spec import RunSpec, load_centre_file
+
+
+@dataclass(frozen=True)
+class Centre:
+    """The configuration a run centres its grid on, and where it came from.
+
+    Attributes:
+        config: the centre configuration.
+        record: the centre-search result it was read from (``--centre``), if any.
+        recipe: the published recipe it is (``published`` runs), if any.
+    """
+
+    config: AdapterConfig
+    record: dict[str, Any] | None = None
+    recipe: Recipe | None = None
+
+
+def decide_centre(
+    spec: RunSpec, adapter_cls: type[Adapter], hpe: HpeProtocol, dataset: str
+) -> Centre:
+    """The centre ``spec`` asks for under ``hpe``: a recipe's values, or a (searched) centre.
+
+    Args:
+        spec: the run (``config``, ``centre_file``, ``recipe``).
+        adapter_cls: the adapter class.
+        hpe: the protocol (its ``centre_rule`` says which kind of centre it takes).
+        dataset: the manifest's dataset (recipes may set per-dataset values).
+
+    Raises:
+        FewtransError: a recipe under a protocol that takes a centre, a centre or
+            overrides under one that takes a recipe, or values that make no configuration.
+    """
+    if hpe.centre_rule == "recipe":
+        config, recipe = recipe_centre(
+            adapter_cls, spec.recipe, dataset, spec.config, spec.centre_file
+        )
+        return Centre(config, recipe=recipe)
+    if spec.recipe is not None:
+        raise FewtransError(f"--recipe runs under the published protocol, not {hpe.name!r}")
+    record = load_centre_file(spec.centre_file) if spec.centre_file else None
+    config = resolve_centre(spec.adapter, adapter_cls, spec.config, record, spec.centre_file)
+    return Centre(config, record)
 
 
 def resolve_centre(

@@ -8,7 +8,7 @@ import numpy as np
 
 from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.hpe.aggregate import fuse
-from fewtrans_board.results.schema import (
+from fewtrans_board.results.row_schema import (
     CONFIG_KIND,
     ENSEMBLE_KIND,
     ENSEMBLES,

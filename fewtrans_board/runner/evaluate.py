@@ -8,6 +8,7 @@ back into manifest order for scoring.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -200,25 +201,54 @@ def fit_predictors(
         EvaluationError: the adapter raised a :class:`FewtransError`.
         PluginCallError: the adapter raised any other exception.
     """
-    import contextlib
-
-    import torch
-
-    from fewtrans_board.runner.worker.trainable import counting
-
-    def count() -> contextlib.AbstractContextManager[Any]:
-        return counting() if trainable is not None else contextlib.nullcontext()
-
-    subject = f"adapter {getattr(adapter, 'name', type(adapter).__name__)!r}"
+    fit = _Fit(adapter, backbone, support, class_names, where, trainable)
     if adapter.overrides_fit_many() and not loop:
+        yield from fit.together(configs, seeds, options)
+    else:
+        yield from fit.one_by_one(configs, seeds)
+
+
+@dataclass
+class _Fit:
+    """One episode's fitting: the adapter, what it is fitted on, and what is counted."""
+
+    adapter: Adapter
+    backbone: Backbone
+    support: SupportSet
+    class_names: Sequence[str]
+    where: Any
+    trainable: list[int | None] | None
+
+    @property
+    def subject(self) -> str:
+        """Names the adapter in errors."""
+        return f"adapter {getattr(self.adapter, 'name', type(self.adapter).__name__)!r}"
+
+    def count(self) -> contextlib.AbstractContextManager[Any]:
+        """Count trainable parameters where asked to (else count nothing)."""
+        from fewtrans_board.runner.worker.trainable import counting
+
+        return counting() if self.trainable is not None else contextlib.nullcontext()
+
+    def together(
+        self, configs: Sequence[AdapterConfig], seeds: Sequence[int], options: FitOptions | None
+    ) -> Iterator[tuple[int, Any, float]]:
+        """Every configuration in one ``fit_many`` call; each gets an equal share of time."""
+        where = self.where
         start = time.perf_counter()
         try:
             with (
-                count() as counter,
-                plugin_code(subject, "fit_many", where(0), owner=type(adapter)),
+                self.count() as counter,
+                plugin_code(self.subject, "fit_many", where(0), owner=type(self.adapter)),
             ):
                 predictors = call_fit_many(
-                    adapter, backbone, support, class_names, configs, seeds, options
+                    self.adapter,
+                    self.backbone,
+                    self.support,
+                    self.class_names,
+                    configs,
+                    seeds,
+                    options,
                 )
         except (EvaluationError, PluginCallError):
             raise
@@ -230,32 +260,44 @@ def fit_predictors(
                 f"{len(configs)} configurations"
             )
         seconds = (time.perf_counter() - start) / max(len(configs), 1)
-        if trainable is not None:  # measured as a whole: an equal share each
-            trainable[:] = [round(counter.total / max(len(configs), 1))] * len(configs)
+        if self.trainable is not None:  # measured as a whole: an equal share each
+            self.trainable[:] = [round(counter.total / max(len(configs), 1))] * len(configs)
         for i, predictor in enumerate(predictors):
             yield i, predictor, seconds
-        return
-    for i, (config, seed) in enumerate(zip(configs, seeds, strict=True)):
-        start = time.perf_counter()
-        torch.manual_seed(seed)
-        try:
-            with count() as counter, plugin_code(subject, "fit", where(i), owner=type(adapter)):
-                predictor = adapter.fit(backbone, support, class_names, config)
-        except (EvaluationError, PluginCallError):
-            raise
-        except FewtransError as exc:
-            raise EvaluationError(f"{where(i)}: {exc}") from exc
-        if trainable is not None:
-            trainable[i] = counter.total
-        yield i, predictor, time.perf_counter() - start
-        del predictor
+
+    def one_by_one(
+        self, configs: Sequence[AdapterConfig], seeds: Sequence[int]
+    ) -> Iterator[tuple[int, Any, float]]:
+        """Each configuration seeded and fitted with ``fit``; its predictor dropped after."""
+        import torch
+
+        owner = type(self.adapter)
+        for i, (config, seed) in enumerate(zip(configs, seeds, strict=True)):
+            start = time.perf_counter()
+            torch.manual_seed(seed)
+            try:
+                with (
+                    self.count() as counter,
+                    plugin_code(self.subject, "fit", self.where(i), owner=owner),
+                ):
+                    predictor = self.adapter.fit(
+                        self.backbone, self.support, self.class_names, config
+                    )
+            except (EvaluationError, PluginCallError):
+                raise
+            except FewtransError as exc:
+                raise EvaluationError(f"{self.where(i)}: {exc}") from exc
+            if self.trainable is not None:
+                self.trainable[i] = counter.total
+            yield i, predictor, time.perf_counter() - start
+            del predictor
 
 
 def evaluate_episode(
     adapter: Adapter,
     backbone: Backbone,
     inputs: EpisodeInputs,
-    configs: list[AdapterConfig],
+    configs: Sequence[AdapterConfig],
     manifest_sha256: str,
     *,
     probes: Sequence[np.ndarray] = (),
@@ -285,8 +327,6 @@ def evaluate_episode(
         EvaluationError: wrong shape, wrong type or non-finite logits, naming the episode
             and configuration.
     """
-    import torch
-
     episode = inputs.episode
     seeds = [config_seed(manifest_sha256, episode.index, c.digest()) for c in configs]
 
@@ -296,7 +336,6 @@ def evaluate_episode(
             f"configuration {i} {configs[i].to_dict()}"
         )
 
-    position = np.argsort(inputs.query_order)  # manifest query -> presented position
     outcomes = []
     trainable: list[int | None] = [None] * len(configs)
     fitted = fit_predictors(
@@ -313,37 +352,13 @@ def evaluate_episode(
     )
     for i, predictor, fit_seconds in fitted:
         start = time.perf_counter()
-        # Subsets first: a predictor that remembered the whole set's answers cannot
-        # replay them for the parts.
-        probe_logits = [
-            predict_logits(
-                predictor,
-                inputs.query.subset(torch.as_tensor(position[probe], dtype=torch.long)),
-                episode.ways,
-                f"{where(i)} (query subset)",
-            )
-            for probe in probes
-        ]
-        logits = predict_logits(predictor, inputs.query, episode.ways, where(i))
-        novel = None
-        if inputs.novel_query is not None and inputs.novel_class_names is not None:
-            assert inputs.novel_order is not None
-            novel = in_manifest_order(
-                predict_logits(
-                    predictor,
-                    inputs.novel_query,
-                    len(inputs.novel_class_names),
-                    where(i),
-                    inputs.novel_class_names,
-                ),
-                inputs.novel_order,
-            )
+        probe_logits, logits, novel = _predict_episode(predictor, inputs, probes, where(i))
         outcomes.append(
             ConfigOutcome(
                 i,
                 configs[i],
                 seeds[i],
-                in_manifest_order(logits, inputs.query_order),
+                logits,
                 fit_seconds + time.perf_counter() - start,
                 novel,
                 probe_logits,
@@ -354,3 +369,42 @@ def evaluate_episode(
         if observe is not None:
             observe(i, configs[i], predictor)
     return outcomes
+
+
+def _predict_episode(
+    predictor: Any, inputs: EpisodeInputs, probes: Sequence[np.ndarray], where: str
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray | None]:
+    """A fitted predictor's logits: probe subsets, the queries, the novel queries.
+
+    Subsets first: a predictor that remembered the whole set's answers cannot replay them
+    for the parts. Query and novel logits come back in manifest order, probe logits in
+    each subset's order.
+    """
+    import torch
+
+    episode = inputs.episode
+    position = np.argsort(inputs.query_order)  # manifest query -> presented position
+    probe_logits = [
+        predict_logits(
+            predictor,
+            inputs.query.subset(torch.as_tensor(position[probe], dtype=torch.long)),
+            episode.ways,
+            f"{where} (query subset)",
+        )
+        for probe in probes
+    ]
+    logits = predict_logits(predictor, inputs.query, episode.ways, where)
+    novel = None
+    if inputs.novel_query is not None and inputs.novel_class_names is not None:
+        assert inputs.novel_order is not None
+        novel = in_manifest_order(
+            predict_logits(
+                predictor,
+                inputs.novel_query,
+                len(inputs.novel_class_names),
+                where,
+                inputs.novel_class_names,
+            ),
+            inputs.novel_order,
+        )
+    return probe_logits, in_manifest_order(logits, inputs.query_order), novel

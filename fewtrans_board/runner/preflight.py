@@ -28,10 +28,8 @@ from typing import Any
 import numpy as np
 
 from fewtrans_board.core.errors import ContractError, FewtransError
-from fewtrans_board.core.sandbox import Isolation
 from fewtrans_board.core.threads import torch_threads
 from fewtrans_board.registry.lookup import Registered, Registry
-from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.episode_rows import episode_rows
 from fewtrans_board.runner.evaluate import ConfigOutcome, evaluate_episode
 from fewtrans_board.runner.inductive import (
@@ -40,6 +38,8 @@ from fewtrans_board.runner.inductive import (
     inductive_probes,
     relative_gap,
 )
+from fewtrans_board.runner.plan import RunPlan, plan_run
+from fewtrans_board.runner.session import RunSession
 from fewtrans_board.runner.spec import RunSpec
 from fewtrans_board.testing.contract import (
     check_adapter,
@@ -120,77 +120,50 @@ def run_preflight(spec: RunSpec, registry: Registry, progress: bool = False) -> 
             spec = dataclasses.replace(
                 spec, manifest=str(digits_manifest(DEFAULT_MANIFEST, Path(tmp)))
             )
-        ctx = RunContext(spec, registry)
-        try:
-            return _preflight(ctx, spec, registry, progress)
-        finally:
-            ctx.close()
+        with RunSession(plan_run(spec, registry)) as session:
+            return _preflight(session, progress)
 
 
-def _preflight(
-    ctx: RunContext, spec: RunSpec, registry: Registry, progress: bool
-) -> dict[str, Any]:
+@dataclasses.dataclass
+class _Grid:
+    """What the grid computed on every episode: logits, HPE accuracies, query labels."""
+
+    first: Logits = dataclasses.field(default_factory=list)
+    hpe: list[float] = dataclasses.field(default_factory=list)
+    labels: list[np.ndarray] = dataclasses.field(default_factory=list)
+
+
+def _preflight(session: RunSession, progress: bool) -> dict[str, Any]:
+    plan = session.plan
     checks: list[str] = []
-    modules = plugin_modules(ctx)
-    batches = ctx.adapter_cls.overrides_fit_many()
-    inductive = not ctx.adapter_cls.transductive
+    modules = plugin_modules(plan)
+    batches = plan.adapter_cls.overrides_fit_many()
+    inductive = not plan.adapter_cls.transductive
     steps = Steps(4 + int(batches) + int(inductive) + int(bool(modules)), progress)
-    n = len(ctx.episodes)
+    n = len(plan.episodes)
     with steps.step("adapter and model contracts"):
-        try:
-            check_adapter(ctx.adapter_cls)
-            checks.append(f"adapter contract ({ctx.adapter_entry.name})")
-            backbone = ctx.backbone
-            check_backbone(backbone, f"model {ctx.model.name!r}")
-            checks.append(f"model contract ({ctx.model.name}, {backbone.feature_dim}-d features)")
-        except ContractError as exc:
-            raise PreflightError(str(exc)) from exc
-    inline = ctx.isolation is Isolation.INLINE
-    adapter = ctx.adapter_cls() if inline else None
-    first: Logits = []
-    hpe: list[float] = []
-    labels: list[np.ndarray] = []
-    with steps.step(f"the grid's {len(ctx.grid)} configuration(s)", n) as tick:
-        for episode in ctx.episodes:
-            inputs = ctx.inputs(episode)
-            outcomes = ctx.outcomes(inputs, adapter)
-            rows = episode_rows(
-                "validate", ctx.manifest.dataset, ctx.manifest.sha256, inputs, outcomes
-            )
-            hpe.append(next(r["accuracy"] for r in rows if r["aggregation"] == ctx.hpe.aggregation))
-            first.append(_logits(outcomes))
-            labels.append(inputs.query_labels)
-            tick()
-    checks.append(f"logits finite and shaped (queries x ways), {len(ctx.grid)} configurations")
+        checks += _check_contracts(session)
+    adapter = session.inline_adapter()
+    with steps.step(f"the grid's {len(plan.grid)} configuration(s)", n) as tick:
+        grid = _run_grid(session, adapter, tick)
+    checks.append(f"logits finite and shaped (queries x ways), {len(plan.grid)} configurations")
     with steps.step("re-run in a fresh worker", n) as tick:
-        _check_rerun(ctx, spec, registry, first, tick)
+        _check_rerun(session, grid.first, tick)
     checks.append("identical results when re-run with the same seeds in a fresh worker")
     with steps.step("queries in another order", n) as tick:
-        _check_order(ctx, adapter, first, tick)
+        _check_order(session, adapter, grid.first, tick)
     checks.append(
         "predictions independent of query order"
-        + (" and hidden labels" if inline else " (labels never reach the worker)")
+        + (" and hidden labels" if session.inline else " (labels never reach the worker)")
     )
     if batches:
-        looped = []
         with steps.step("fit() against fit_many()", n) as tick:
-            for e in ctx.episodes:
-                looped.append(_logits(ctx.outcomes(ctx.inputs(e), adapter, loop=True)))
-                tick()
-        gain, bound = fit_many_gain(first, looped, labels)
-        if bound > FIT_MANY_MARGIN:
-            raise PreflightError(
-                f"fit_many() scores {gain:+.2f} accuracy points above fitting each configuration "
-                f"alone with fit() over {len(ctx.episodes)} episodes (at least {bound:+.2f} at "
-                f"{FIT_MANY_CONFIDENCE:.0%} confidence): fit_many() must compute what fit() "
-                "computes for each configuration, only faster"
-            )
-        checks.append(f"fit_many matches fit in accuracy (gain {gain:+.2f} points)")
+            checks.append(_check_fit_many(session, adapter, grid, tick))
     if not inductive:
         checks.append("inductiveness not required: the adapter declares transductive = True")
     else:
         with steps.step("query subsets on their own", n) as tick:
-            _check_inductive(ctx, adapter, first, tick)
+            _check_inductive(session, adapter, grid.first, tick)
         checks.append("inductive: each query's logits independent of the other queries")
     if modules:
         with steps.step("plugin import without torch"):
@@ -200,57 +173,104 @@ def _preflight(
                 raise PreflightError(str(exc)) from exc
         checks.append(f"importing {', '.join(modules)} does not import torch")
     return {
-        "model": ctx.model.name,
-        "adapter": ctx.adapter_entry.name,
-        "manifest_sha256": ctx.manifest.sha256,
-        "hpe": ctx.hpe.name,
-        "centre": ctx.centre.to_dict(),
-        "centre_file": spec.centre_file,
-        "configurations": len(ctx.grid),
-        "episodes": len(ctx.episodes),
-        "hpe_accuracy": float(np.mean(hpe)),
-        "isolation": ctx.isolation.value,
+        "model": plan.model.name,
+        "adapter": plan.adapter_entry.name,
+        "manifest_sha256": plan.manifest.sha256,
+        "hpe": plan.hpe.name,
+        "centre": plan.centre.config.to_dict(),
+        "centre_file": plan.spec.centre_file,
+        "configurations": len(plan.grid),
+        "episodes": len(plan.episodes),
+        "hpe_accuracy": float(np.mean(grid.hpe)),
+        "isolation": plan.isolation.value,
         "checks": checks,
     }
 
 
-def _check_rerun(
-    ctx: RunContext, spec: RunSpec, registry: Registry, first: Logits, tick: Tick
-) -> None:
+def _check_contracts(session: RunSession) -> list[str]:
+    """The adapter class's and the loaded backbone's contracts (this process loads it)."""
+    plan = session.plan
+    try:
+        check_adapter(plan.adapter_cls)
+        backbone = session.backbone
+        check_backbone(backbone, f"model {plan.model.name!r}")
+    except ContractError as exc:
+        raise PreflightError(str(exc)) from exc
+    return [
+        f"adapter contract ({plan.adapter_entry.name})",
+        f"model contract ({plan.model.name}, {backbone.feature_dim}-d features)",
+    ]
+
+
+def _run_grid(session: RunSession, adapter: Any, tick: Tick) -> _Grid:
+    """Every configuration on every episode: what the later checks compare against."""
+    plan = session.plan
+    grid = _Grid()
+    for episode in plan.episodes:
+        inputs = session.inputs(episode)
+        outcomes = session.outcomes(inputs, adapter)
+        rows = episode_rows(
+            "validate", plan.manifest.dataset, plan.manifest.sha256, inputs, outcomes
+        )
+        grid.hpe.append(
+            next(r["accuracy"] for r in rows if r["aggregation"] == plan.hpe.aggregation)
+        )
+        grid.first.append(_logits(outcomes))
+        grid.labels.append(inputs.query_labels)
+        tick()
+    return grid
+
+
+def _check_fit_many(session: RunSession, adapter: Any, grid: _Grid, tick: Tick) -> str:
+    """``fit_many`` must not score significantly above fitting each configuration alone."""
+    looped = []
+    for e in session.plan.episodes:
+        looped.append(_logits(session.outcomes(session.inputs(e), adapter, loop=True)))
+        tick()
+    gain, bound = fit_many_gain(grid.first, looped, grid.labels)
+    if bound > FIT_MANY_MARGIN:
+        raise PreflightError(
+            f"fit_many() scores {gain:+.2f} accuracy points above fitting each configuration "
+            f"alone with fit() over {len(looped)} episodes (at least {bound:+.2f} at "
+            f"{FIT_MANY_CONFIDENCE:.0%} confidence): fit_many() must compute what fit() "
+            "computes for each configuration, only faster"
+        )
+    return f"fit_many matches fit in accuracy (gain {gain:+.2f} points)"
+
+
+def _check_rerun(session: RunSession, first: Logits, tick: Tick) -> None:
     """The same requests in a fresh worker (another process state) give the same logits."""
+    plan = session.plan
     second: Logits = []
-    if ctx.isolation is Isolation.INLINE:
-        adapter = ctx.adapter_cls()
-        for episode in ctx.episodes:
-            second.append(_logits(ctx.outcomes(ctx.inputs(episode), adapter)))
+    if session.inline:
+        adapter = plan.adapter_cls()
+        for episode in plan.episodes:
+            second.append(_logits(session.outcomes(session.inputs(episode), adapter)))
             tick()
     else:
-        again = RunContext(spec, registry, check_items=False)
-        try:
-            for episode in again.episodes:
+        with RunSession(plan) as again:  # the same plan, a fresh worker
+            for episode in plan.episodes:
                 second.append(_logits(again.outcomes(again.inputs(episode), None)))
                 tick()
-        finally:
-            again.close()
     mismatch = _first_mismatch(first, second)
     if mismatch is not None:
         e, i, gap = mismatch
         raise PreflightError(
-            f"episode {ctx.episodes[e].index}, configuration {i} {ctx.grid[i].to_dict()}: two "
+            f"episode {plan.episodes[e].index}, configuration {i} {plan.grid[i].to_dict()}: two "
             "runs with the same seeds gave different logits (max difference "
             f"{gap:.3g}). A submission that cannot be re-run cannot be verified: seed every "
             "random choice from torch's global generator and avoid non-deterministic kernels."
         )
 
 
-def _check_order(ctx: RunContext, adapter: Any, first: Logits, tick: Tick) -> None:
+def _check_order(session: RunSession, adapter: Any, first: Logits, tick: Tick) -> None:
     """Queries presented in another order (and, inline, shuffled hidden labels)."""
-    for e, episode in enumerate(ctx.episodes):
-        shuffled = ctx.inputs(episode, salt="validate")
+    for e, episode in enumerate(session.plan.episodes):
+        shuffled = session.inputs(episode, salt="validate")
         shuffled.query_labels = np.random.RandomState(episode.index).permutation(
             shuffled.query_labels
         )
-        again = _logits(ctx.outcomes(shuffled, adapter))
+        again = _logits(session.outcomes(shuffled, adapter))
         for i, (x, y) in enumerate(zip(first[e], again, strict=True)):
             flipped = x.argmax(axis=1) != y.argmax(axis=1)
             if flipped.any() and relative_gap(x[flipped], y[flipped]) > INDUCTIVE_TOLERANCE:
@@ -263,7 +283,7 @@ def _check_order(ctx: RunContext, adapter: Any, first: Logits, tick: Tick) -> No
         tick()
 
 
-def _check_inductive(ctx: RunContext, adapter: Any, first: Logits, tick: Tick) -> None:
+def _check_inductive(session: RunSession, adapter: Any, first: Logits, tick: Tick) -> None:
     """Predict query subsets on their own and compare with the whole set's logits.
 
     In a worker the subsets go to a separate episode process (fitted the same way), so
@@ -272,23 +292,24 @@ def _check_inductive(ctx: RunContext, adapter: Any, first: Logits, tick: Tick) -
     Raises:
         PreflightError: a query's logits change with the other queries predicted with it.
     """
-    for e, episode in enumerate(ctx.episodes):
+    plan = session.plan
+    for e, episode in enumerate(plan.episodes):
         probes = inductive_probes(len(episode.query), episode.index)
-        inputs = ctx.inputs(episode)
-        if ctx.isolation is Isolation.INLINE:
+        inputs = session.inputs(episode)
+        if session.inline:
             outcomes = evaluate_episode(
                 adapter,
-                ctx.backbone,
+                session.backbone,
                 inputs,
-                ctx.grid,
-                ctx.manifest.sha256,
+                plan.grid,
+                plan.manifest.sha256,
                 probes=probes,
-                options=ctx.fit_options,
+                options=session.fit_options,
             )
             per_config = [o.probe_logits for o in outcomes]
         else:
-            reply = ctx.ask(inputs, ctx.grid, ctx.seeds(episode, ctx.grid), query_subsets=probes)
-            per_config = reply.query
+            seeds = plan.seeds(episode, plan.grid)
+            per_config = session.ask(inputs, plan.grid, seeds, query_subsets=probes).query
         for index, probe_logits in enumerate(per_config):
             gap = inductive_gap(first[e][index], probes, probe_logits)
             if gap > INDUCTIVE_TOLERANCE:
@@ -302,7 +323,7 @@ def _check_inductive(ctx: RunContext, adapter: Any, first: Logits, tick: Tick) -
         tick()
 
 
-def plugin_modules(ctx: RunContext) -> list[str]:
+def plugin_modules(plan: RunPlan) -> list[str]:
     """Modules of the third-party plugins that provide the run's model and adapter.
 
     The entry-point module (imported by every ``fewtrans-board`` command) and the
@@ -310,8 +331,8 @@ def plugin_modules(ctx: RunContext) -> list[str]:
     """
     modules: list[str] = []
     entries: list[tuple[Registered[Any], str | None]] = [
-        (ctx.adapter_entry, ctx.adapter_cls.__module__),
-        (ctx.model, None),
+        (plan.adapter_entry, plan.adapter_cls.__module__),
+        (plan.model, None),
     ]
     for entry, own_module in entries:
         if entry.source.builtin or entry.source.distribution is None:

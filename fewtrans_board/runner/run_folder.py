@@ -29,9 +29,8 @@ from fewtrans_board.core.atomic import create_exclusive, remove_stale_temps
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.results.load import read_run_record
 from fewtrans_board.results.shards import CorruptShardError, read_shard, shard_file_name
-from fewtrans_board.runner.context import RunContext
 from fewtrans_board.runner.locks import FileLock
-from fewtrans_board.runner.spec import environment_differences
+from fewtrans_board.runner.provenance import environment_differences
 
 LOG = logging.getLogger(__name__)
 
@@ -55,7 +54,24 @@ def unwritable(out: Path, exc: OSError) -> FewtransError:
     )
 
 
-def prepare_output(ctx: RunContext, out: Path) -> None:
+@dataclass(frozen=True)
+class FolderRecord:
+    """What ``run.json`` holds: the run id, the identity it hashes, the numeric environment.
+
+    (:mod:`fewtrans_board.runner.provenance` computes them from the run's plan.)
+    """
+
+    run_id: str
+    identity: dict[str, Any]
+    environment: dict[str, Any]
+
+    @property
+    def shard_count(self) -> int:
+        """How many shards the run has (part of its identity)."""
+        return int(self.identity["shards"])
+
+
+def prepare_output(run: FolderRecord, out: Path) -> None:
     """Create ``out/run.json`` exclusively, or check the existing one describes this run.
 
     Call it holding the folder lock (:func:`claim_shards` does).
@@ -64,9 +80,8 @@ def prepare_output(ctx: RunContext, out: Path) -> None:
         FewtransError: the folder holds another run, was computed in another numeric
             environment, or its ``run.json`` is damaged.
     """
-    identity = ctx.identity()
-    environment = ctx.numeric_environment()
-    record = {"run_id": ctx.run_id(), "identity": identity, "environment": environment}
+    identity, environment = run.identity, run.environment
+    record = {"run_id": run.run_id, "identity": identity, "environment": environment}
     text = json.dumps(record, indent=2, sort_keys=True) + "\n"
     remove_stale_temps(out / "run.json")  # the caller holds the folder lock every creator takes
     if create_exclusive(out / "run.json", text.encode()):
@@ -100,7 +115,7 @@ class ShardClaim:
 
 
 @contextmanager
-def claim_shards(ctx: RunContext, out: Path, indices: list[int]) -> Iterator[ShardClaim]:
+def claim_shards(run: FolderRecord, out: Path, indices: list[int]) -> Iterator[ShardClaim]:
     """Prepare ``out`` and lock every unfinished shard among ``indices`` until the block ends.
 
     A finished shard whose checksum fails is renamed ``*.corrupt-<time>`` (kept for
@@ -110,7 +125,7 @@ def claim_shards(ctx: RunContext, out: Path, indices: list[int]) -> Iterator[Sha
         FewtransError: an unwritable folder, another run in it, or shards that another
             live process is computing (the message names its PID and host).
     """
-    count = ctx.shard_count
+    count = run.shard_count
     leases: list[FileLock] = []
     try:
         busy: dict[int, str] = {}
@@ -118,7 +133,7 @@ def claim_shards(ctx: RunContext, out: Path, indices: list[int]) -> Iterator[Sha
         try:
             out.mkdir(parents=True, exist_ok=True)
             with FileLock(out / ".locks" / "run.lock", "checking the run folder"):
-                prepare_output(ctx, out)
+                prepare_output(run, out)
                 for index in indices:
                     lease = FileLock(
                         shard_lock_path(out, index, count), f"computing shard {index} of {count}"
@@ -127,7 +142,7 @@ def claim_shards(ctx: RunContext, out: Path, indices: list[int]) -> Iterator[Sha
                         busy[index] = lease.holder()
                         continue
                     leases.append(lease)
-                    if _finished(ctx, out, index):
+                    if _finished(run, out, index):
                         leases.pop().release()
                         done.append(index)
                     else:
@@ -147,9 +162,9 @@ def claim_shards(ctx: RunContext, out: Path, indices: list[int]) -> Iterator[Sha
             lease.release()
 
 
-def _finished(ctx: RunContext, out: Path, index: int) -> bool:
+def _finished(run: FolderRecord, out: Path, index: int) -> bool:
     """Whether shard ``index`` holds this run's verified results (corrupt ones set aside)."""
-    path = shard_path(out, index, ctx.shard_count)
+    path = shard_path(out, index, run.shard_count)
     if not path.exists():
         return False
     try:
@@ -161,10 +176,10 @@ def _finished(ctx: RunContext, out: Path, index: int) -> bool:
         return False
     stored = meta.get("shard")
     position: dict[str, Any] = stored if isinstance(stored, dict) else {}
-    if meta.get("run_id") != ctx.run_id() or position != {
+    if meta.get("run_id") != run.run_id or position != {
         **position,
         "index": index,
-        "count": ctx.shard_count,
+        "count": run.shard_count,
     }:
         raise FewtransError(
             f"{path} holds results of another run or another shard (run {meta.get('run_id')}, "

@@ -1,4 +1,9 @@
-"""``RunSpec``: everything that defines an evaluation run, and its identity."""
+"""``RunSpec``: what a user asks an evaluation run to be, before anything is resolved.
+
+Also the run's torch thread count, a centre-search file's reader and the processor's facts
+(model name, feature flags) that numeric environments record. The run's identity and
+numeric environment are in :mod:`fewtrans_board.runner.provenance`.
+"""
 
 from __future__ import annotations
 
@@ -100,68 +105,6 @@ def resolved_threads(spec: RunSpec) -> int:
     return spec.threads if spec.threads is not None else DEFAULT_THREADS
 
 
-def run_identity(
-    spec: RunSpec,
-    manifest_sha256: str,
-    weights_id: str,
-    grid: list[dict[str, Any]],
-    shards: int,
-    recipe: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The fields that define a run's results (paths and executor choices excluded).
-
-    ``recipe`` (name and version of a published recipe) is recorded only where one is run,
-    so the identities, and run ids, of HPE runs are those they always were.
-    """
-    identity: dict[str, Any] = {
-        "model": spec.model,
-        "weights_id": weights_id,
-        "adapter": spec.adapter,
-        "hpe": spec.hpe,
-        "grid": grid,
-        "manifest_sha256": manifest_sha256,
-        "limit": spec.limit,
-        "shards": shards,
-        "device": spec.device,
-        "feature_cache": spec.feature_cache,
-        "threads": resolved_threads(spec),
-        # Lockstep training equals the loop only up to rounding: shards never mix modes.
-        "batching": spec.batching,
-    }
-    if recipe is not None:
-        identity["recipe"] = recipe
-    return identity
-
-
-def numeric_environment(device: str, code: dict[str, str]) -> dict[str, Any]:
-    """What, besides the identity, changes the numbers a run computes.
-
-    Library versions and the processor (the CPU model for CPU runs; GPU, CUDA and cuDNN
-    for GPU runs) select different kernels. A resume must match the ``run.json`` copy.
-
-    Args:
-        device: the run's torch device.
-        code: versions of the distributions whose code computes the results.
-    """
-    import numpy
-    import torch
-
-    env: dict[str, Any] = {
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "machine": platform.machine(),
-        "code": dict(sorted(code.items())),
-    }
-    if device.startswith("cuda"):
-        env["cuda"] = torch.version.cuda
-        env["cudnn"] = torch.backends.cudnn.version()  # type: ignore[no-untyped-call]
-        env["gpu"] = torch.cuda.get_device_name(device)
-    else:
-        env["cpu"] = cpu_model()
-        env["cpu_flags"] = cpu_flags_digest()
-    return env
-
-
 def cpu_model() -> str:
     """The processor's model name (``/proc/cpuinfo`` on Linux)."""
     try:
@@ -191,12 +134,3 @@ def cpu_flags_digest() -> str:
     except OSError:
         pass
     return platform.machine()
-
-
-def environment_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """``key: stored -> current`` for every entry that differs."""
-    return [
-        f"{key}: {stored.get(key)!r} -> {current.get(key)!r}"
-        for key in sorted(set(stored) | set(current))
-        if stored.get(key) != current.get(key)
-    ]

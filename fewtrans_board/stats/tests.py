@@ -1,4 +1,10 @@
-"""Paired significance tests on shared episodes, effect size and Holm correction."""
+"""Paired significance tests on shared episodes, effect size and Holm correction.
+
+The tests are ``scipy.stats``'s, called with every choice that changed between scipy
+releases pinned (method, alternative, zero handling, continuity correction, NaN policy), so
+a p-value does not move when scipy is upgraded; degenerate inputs (too few pairs, no
+spread) are answered here, without scipy's warnings.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special
+from scipy import stats
 
 EXACT_WILCOXON_MAX_N = 50
+"""Without ties or zeros, up to this many pairs get the exact null distribution."""
 PERMUTATION_WILCOXON_MAX_N = 13
-"""With ties or zeros, up to this many pairs are tested on every sign assignment (scipy)."""
+"""With ties or zeros, up to this many pairs are tested on every sign assignment."""
 
 
 @dataclass(frozen=True)
@@ -46,65 +53,23 @@ def paired_ttest(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarra
     n = len(d)
     if n < 2:
         return PairedTest(float("nan"), float("nan"), n, "t")
-    sd = float(d.std(ddof=1))
-    if sd == 0.0:
+    if float(d.std(ddof=1)) == 0.0:  # no spread: t is +-inf (p = 0), or undefined
         mean = float(d.mean())
-        return PairedTest(
-            math.copysign(math.inf, mean) if mean else float("nan"),
-            0.0 if mean else float("nan"),
-            n,
-            "t",
-        )
-    t = float(d.mean()) / (sd / math.sqrt(n))
-    p = 2.0 * float(special.stdtr(n - 1, -abs(t)))
-    return PairedTest(t, min(1.0, p), n, "t")
+        infinite = math.copysign(math.inf, mean)
+        return PairedTest(infinite if mean else math.nan, 0.0 if mean else math.nan, n, "t")
+    result = stats.ttest_rel(d, np.zeros(n), alternative="two-sided", nan_policy="propagate")
+    return PairedTest(float(result.statistic), min(1.0, float(result.pvalue)), n, "t")
 
 
-def _average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Ranks 1..n with ties averaged, and the sizes of the tie groups."""
-    order = np.argsort(values, kind="mergesort")
-    sorted_values = values[order]
-    ranks = np.empty(len(values))
-    groups = []
-    start = 0
-    while start < len(values):
-        end = start
-        while end + 1 < len(values) and sorted_values[end + 1] == sorted_values[start]:
-            end += 1
-        ranks[order[start : end + 1]] = (start + end) / 2.0 + 1.0
-        groups.append(end - start + 1)
-        start = end + 1
-    return ranks, np.array(groups)
-
-
-def _exact_signed_rank_cdf(n: int, t: int) -> float:
-    """P(S <= t) for the signed-rank sum S of n distinct ranks under H0 (by counting)."""
-    top = n * (n + 1) // 2
-    counts = np.zeros(top + 1, dtype=np.float64)
-    counts[0] = 1.0
-    for k in range(1, n + 1):
-        counts[k:] = counts[k:] + counts[: top + 1 - k].copy()
-    return float(counts[: t + 1].sum() / 2.0**n)
-
-
-def _sign_flip_pvalue(ranks: np.ndarray, r_plus: float) -> float:
-    """Two-sided p of R+ over all 2^n sign assignments of (possibly tied) ranks.
-
-    Average ranks are multiples of 1/2, so the null distribution of 2·R+ is counted exactly
-    on integers: ``2 * min(P(R+ <= r), P(R+ >= r))``, capped at 1 (scipy's permutation test
-    with every assignment enumerated).
-    """
-    doubled = np.rint(2 * ranks).astype(np.int64)
-    top = int(doubled.sum())
-    counts = np.zeros(top + 1, dtype=np.float64)
-    counts[0] = 1.0
-    for value in doubled:
-        counts[value:] = counts[value:] + counts[: top + 1 - value].copy()
-    observed = round(2 * r_plus)
-    total = 2.0 ** len(doubled)
-    lower = counts[: observed + 1].sum() / total
-    upper = counts[observed:].sum() / total
-    return float(min(1.0, 2.0 * min(lower, upper)))
+def _wilcoxon_method(d: np.ndarray) -> tuple[str, str | stats.PermutationMethod]:
+    """The p-value method of scipy's ``method="auto"`` (scipy >= 1.15), chosen here."""
+    nonzero = np.abs(d[d != 0])
+    ties_or_zeros = len(nonzero) < len(d) or len(np.unique(nonzero)) < len(nonzero)
+    if not ties_or_zeros and len(d) <= EXACT_WILCOXON_MAX_N:
+        return "exact", "exact"
+    if len(d) <= PERMUTATION_WILCOXON_MAX_N:  # zeros counted: every sign assignment
+        return "permutation", stats.PermutationMethod(n_resamples=math.inf)
+    return "normal", "asymptotic"
 
 
 def wilcoxon_signed_rank(
@@ -120,27 +85,19 @@ def wilcoxon_signed_rank(
     approximation with the tie-corrected variance and no continuity correction.
     """
     d = _pairs(a, b)
-    pairs = len(d)
-    had_zeros = bool((d == 0).any())
-    d = d[d != 0]
-    n = len(d)
+    n = int((d != 0).sum())
     if n == 0:
         return PairedTest(float("nan"), float("nan"), 0, "none")
-    ranks, groups = _average_ranks(np.abs(d))
-    r_plus = float(ranks[d > 0].sum())
-    r_minus = float(ranks[d < 0].sum())
-    statistic = min(r_plus, r_minus)
-    ties = bool((groups > 1).any())
-    if not ties and not had_zeros and n <= EXACT_WILCOXON_MAX_N:
-        p = 2.0 * _exact_signed_rank_cdf(n, int(statistic))
-        return PairedTest(statistic, min(1.0, p), n, "exact")
-    if pairs <= PERMUTATION_WILCOXON_MAX_N:
-        return PairedTest(statistic, _sign_flip_pvalue(ranks, r_plus), n, "permutation")
-    mean = n * (n + 1) / 4.0
-    variance = n * (n + 1) * (2 * n + 1) / 24.0 - float((groups**3 - groups).sum()) / 48.0
-    z = (statistic - mean) / math.sqrt(variance)
-    p = float(special.erfc(abs(z) / math.sqrt(2.0)))
-    return PairedTest(statistic, min(1.0, p), n, "normal")
+    name, method = _wilcoxon_method(d)
+    result = stats.wilcoxon(
+        d,
+        zero_method="wilcox",
+        correction=False,
+        alternative="two-sided",
+        method=method,
+        nan_policy="propagate",
+    )
+    return PairedTest(float(result.statistic), min(1.0, float(result.pvalue)), n, name)
 
 
 def cohens_d_paired(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:

@@ -29,7 +29,6 @@ from fewtrans_board.unlearning.sets import IMPORTANCE_BATCH
 
 if TYPE_CHECKING:
     import torch
-    from torch import nn
 
     from fewtrans_board.api.backbone import Backbone
 
@@ -217,8 +216,3 @@ def mean_importance(importances: list[Importances]) -> Importances:
         raise FewtransError("the retain set is empty; SSD needs at least one retain dataset")
     names = importances[0].keys()
     return {name: sum(imp[name] for imp in importances) / len(importances) for name in names}  # type: ignore[misc]
-
-
-def parameters_of(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Named parameters of a model as a dict."""
-    return dict(model.named_parameters())

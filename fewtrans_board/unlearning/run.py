@@ -194,30 +194,17 @@ def unlearn(
     import copy
 
     from fewtrans_board.blocks.clip_common import clip_model
-    from fewtrans_board.models.weights import file_sha256
+    from fewtrans_board.models.unlearned_names import load_unlearned
 
-    _check(request)
-    named: dict[str, Sequence[str]] = {"--forget": [request.forget], "--retain": request.retain}
-    if request.searched:
-        named["--validation"] = request.validation_sets()
-    check_datasets(registry, named, request.data_dir, request.roots)
-    if request.match_oracle is not None:
-        registry.model(request.match_oracle)  # an unknown oracle is refused before any work
+    entry = _checked_inputs(registry, request)
     say = report or (lambda _msg: None)
-    cache = cache or ImportanceCache()
-    entry = registry.model(request.model)
-    if not entry.obj.has_text:
-        raise FewtransError(f"{request.model!r} has no text tower; SSD for CLIP needs one")
     backbone = registry.load_model(request.model, request.weights, request.device)
     size = backbone.image_size
     forget = _splits(registry, request, [request.forget], "train", size)[request.forget]
     retain = _splits(registry, request, request.retain, "train", size)
-    importances, provenance = {}, {}
-    for name, split in {request.forget: forget, **retain}.items():
-        say(f"importance of {name} ({len(split.items)} train images)")
-        got = cache.get(backbone, split, request.batch_size)
-        importances[name] = got.values
-        provenance[name] = {**got.record, "cached": got.cached}
+    importances, provenance = _importances(
+        cache or ImportanceCache(), backbone, {request.forget: forget, **retain}, request, say
+    )
     retained = mean_importance([importances[name] for name in request.retain])
     search: dict[str, Any] | None = None
     alpha, lam = request.alpha, request.lam
@@ -233,29 +220,11 @@ def unlearn(
     request.out.parent.mkdir(parents=True, exist_ok=True)
     save_weights(model, request.out)
     name = unlearned_name(request.model, request.forget, request.variant)
-    record: dict[str, Any] = {
-        "schema": SCHEMA,
-        "name": name,
-        "base_model": request.model,
-        "base_weights_id": backbone.weights_id,
-        "forget": request.forget,
-        "retain": list(request.retain),
-        "alpha": alpha,
-        "lambda": lam,
-        "excluded": list(EXCLUDED),
-        "importance_batch_size": request.batch_size,
-        "importances": provenance,
-        "dampening": stats.to_dict(),
-        "weights": {"file": request.out.name, "sha256": file_sha256(request.out)},
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "package": {"name": "fewtrans-board", "version": __version__},
-    }
+    record = _record(request, name, backbone.weights_id, (alpha, lam), provenance, stats.to_dict())
     if search is not None:
         record["variant"] = request.variant
         record["search"] = search
     write_record(request.out, record)
-    from fewtrans_board.models.unlearned_names import load_unlearned
-
     after = load_unlearned(entry.obj, name, request.out, request.device, registry=registry)
     evaluated = [request.forget, *(request.retain if request.evaluate_retain else [])]
     tests = _splits(registry, request, evaluated, "test", size)
@@ -263,6 +232,74 @@ def unlearn(
     write_record(request.out, record)
     (store or UnlearnedStore()).register(request.out)
     return record
+
+
+def _checked_inputs(registry: Registry, request: UnlearnRequest) -> Any:
+    """Refuse bad inputs before any work; the registry entry of the model to unlearn.
+
+    Raises:
+        FewtransError: bad values, unknown or missing datasets, an unknown oracle, or a
+            model without a text tower.
+    """
+    _check(request)
+    named: dict[str, Sequence[str]] = {"--forget": [request.forget], "--retain": request.retain}
+    if request.searched:
+        named["--validation"] = request.validation_sets()
+    check_datasets(registry, named, request.data_dir, request.roots)
+    if request.match_oracle is not None:
+        registry.model(request.match_oracle)  # an unknown oracle is refused before any work
+    entry = registry.model(request.model)
+    if not entry.obj.has_text:
+        raise FewtransError(f"{request.model!r} has no text tower; SSD for CLIP needs one")
+    return entry
+
+
+def _importances(
+    cache: ImportanceCache,
+    backbone: Any,
+    splits: dict[str, Any],
+    request: UnlearnRequest,
+    say: Reporter,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Each split's parameter importances (cached) and where each came from."""
+    importances, provenance = {}, {}
+    for name, split in splits.items():
+        say(f"importance of {name} ({len(split.items)} train images)")
+        got = cache.get(backbone, split, request.batch_size)
+        importances[name] = got.values
+        provenance[name] = {**got.record, "cached": got.cached}
+    return importances, provenance
+
+
+def _record(
+    request: UnlearnRequest,
+    name: str,
+    base_weights_id: str,
+    strength: tuple[float, float],
+    provenance: dict[str, dict[str, Any]],
+    dampening: dict[str, Any],
+) -> dict[str, Any]:
+    """The unlearning record of the weights just written to ``request.out``."""
+    from fewtrans_board.models.weights import file_sha256
+
+    alpha, lam = strength
+    return {
+        "schema": SCHEMA,
+        "name": name,
+        "base_model": request.model,
+        "base_weights_id": base_weights_id,
+        "forget": request.forget,
+        "retain": list(request.retain),
+        "alpha": alpha,
+        "lambda": lam,
+        "excluded": list(EXCLUDED),
+        "importance_batch_size": request.batch_size,
+        "importances": provenance,
+        "dampening": dampening,
+        "weights": {"file": request.out.name, "sha256": file_sha256(request.out)},
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "package": {"name": "fewtrans-board", "version": __version__},
+    }
 
 
 def choose_strength(

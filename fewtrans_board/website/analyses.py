@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from markupsafe import Markup
 
-from fewtrans_board.analysis.plots import layer_lines, scatter
 from fewtrans_board.core.errors import FewtransError
-from fewtrans_board.website.views import BenchmarkView
+from fewtrans_board.figures.charts import layer_lines, scatter
+from fewtrans_board.website.model import BenchmarkView
 
 if TYPE_CHECKING:
     from fewtrans_board.results.load import RunResults

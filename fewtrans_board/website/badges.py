@@ -21,13 +21,15 @@ from dataclasses import dataclass
 from markupsafe import escape
 
 from fewtrans_board.core.errors import FewtransError
-from fewtrans_board.website.views import MethodView, SiteData
+from fewtrans_board.figures.text import text_width
+from fewtrans_board.website.model import MethodView, SiteData
 
 LABEL = "fewtrans-board"
 SITE_URL_ENV = "FEWTRANS_SITE_URL"
 URL = re.compile(r"^https?://[^\s\"'<>()\[\]\\`]+\Z")
 NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-CHAR_WIDTH = 6.6  # the average glyph of 11 px Verdana, rounded up
+FONT_PX = 11
+"""The badge's font size; its texts are as wide as the plots' text-width model says."""
 PADDING = 10
 
 
@@ -89,8 +91,8 @@ class Badge:
 
     def svg(self) -> str:
         """The badge as a standalone, well-formed SVG document."""
-        label_width = round(len(LABEL) * CHAR_WIDTH + 2 * PADDING)
-        message_width = round(len(self.message) * CHAR_WIDTH + 2 * PADDING)
+        label_width = round(text_width(LABEL, FONT_PX) + 2 * PADDING)
+        message_width = round(text_width(self.message, FONT_PX) + 2 * PADDING)
         width = label_width + message_width
         meta = self.method.meta
         title = (
@@ -111,7 +113,7 @@ class Badge:
             f'<rect x="{label_width}" width="{message_width}" height="20" fill="{colour}"/>'
             f'<rect width="{width}" height="20" fill="url(#s)"/></g>'
             '<g fill="#fff" text-anchor="middle" '
-            'font-family="Verdana,Geneva,DejaVu Sans,sans-serif" font-size="11">'
+            f'font-family="Verdana,Geneva,DejaVu Sans,sans-serif" font-size="{FONT_PX}">'
             f'<text x="{label_width / 2:g}" y="14">{LABEL}</text>'
             f'<text x="{label_width + message_width / 2:g}" y="14">{message}</text></g>'
             "</svg>\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import numpy as np
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from fewtrans_board.core.version import __version__
+from fewtrans_board.figures.accuracy import ci_bars, heatmap, histogram
 from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, get_hpe_protocol
 from fewtrans_board.leaderboard.entries import entry_errors, load_entries
 from fewtrans_board.leaderboard.label_index import frozen_labels
@@ -26,19 +28,24 @@ from fewtrans_board.leaderboard.table import (
 from fewtrans_board.stats.base_novel import harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
 from fewtrans_board.website.analyses import analysis_pages
-from fewtrans_board.website.badges import badges, site_url
+from fewtrans_board.website.badges import Badge, badges, site_url
 from fewtrans_board.website.clip_settings import comparisons
 from fewtrans_board.website.cost import cost_and_stability, entry_cost
 from fewtrans_board.website.data import COLUMN_SETS, build_site_data, site_files_dir
 from fewtrans_board.website.downloads import (
-    Download,
     benchmark_downloads,
     dataset_download,
     settings_downloads,
+    write_download,
 )
-from fewtrans_board.website.plots import ci_bars, heatmap, histogram
-from fewtrans_board.website.regimes import (
+from fewtrans_board.website.model import (
     FEW_EPISODES,
+    BenchmarkView,
+    Download,
+    MethodRun,
+    SiteData,
+)
+from fewtrans_board.website.regimes import (
     SHOT_RULE,
     SOURCE_RULE,
     WAY_RULE,
@@ -46,7 +53,6 @@ from fewtrans_board.website.regimes import (
     regime_page_data,
 )
 from fewtrans_board.website.reporting import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, shots_of
-from fewtrans_board.website.views import BenchmarkView, MethodRun, SiteData
 
 AGGREGATION_TITLES = {
     "hpe": "HPE (the protocol's fusion: logit mean or vote)",
@@ -185,6 +191,88 @@ def _dataset_entries(data: SiteData, name: str) -> list[dict[str, Any]]:
     return sorted(entries, key=lambda e: (*e["order"], -e["headline"]))
 
 
+@dataclass
+class _Pages:
+    """Renders the site's pages and writes its table downloads into ``out``."""
+
+    env: Environment
+    out: Path
+    written: list[Path] = field(default_factory=list)
+
+    def render(self, template: str, target: str, **context: Any) -> None:
+        path = self.out / target
+        path.write_text(self.env.get_template(template).render(**context), encoding="utf-8")
+        self.written.append(path)
+
+    def publish(self, tables: dict[str, Download]) -> dict[str, Download]:
+        for download in tables.values():
+            write_download(download, self.out)
+        return tables
+
+
+def _analysis_and_benchmark_pages(pages: _Pages, data: SiteData, leaderboard: Path) -> None:
+    """Each benchmark's analyses page (where it has analyses), then its page and tables."""
+    analyses = analysis_pages(data.benchmarks, leaderboard)
+    pages.env.globals["analysis_pages"] = sorted(analyses)  # benchmark pages link to theirs
+    for view in data.benchmarks:
+        if view.benchmark.name in analyses:
+            sections = analyses[view.benchmark.name]
+            name = f"analyses-{view.benchmark.name}.html"
+            pages.render("analyses.html", name, view=view, sections=sections)
+    for view in data.benchmarks:
+        context = _benchmark_context(view)
+        context.update(cost_and_stability(view, context["tables"]))
+        pages.publish(context["tables"])
+        pages.render("benchmark.html", f"benchmark-{view.benchmark.name}.html", **context)
+
+
+def _write_badges(out: Path, data: SiteData) -> dict[str, Badge]:
+    """Write a badge per verified entry into ``out/badges``; returns them by entry id."""
+    badge_of = badges(data)
+    if badge_of:
+        (out / "badges").mkdir(exist_ok=True)
+    for badge in badge_of.values():
+        (out / badge.path).write_text(badge.svg(), encoding="utf-8")
+    return badge_of
+
+
+def _method_pages(pages: _Pages, data: SiteData, badge_of: dict[str, Badge], base: str) -> None:
+    for method in data.methods:
+        with entry_errors(method.id):
+            pages.render(
+                "method.html",
+                f"method-{method.id}.html",
+                method=method,
+                histograms={
+                    d: histogram(r.aggregations["hpe"], title=f"{method.label} on {d}")
+                    for d, r in method.runs.items()
+                },
+                heatmaps={d: _heatmaps(r) for d, r in method.runs.items()},
+                entry_badge=badge_of.get(method.id),
+                cost=entry_cost(method),
+                site_url=base,
+            )
+
+
+def _dataset_pages(pages: _Pages, data: SiteData, registry: Any | None) -> None:
+    for name in sorted(data.datasets):
+        spec = None
+        if registry is not None and name in registry.datasets:
+            spec = registry.datasets.get(name).obj
+        entries = _dataset_entries(data, name)
+        bars = [(e["method"].label, e["stats"]) for e in entries if e["per_shot"] is None]
+        plot = ci_bars([(label, stats.mean, stats.ci95) for label, stats in bars], title=name)
+        pages.render(
+            "dataset.html",
+            f"dataset-{name}.html",
+            name=name,
+            spec=spec,
+            entries=entries,
+            ci_plot=plot,
+            table=pages.publish({"entries": dataset_download(name, entries)})["entries"],
+        )
+
+
 def build_site(
     leaderboard: Path,
     out: Path,
@@ -228,25 +316,13 @@ def build_site(
     labels = frozen_labels(store.manifests_dir, cache)
     data = build_site_data(store, local_runs, stored, labels)
     files = site_files_dir()
-    env = environment(files / "templates")
+    pages = _Pages(environment(files / "templates"), out)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copytree(files / "static", out / "static", dirs_exist_ok=True)
-    written: list[Path] = []
-
-    def render(template: str, target: str, **context: Any) -> None:
-        path = out / target
-        path.write_text(env.get_template(template).render(**context), encoding="utf-8")
-        written.append(path)
-
-    def publish(tables: dict[str, Download]) -> dict[str, Download]:
-        for download in tables.values():
-            download.write(out)
-        return tables
-
     datasets = {name: index.dataset for name, index in labels.values()}
     write_leaderboard(leaderboard_table(store, stored, datasets), out)
     settings = comparisons(data.benchmarks)
-    render(
+    pages.render(
         "index.html",
         "index.html",
         benchmarks=data.benchmarks,
@@ -256,80 +332,20 @@ def build_site(
         leaderboard_files={"parquet": PARQUET_NAME, "csv": CSV_NAME},
     )
     if oracle_check is not None:
-        render("oracle-check.html", "oracle-check.html", check=oracle_check)
+        pages.render("oracle-check.html", "oracle-check.html", check=oracle_check)
     for cmp in settings:
-        render(
-            "clip-settings.html",
-            f"clip-settings-{cmp.inductive.benchmark.name}.html",
-            cmp=cmp,
-            settings=CLIP_SETTINGS,
-            tables=publish(settings_downloads(cmp)),
-        )
-    analyses = analysis_pages(data.benchmarks, leaderboard)
-    env.globals["analysis_pages"] = sorted(analyses)  # benchmark pages link to theirs
-    for view in data.benchmarks:
-        if view.benchmark.name in analyses:
-            render(
-                "analyses.html",
-                f"analyses-{view.benchmark.name}.html",
-                view=view,
-                sections=analyses[view.benchmark.name],
-            )
-    for view in data.benchmarks:
-        context = _benchmark_context(view)
-        context.update(cost_and_stability(view, context["tables"]))
-        publish(context["tables"])
-        render("benchmark.html", f"benchmark-{view.benchmark.name}.html", **context)
-    badge_of = badges(data)
-    if badge_of:
-        (out / "badges").mkdir(exist_ok=True)
-    for badge in badge_of.values():
-        (out / badge.path).write_text(badge.svg(), encoding="utf-8")
-    for method in data.methods:
-        with entry_errors(method.id):
-            render(
-                "method.html",
-                f"method-{method.id}.html",
-                method=method,
-                histograms={
-                    d: histogram(r.aggregations["hpe"], title=f"{method.label} on {d}")
-                    for d, r in method.runs.items()
-                },
-                heatmaps={d: _heatmaps(r) for d, r in method.runs.items()},
-                entry_badge=badge_of.get(method.id),
-                cost=entry_cost(method),
-                site_url=base,
-            )
-    for name in sorted(data.datasets):
-        spec = (
-            registry.datasets.get(name).obj
-            if registry is not None and name in registry.datasets
-            else None
-        )
-        entries = _dataset_entries(data, name)
-        plot = ci_bars(
-            [
-                (e["method"].label, e["stats"].mean, e["stats"].ci95)
-                for e in entries
-                if e["per_shot"] is None
-            ],
-            title=name,
-        )
-        render(
-            "dataset.html",
-            f"dataset-{name}.html",
-            name=name,
-            spec=spec,
-            entries=entries,
-            ci_plot=plot,
-            table=publish({"entries": dataset_download(name, entries)})["entries"],
-        )
-    render(
+        tables = pages.publish(settings_downloads(cmp))
+        name = f"clip-settings-{cmp.inductive.benchmark.name}.html"
+        pages.render("clip-settings.html", name, cmp=cmp, settings=CLIP_SETTINGS, tables=tables)
+    _analysis_and_benchmark_pages(pages, data, leaderboard)
+    _method_pages(pages, data, _write_badges(out, data), base)
+    _dataset_pages(pages, data, registry)
+    pages.render(
         "protocol.html",
         "protocol.html",
         hpe_protocols=list(HPE_PROTOCOLS.values()),
         bootstrap_seed=BOOTSTRAP_SEED,
         bootstrap_resamples=BOOTSTRAP_RESAMPLES,
     )
-    render("submit.html", "submit.html")
-    return written
+    pages.render("submit.html", "submit.html")
+    return pages.written

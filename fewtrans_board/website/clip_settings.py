@@ -15,76 +15,20 @@ table and scatter apart, badged as reported: they are the paper's Fig. 2 as prin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from markupsafe import Markup, escape
 
-from fewtrans_board.analysis.svg import nice_axis, place_label, ticks_with_text
+from fewtrans_board.figures.axes import nice_axis, ticks_with_text
+from fewtrans_board.figures.text import place_label
 from fewtrans_board.models.unlearned_names import split_name
-from fewtrans_board.results.per_shot import PerShot, average_over_datasets
-
-if TYPE_CHECKING:
-    from fewtrans_board.website.views import BenchmarkView, MethodView
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One method in one setting: its average over shots and the shared datasets."""
-
-    method: MethodView
-    average: PerShot
-
-
-@dataclass(frozen=True)
-class MethodPair:
-    """One method under both settings (headline aggregation, average over shots).
-
-    ``key`` is :func:`method_key`: ``name`` (adapter on base model) and the HPE protocol;
-    ranks are among the pairs of that protocol.
-    """
-
-    key: str
-    name: str
-    protocol: str
-    original: Setting
-    inductive: Setting
-    rank_original: int
-    rank_inductive: int
-
-    @property
-    def gap(self) -> float:
-        """Original minus inductive average accuracy (points)."""
-        return self.original.average.average - self.inductive.average.average
-
-
-@dataclass(frozen=True)
-class ReportedPair:
-    """One method's averages under both settings as a paper reports them."""
-
-    method: str
-    original: float
-    inductive: float
-    source: str
-
-    @property
-    def gap(self) -> float:
-        """Original minus inductive average accuracy (points)."""
-        return self.original - self.inductive
-
-
-@dataclass(frozen=True)
-class SettingsComparison:
-    """Both settings' views, the datasets they share and the methods present in both."""
-
-    original: BenchmarkView
-    inductive: BenchmarkView
-    datasets: list[str]
-    pairs: list[MethodPair]
-    flips: list[tuple[str, str]]
-    scatter: Markup
-    reported: list[ReportedPair]
-    reported_scatter: Markup
+from fewtrans_board.results.per_shot import average_over_datasets
+from fewtrans_board.website.model import (
+    BenchmarkView,
+    MethodPair,
+    MethodView,
+    ReportedPair,
+    Setting,
+    SettingsComparison,
+)
 
 
 def method_name(method: MethodView) -> str:
@@ -219,7 +163,7 @@ def scatter(points: list[tuple[str, float, float]], size: int = 420) -> Markup:
             f'<text x="{sx(tick):.1f}" y="{top + span + 14}" font-size="10" text-anchor="middle">{text}</text>'
             f'<text x="{left - 4}" y="{sy(tick) + 3:.1f}" font-size="10" text-anchor="end">{text}</text>'
         )
-    # Each label inside the frame and apart from the others (analysis/svg.py's rule).
+    # Each label inside the frame and apart from the others (figures/text.py's rule).
     placed: list[tuple[float, float, float, float]] = []
     frame = (float(left), float(top), float(left + span), float(top + span))
     for label, x, y in points:

@@ -35,16 +35,26 @@ from typing import Any
 import numpy as np
 from markupsafe import Markup, escape
 
-from fewtrans_board.analysis.svg import (
-    fit_text,
+from fewtrans_board.figures.axes import (
     log_ticks,
     nice_axis,
-    place_label,
-    text_width,
+    plot_frame,
+    svg_close,
+    svg_open,
     ticks_with_text,
+    x_axis_title,
+    y_axis_title,
+    y_grid,
 )
-from fewtrans_board.website.downloads import Download
-from fewtrans_board.website.views import BenchmarkView, MethodRun, MethodView, ProtocolSection
+from fewtrans_board.figures.text import fit_text, place_label, text_width
+from fewtrans_board.website.downloads import Tables
+from fewtrans_board.website.model import (
+    BenchmarkView,
+    Download,
+    MethodRun,
+    MethodView,
+    ProtocolSection,
+)
 
 NOT_RECORDED = "not recorded"
 SECONDS_FLOOR = 1e-3
@@ -252,43 +262,26 @@ def cost_plot(
         min(100.0, max(h.high for _, _, h in points) + 2),
     )
 
+    log_low, log_span = math.log10(x_low), math.log10(x_high) - math.log10(x_low)
+
     def px(value: float) -> float:
-        span = math.log10(x_high) - math.log10(x_low)
-        return left + (math.log10(max(value, SECONDS_FLOOR)) - math.log10(x_low)) / span * (
-            right - left
-        )
+        return left + (math.log10(max(value, SECONDS_FLOOR)) - log_low) / log_span * (right - left)
 
     def py(value: float) -> float:
         return bottom - (value - y_low) / max(y_high - y_low, 1e-9) * (bottom - top)
 
-    parts = [
-        f'<svg class="plot cost-plot" role="img" viewBox="0 0 {width} {height}" width="{width}" '
-        f'height="{height}" xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
-        f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" fill="none" stroke="#999"/>',
-    ]
-    for tick, text in ticks_with_text(y_low, y_high):
-        if tick <= y_high + 1e-9:
-            parts.append(
-                f'<line x1="{left}" x2="{right}" y1="{py(tick):.1f}" y2="{py(tick):.1f}" stroke="#eee"/>'
-                f'<text x="{left - 5}" y="{py(tick) + 4:.1f}" text-anchor="end" class="tick">{text}</text>'
-            )
+    parts = [svg_open(width, height, title, "plot cost-plot"), plot_frame(left, top, right, bottom)]
+    y_ticks = [(t, text) for t, text in ticks_with_text(y_low, y_high) if t <= y_high + 1e-9]
+    parts += y_grid(y_ticks, left, right, py)
     for tick, text in log_ticks(x_low, x_high):
         at = min(max(px(tick), text_width(text) / 2 + 2), width - text_width(text) / 2 - 2)
         parts.append(
             f'<line x1="{px(tick):.1f}" x2="{px(tick):.1f}" y1="{top}" y2="{bottom}" stroke="#eee"/>'
             f'<text x="{at:.1f}" y="{bottom + 14}" text-anchor="middle" class="tick">{text}</text>'
         )
-    x_title = "seconds per episode (fit + predict, all configurations; log scale)"
-    parts.append(
-        f'<text x="{(left + right) / 2:.0f}" y="{height - 8}" text-anchor="middle" class="label">'
-        f"{escape(fit_text(x_title, width - 8))}</text>"
-    )
-    y_title = fit_text("headline accuracy, %", bottom - top)
-    middle = (top + bottom) / 2
-    parts.append(
-        f'<text x="14" y="{middle:.0f}" text-anchor="middle" class="label" '
-        f'transform="rotate(-90 14 {middle:.0f})">{escape(y_title)}</text>'
-    )
+    x_text = "seconds per episode (fit + predict, all configurations; log scale)"
+    parts.append(x_axis_title(x_text, (left + right) / 2, height - 8, width - 8))
+    parts.append(y_axis_title("headline accuracy, %", (top + bottom) / 2, bottom - top))
     if len(front) > 1:
         path = " ".join(f"{px(xs[i]):.1f},{py(points[i][2].estimate):.1f}" for i in front)
         parts.append(
@@ -320,8 +313,7 @@ def cost_plot(
         f'<text x="{right}" y="{top - 8}" text-anchor="end" class="tick" '
         f'fill="#dc3912">{escape(legend)}</text>'
     )
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    return svg_close(parts)
 
 
 def section_cost(view: BenchmarkView, section: ProtocolSection) -> SectionCost:
@@ -353,31 +345,17 @@ def cost_sections(view: BenchmarkView) -> dict[str, SectionCost]:
 
 
 COST_COLUMNS = (
-    "entry_id",
-    "method",
-    "model",
-    "headline",
-    "headline_low",
-    "headline_high",
-    "headline_statistic",
-    "seconds_per_episode",
-    "seconds_per_configuration",
-    "configurations",
-    "episodes",
-    "trainable_parameters_per_fit",
-    "trainable_parameters_largest",
-    "peak_memory_bytes",
-    "peak_memory_measure",
-    "device",
-    "batching",
-    "pareto_front",
+    *("entry_id", "method", "model"),
+    *("headline", "headline_low", "headline_high", "headline_statistic"),
+    *("seconds_per_episode", "seconds_per_configuration", "configurations", "episodes"),
+    *("trainable_parameters_per_fit", "trainable_parameters_largest"),
+    *("peak_memory_bytes", "peak_memory_measure", "device", "batching", "pareto_front"),
 )
 
 
 def cost_downloads(view: BenchmarkView, sections: dict[str, SectionCost]) -> dict[str, Download]:
     """The cost table of each section as CSV and JSON (``benchmark-<name>--cost<anchor>``)."""
-    page = f"benchmark-{view.benchmark.name}"
-    out = {}
+    out = Tables(f"benchmark-{view.benchmark.name}")
     for section in view.sections:
         cost = sections.get(section.protocol)
         if cost is None:
@@ -413,13 +391,8 @@ def cost_downloads(view: BenchmarkView, sections: dict[str, SectionCost]) -> dic
             "cost": "seconds: recorded per result row (fit + predict); trainable parameters: "
             "optimised-tensors per fit; display-only provenance (website/cost.py)",
         }
-        out[cost.table_id] = Download(
-            f"{page}--{cost.table_id}",
-            f"{view.benchmark.title}: cost ({section.protocol})",
-            COST_COLUMNS,
-            tuple(rows),
-            about,
-        )
+        what = f"{view.benchmark.title}: cost ({section.protocol})"
+        out.add(cost.table_id, what, COST_COLUMNS, rows, **about)
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from fewtrans_board.core.errors import SubmissionError, describe
 from fewtrans_board.leaderboard.entries import LoadedEntry, entry_errors, load_entries
@@ -20,24 +21,22 @@ from fewtrans_board.leaderboard.sub_benchmarks import (
 from fewtrans_board.leaderboard.table import column_keys
 from fewtrans_board.results.digest import RunDigest
 from fewtrans_board.results.load import find_runs
+from fewtrans_board.results.per_shot import shot_seed_pairs
 from fewtrans_board.results.summary import summarize
-from fewtrans_board.website.regimes import EpisodeProfiles, ranked_rows, regime_views
-from fewtrans_board.website.reporting import (
+from fewtrans_board.website.model import (
     BaseNovelRow,
-    ShotRow,
-    base_novel_table,
-    shot_table,
-)
-from fewtrans_board.website.views import (
     BenchmarkView,
     MethodRun,
     MethodView,
     ProtocolSection,
     ReportedTable,
+    ShotRow,
     SiteData,
     TableRow,
     protocol_description,
 )
+from fewtrans_board.website.regimes import EpisodeProfiles, ranked_rows, regime_views
+from fewtrans_board.website.reporting import base_novel_table, shot_table
 
 COLUMN_SETS = ("hpe", "vote", "oracle")
 
@@ -46,6 +45,28 @@ def _columns(benchmark: SubBenchmark, runs: dict[str, MethodRun]) -> list[str]:
     """Column keys by dataset, then in the benchmark's manifest order (5, 20, 50 shots)."""
     order = {m: i for i, m in enumerate(benchmark.manifests)}
     return sorted(runs, key=lambda k: (runs[k].dataset, order.get(runs[k].manifest, len(order)), k))
+
+
+def method_run(
+    run: RunDigest,
+    manifest: str,
+    summary: dict[str, Any],
+    manifest_meta: dict[str, Any] | None = None,
+    dataset: str | None = None,
+) -> MethodRun:
+    """A run's views; ``manifest_meta`` (the frozen manifest's) fixes (K, seed).
+
+    ``dataset`` is the frozen manifest's (default: the run's own record, for local runs).
+    """
+    return MethodRun(
+        dataset or run.dataset,
+        manifest,
+        run,
+        run.aggregations(),
+        summary,
+        run.aggregations("novel") if run.has_novel else {},
+        shot_seed_pairs(manifest_meta or run.provenance.manifest.to_json()),
+    )
 
 
 def _stored_methods(entries: Iterable[LoadedEntry], datasets: dict[str, str]) -> list[MethodView]:
@@ -71,7 +92,7 @@ def _stored_methods(entries: Iterable[LoadedEntry], datasets: dict[str, str]) ->
                 key = keys.get(item.manifest, item.dataset)
                 if key in view.runs:
                     raise SubmissionError("bad-store-entry", f"two runs on {item.manifest}")
-                view.runs[key] = MethodRun.of(
+                view.runs[key] = method_run(
                     item.run, item.manifest, summary, item.manifest_meta, item.dataset
                 )
         methods.append(view)
@@ -123,7 +144,7 @@ def local_methods(run_dirs: list[Path], datasets: dict[str, str] | None = None) 
         view = views.setdefault(
             ident, MethodView(ident, meta, "local", None, run.provenance.centre_search)
         )
-        view.runs[key] = MethodRun.of(
+        view.runs[key] = method_run(
             RunDigest.of(run),
             manifest,
             summarize(run, ddof=statistic_ddof_of_run(run.provenance.manifest.to_json())),
@@ -230,7 +251,7 @@ def build_site_data(
     """Derive tables, comparisons and dataset views of every submission (plus local runs).
 
     A benchmark's entries are ranked within their HPE protocol only: one
-    :class:`~fewtrans_board.website.views.ProtocolSection` per protocol present, each with
+    :class:`~fewtrans_board.website.model.ProtocolSection` per protocol present, each with
     its regime tables (:mod:`~fewtrans_board.website.regimes`).
 
     Args:

@@ -1,7 +1,7 @@
 """Every table of the site as CSV and JSON files next to its page.
 
 A table's download is made from the very view objects its HTML is rendered from
-(:class:`~fewtrans_board.website.views.TableRow`, ``BaseNovelRow``, ``ShotRow``, the dataset
+(:class:`~fewtrans_board.website.model.TableRow`, ``BaseNovelRow``, ``ShotRow``, the dataset
 page's entries, the CLIP settings pairs), so the files hold the numbers the page shows,
 unrounded. Files are named ``<page>--<table id>.csv`` / ``.json``, the table id being the
 ``id`` of the table's section on the page (``benchmark-demo--table-hpe.csv``); the JSON
@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,81 +22,63 @@ from fewtrans_board.core.version import __version__
 from fewtrans_board.leaderboard.table import csv_text
 from fewtrans_board.stats.bootstrap import BootstrapCI
 from fewtrans_board.stats.intervals import MeanCI
-from fewtrans_board.website.clip_settings import SettingsComparison
-from fewtrans_board.website.reporting import BaseNovelRow
-from fewtrans_board.website.views import BenchmarkView, MethodView, TableRow
+from fewtrans_board.website.model import (
+    BaseNovelRow,
+    BenchmarkView,
+    Download,
+    MethodView,
+    SettingsComparison,
+    TableRow,
+)
 
 
-@dataclass(frozen=True)
-class Download:
-    """One table of a page, written as ``<stem>.csv`` and ``<stem>.json``.
-
-    Attributes:
-        stem: the files' name without suffix: ``<page>--<table id>``.
-        title: what the table shows.
-        columns: the column names.
-        rows: the rows, aligned with ``columns`` (``None``: no value).
-        about: what the rows are (benchmark, protocol, aggregation, ddof ...).
-    """
-
-    stem: str
-    title: str
-    columns: tuple[str, ...]
-    rows: tuple[tuple[Any, ...], ...]
-    about: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def csv_name(self) -> str:
-        """The CSV file's name."""
-        return f"{self.stem}.csv"
-
-    @property
-    def json_name(self) -> str:
-        """The JSON file's name."""
-        return f"{self.stem}.json"
-
-    def records(self) -> list[dict[str, Any]]:
-        """The rows as ``{column: value}`` (NaN as ``None``)."""
-        return [{c: _plain(v) for c, v in zip(self.columns, row, strict=True)} for row in self.rows]
-
-    def csv(self) -> str:
-        """The CSV text."""
-        return csv_text(self.columns, self.rows)
-
-    def json(self) -> str:
-        """The JSON text."""
-        document = {
-            "title": self.title,
-            "about": self.about,
-            "fewtrans_board_version": __version__,
-            "columns": list(self.columns),
-            "rows": self.records(),
-        }
-        return json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
-
-    def write(self, folder: Path) -> list[Path]:
-        """Write both files into ``folder``; returns their paths."""
-        csv_path, json_path = folder / self.csv_name, folder / self.json_name
-        csv_path.write_text(self.csv(), encoding="utf-8", newline="")
-        json_path.write_text(self.json(), encoding="utf-8")
-        return [csv_path, json_path]
+def json_value(value: Any) -> Any:
+    """``value``, or ``None`` for a NaN or an infinity: JSON has neither (``null``: no value)."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def _plain(value: Any) -> Any:
-    return None if isinstance(value, float) and math.isnan(value) else value
+def download_json(download: Download) -> str:
+    """The JSON text of a table: ``rows`` as ``{column: value}``, non-finite numbers ``null``."""
+    rows = [
+        {c: json_value(v) for c, v in zip(download.columns, row, strict=True)}
+        for row in download.rows
+    ]
+    document = {
+        "title": download.title,
+        "about": download.about,
+        "fewtrans_board_version": __version__,
+        "columns": list(download.columns),
+        "rows": rows,
+    }
+    return json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def _table(
-    page: str,
-    ident: str,
-    title: str,
-    columns: Sequence[str],
-    rows: Iterable[Sequence[Any]],
-    **about: Any,
-) -> tuple[str, Download]:
-    return ident, Download(
-        f"{page}--{ident}", title, tuple(columns), tuple(tuple(r) for r in rows), about
-    )
+def write_download(download: Download, folder: Path) -> list[Path]:
+    """Write a table's CSV and JSON files into ``folder``; returns their paths."""
+    csv_path, json_path = folder / download.csv_name, folder / download.json_name
+    csv_path.write_text(csv_text(download.columns, download.rows), encoding="utf-8", newline="")
+    json_path.write_text(download_json(download), encoding="utf-8")
+    return [csv_path, json_path]
+
+
+class Tables(dict[str, Download]):
+    """A page's downloads by table id, each file named ``<page>--<table id>``."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.page = page
+
+    def add(
+        self,
+        ident: str,
+        title: str,
+        columns: Sequence[str],
+        rows: Iterable[Sequence[Any]],
+        **about: Any,
+    ) -> None:
+        """Add the table ``ident``: what it shows, its columns, rows and what they are."""
+        rows_ = tuple(tuple(r) for r in rows)
+        self[ident] = Download(f"{self.page}--{ident}", title, tuple(columns), rows_, about)
 
 
 def _entry(method: MethodView) -> list[Any]:
@@ -201,76 +182,66 @@ def benchmark_downloads(view: BenchmarkView, shots: Sequence[int]) -> dict[str, 
         view: the benchmark page's view.
         shots: the K values its per-shot tables show (the page's ``shot_values``).
     """
-    page = f"benchmark-{view.benchmark.name}"
-    name = view.benchmark.name
-    ddof = view.benchmark.statistic_ddof
-    out: dict[str, Download] = {}
+    out = Tables(f"benchmark-{view.benchmark.name}")
+    title, ddof = view.benchmark.title, view.benchmark.statistic_ddof
     for section in view.sections:
         anchor, protocol = section.anchor, section.protocol
-        common: dict[str, Any] = {"benchmark": name, "hpe_protocol": protocol}
+        common: dict[str, Any] = {"benchmark": view.benchmark.name, "hpe_protocol": protocol}
         if section.methods and section.shots:
+            spread = "mean over seeds ± their std (ddof 0)"
             for agg, shot_rows in section.shots.items():
                 columns = ["rank", *ENTRY, *_shot_columns(shots)]
                 rows = [[r.rank, *_entry(r.method), *_shots(r.average, shots)] for r in shot_rows]
-                about = dict(
-                    common, aggregation=agg, statistic="mean over seeds ± their std (ddof 0)"
-                )
-                title = f"{view.benchmark.title}: per K, averaged over datasets ({agg}, {protocol})"
-                key, download = _table(
-                    page, f"per-shot-{agg}{anchor}", title, columns, rows, **about
-                )
-                out[key] = download
+                what = f"{title}: per K, averaged over datasets ({agg}, {protocol})"
+                about = dict(common, aggregation=agg, statistic=spread)
+                out.add(f"per-shot-{agg}{anchor}", what, columns, rows, **about)
             for d in view.datasets:
                 hpe = section.shots.get("hpe", [])
-                columns = [*ENTRY, *_shot_columns(shots)]
                 rows = [[*_entry(r.method), *_shots(r.per_dataset[d], shots)] for r in hpe]
                 about = dict(common, aggregation="hpe", column=d, dataset=view.dataset_of.get(d, d))
-                title = f"{view.benchmark.title}: {d} per K ({protocol})"
-                key, download = _table(page, f"per-shot-{d}{anchor}", title, columns, rows, **about)
-                out[key] = download
+                what = f"{title}: {d} per K ({protocol})"
+                out.add(
+                    f"per-shot-{d}{anchor}", what, [*ENTRY, *_shot_columns(shots)], rows, **about
+                )
         elif section.methods:
             for agg, bn_rows in section.base_novel.items():
                 columns, rows = base_novel_rows(bn_rows, view.datasets)
-                about = dict(common, aggregation=agg, ddof=ddof)
-                title = f"{view.benchmark.title}: base, novel and harmonic mean ({agg}, {protocol})"
-                key, download = _table(
-                    page, f"base-novel-{agg}{anchor}", title, columns, rows, **about
+                what = f"{title}: base, novel and harmonic mean ({agg}, {protocol})"
+                out.add(
+                    f"base-novel-{agg}{anchor}",
+                    what,
+                    columns,
+                    rows,
+                    **common,
+                    aggregation=agg,
+                    ddof=ddof,
                 )
-                out[key] = download
+            reference = section.reference.id if section.reference else None
             for agg, table_rows in section.tables.items():
                 columns, rows = mean_table_rows(table_rows, view.datasets, section.reference)
-                reference = section.reference.id if section.reference else None
                 about = dict(common, aggregation=agg, ddof=ddof, reference=reference)
-                title = f"{view.benchmark.title}: {agg} ({protocol})"
-                key, download = _table(page, f"table-{agg}{anchor}", title, columns, rows, **about)
-                out[key] = download
+                out.add(
+                    f"table-{agg}{anchor}", f"{title}: {agg} ({protocol})", columns, rows, **about
+                )
+        headline = dict(common, aggregation="hpe", ddof=ddof)
         if section.transductive:
             columns, rows = mean_table_rows(
                 section.transductive, view.datasets, None, compared=False
             )
-            about = dict(common, aggregation="hpe", ddof=ddof)
-            title = f"{view.benchmark.title}: transductive methods ({protocol})"
-            key, download = _table(
-                page, f"table-transductive{anchor}", title, columns, rows, **about
-            )
-            out[key] = download
+            what = f"{title}: transductive methods ({protocol})"
+            out.add(f"table-transductive{anchor}", what, columns, rows, **headline)
         if section.unverified:
             columns, rows = mean_table_rows(
                 section.unverified, view.datasets, None, ranked=False, compared=False
             )
-            about = dict(common, aggregation="hpe", ddof=ddof)
-            title = f"{view.benchmark.title}: not verified ({protocol})"
-            key, download = _table(page, f"table-unverified{anchor}", title, columns, rows, **about)
-            out[key] = download
+            what = f"{title}: not verified ({protocol})"
+            out.add(f"table-unverified{anchor}", what, columns, rows, **headline)
     for table in view.reported:
-        key, download = _reported(page, table.key, table.data, table.columns)
-        out[key] = download
+        _reported(out, table.key, table.data, table.columns)
     return out
 
 
-def _reported(
-    page: str, key: str, data: dict[str, Any], table_columns: Sequence[str]
-) -> tuple[str, Download]:
+def _reported(out: Tables, key: str, data: dict[str, Any], table_columns: Sequence[str]) -> None:
     """A paper's transcribed table: each column's mean (or value) and its ± where given."""
     columns = ["row", "method"]
     for c in table_columns:
@@ -286,8 +257,7 @@ def _reported(
             values += [cell.get("mean", cell.get("value")), cell.get("ci95")]
         rows.append(values)
     source = data.get("source", {})
-    return _table(
-        page,
+    out.add(
         f"reported-{key}",
         f"{source.get('short', key)} Table {data.get('table', '')} (reported in the paper)",
         columns,
@@ -307,20 +277,9 @@ def dataset_download(name: str, entries: Sequence[dict[str, Any]]) -> Download:
             ``harmonic`` mean ± CI, or ``per_shot`` for per-shot benchmarks).
     """
     columns = [
-        "benchmark",
-        "column",
-        "hpe_protocol",
-        *ENTRY,
-        "mean",
-        "ci95",
-        "n",
-        "ddof",
-        "novel_mean",
-        "novel_ci95",
-        "hm_mean",
-        "hm_ci95",
-        "shot_average",
-        "shot_average_std",
+        *("benchmark", "column", "hpe_protocol", *ENTRY),
+        *("mean", "ci95", "n", "ddof", "novel_mean", "novel_ci95", "hm_mean", "hm_ci95"),
+        *("shot_average", "shot_average_std"),
     ]
     rows = []
     for e in entries:
@@ -346,8 +305,8 @@ def dataset_download(name: str, entries: Sequence[dict[str, Any]]) -> Download:
                 shots.average_std if shots is not None else None,
             ]
         )
-    _, download = _table(
-        f"dataset-{name}",
+    out = Tables(f"dataset-{name}")
+    out.add(
         "entries",
         f"Entries on {name} (HPE aggregation)",
         columns,
@@ -355,12 +314,12 @@ def dataset_download(name: str, entries: Sequence[dict[str, Any]]) -> Download:
         dataset=name,
         aggregation="hpe",
     )
-    return download
+    return out["entries"]
 
 
 def settings_downloads(cmp: SettingsComparison) -> dict[str, Download]:
     """The CLIP settings page's tables: measured pairs and the paper's reported ones."""
-    page = f"clip-settings-{cmp.inductive.benchmark.name}"
+    out = Tables(f"clip-settings-{cmp.inductive.benchmark.name}")
     about = {
         "original": cmp.original.benchmark.name,
         "inductive": cmp.inductive.benchmark.name,
@@ -368,18 +327,10 @@ def settings_downloads(cmp: SettingsComparison) -> dict[str, Download]:
         "aggregation": "hpe",
     }
     columns = [
-        "method",
-        "hpe_protocol",
-        "original_entry",
-        "original_average",
-        "original_std",
-        "rank_original",
-        "inductive_entry",
-        "inductive_model",
-        "inductive_average",
-        "inductive_std",
-        "rank_inductive",
-        "gap",
+        *("method", "hpe_protocol"),
+        *("original_entry", "original_average", "original_std", "rank_original"),
+        *("inductive_entry", "inductive_model", "inductive_average", "inductive_std"),
+        *("rank_inductive", "gap"),
     ]
     rows = [
         [
@@ -398,27 +349,12 @@ def settings_downloads(cmp: SettingsComparison) -> dict[str, Download]:
         ]
         for p in cmp.pairs
     ]
-    out = {}
     if cmp.pairs:  # the page shows the table only then
-        key, download = _table(
-            page,
-            "clip-settings",
-            "Both settings, per method (average over shots and datasets ± std over seeds)",
-            columns,
-            rows,
-            **about,
-        )
-        out[key] = download
+        what = "Both settings, per method (average over shots and datasets ± std over seeds)"
+        out.add("clip-settings", what, columns, rows, **about)
     if cmp.reported:
         reported = [[r.method, r.original, r.inductive, r.gap, r.source] for r in cmp.reported]
-        key, download = _table(
-            page,
-            "clip-settings-reported",
-            "Both settings as the paper reports them",
-            ["method", "original", "inductive", "gap", "source"],
-            reported,
-            **about,
-            reported=True,
-        )
-        out[key] = download
+        what = "Both settings as the paper reports them"
+        columns = ["method", "original", "inductive", "gap", "source"]
+        out.add("clip-settings-reported", what, columns, reported, **about, reported=True)
     return out

@@ -32,10 +32,18 @@ from typing import Any
 import numpy as np
 from markupsafe import Markup, escape
 
-from fewtrans_board.analysis.svg import fit_text, ticks_with_text
+from fewtrans_board.figures.axes import (
+    plot_frame,
+    svg_close,
+    svg_open,
+    ticks_with_text,
+    x_axis_title,
+    y_grid,
+)
+from fewtrans_board.figures.text import fit_text
 from fewtrans_board.stats.bootstrap import resample_counts, resampled_means
-from fewtrans_board.website.downloads import Download
-from fewtrans_board.website.views import BenchmarkView, ProtocolSection
+from fewtrans_board.website.downloads import Tables
+from fewtrans_board.website.model import BenchmarkView, Download, ProtocolSection
 
 SIZES = (5, 10, 20, 50, 100, 300, 600)
 RESAMPLES = 1000
@@ -263,24 +271,16 @@ def lottery_plot(
         return bottom - (value - low) / (1.0 - low) * (bottom - top)
 
     parts = [
-        f'<svg class="plot lottery-plot" role="img" viewBox="0 0 {width} {height}" width="{width}" '
-        f'height="{height}" xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
-        f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" fill="none" stroke="#999"/>',
+        svg_open(width, height, title, "plot lottery-plot"),
+        plot_frame(left, top, right, bottom),
     ]
-    for tick, text in ticks:
-        parts.append(
-            f'<line x1="{left}" x2="{right}" y1="{py(tick):.1f}" y2="{py(tick):.1f}" stroke="#eee"/>'
-            f'<text x="{left - 5}" y="{py(tick) + 4:.1f}" text-anchor="end" class="tick">{text}</text>'
-        )
+    parts += y_grid(ticks, left, right, py)
     for n in sizes:
         parts.append(
             f'<text x="{px(n):.1f}" y="{bottom + 14}" text-anchor="middle" class="tick">{n}</text>'
         )
-    x_title = "episodes drawn per dataset (log scale; paired bootstrap)"
-    parts.append(
-        f'<text x="{(left + right) / 2:.0f}" y="{height - 8}" text-anchor="middle" class="label">'
-        f"{escape(fit_text(x_title, width - 8))}</text>"
-    )
+    x_text = "episodes drawn per dataset (log scale; paired bootstrap)"
+    parts.append(x_axis_title(x_text, (left + right) / 2, height - 8, width - 8))
     series = [
         ("P(top-1 differs)", "#dc3912", [p.p_top1_differs for p in points]),
         (f"Kendall tau of the top {k}", "#3366cc", [p.kendall_tau for p in points]),
@@ -301,8 +301,7 @@ def lottery_plot(
             f'stroke="{colour}" stroke-width="2"/>'
             f'<text x="{x + 20:.1f}" y="{top - 8}" class="tick" fill="{colour}">{escape(label)}</text>'
         )
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    return svg_close(parts)
 
 
 LOTTERY_COLUMNS = ("episodes", "p_top1_differs", "kendall_tau_top_k", "p_top_k_order_differs")
@@ -312,8 +311,7 @@ def lottery_downloads(
     view: BenchmarkView, sections: dict[str, SectionLottery]
 ) -> dict[str, Download]:
     """Each section's lottery table as CSV and JSON (``benchmark-<name>--lottery<anchor>``)."""
-    page = f"benchmark-{view.benchmark.name}"
-    out = {}
+    out = Tables(f"benchmark-{view.benchmark.name}")
     for section in view.sections:
         result = sections.get(section.protocol)
         if result is None:
@@ -330,11 +328,6 @@ def lottery_downloads(
             "stored_episodes": result.stored,
             "full_ranking": result.entries,
         }
-        out[result.table_id] = Download(
-            f"{page}--{result.table_id}",
-            f"{view.benchmark.title}: the sampling lottery ({section.protocol})",
-            LOTTERY_COLUMNS,
-            rows,
-            about,
-        )
+        what = f"{view.benchmark.title}: the sampling lottery ({section.protocol})"
+        out.add(result.table_id, what, LOTTERY_COLUMNS, rows, **about)
     return out

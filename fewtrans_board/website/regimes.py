@@ -19,10 +19,9 @@ own column, and every episode uses all of its dataset's classes (:data:`PER_SHOT
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,18 +31,22 @@ from fewtrans_board.leaderboard.sub_benchmarks import SubBenchmark
 from fewtrans_board.stats.bootstrap import averages_and_ranks, holm_paired, pool, tied_with_best
 from fewtrans_board.stats.intervals import mean_ci
 from fewtrans_board.stats.tests import cohens_d_paired
-from fewtrans_board.website.downloads import Download, mean_table_rows
+from fewtrans_board.website.downloads import Tables, json_value, mean_table_rows
+from fewtrans_board.website.model import (
+    BenchmarkView,
+    Bucket,
+    Comparison,
+    Download,
+    MethodView,
+    ProtocolSection,
+    RegimeTable,
+    RegimeViews,
+    TableRow,
+)
 from fewtrans_board.website.reporting import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
-from fewtrans_board.website.views import Comparison, MethodView, TableRow
-
-if TYPE_CHECKING:
-    from fewtrans_board.website.views import BenchmarkView, ProtocolSection
 
 AGGREGATION = "hpe"
 """Regime tables show the headline aggregation (the protocol's fusion)."""
-
-FEW_EPISODES = 30
-"""A bucket with fewer episodes than this is marked as few (its intervals are wide)."""
 
 SHOT_RULE = (
     "An episode's shot count is the lower median of its classes' support sizes (sort the "
@@ -60,50 +63,6 @@ PER_SHOT_NOTE = (
     "its classes, already reported per K in the tables above, and uses all of its "
     "dataset's classes, so a way regime would group datasets rather than episodes."
 )
-
-
-@dataclass(frozen=True)
-class Bucket:
-    """A range of ways or shots.
-
-    Attributes:
-        id: the regime's id in URLs and HTML ids (``shots-1``, ``ways-11plus``).
-        dimension: ``shots`` or ``ways``.
-        low: the smallest count in the bucket.
-        high: the largest, ``None`` for an open bucket (``11+``).
-    """
-
-    id: str
-    dimension: str
-    low: int
-    high: int | None
-
-    @property
-    def label(self) -> str:
-        """Human label: ``1 shot``, ``2–4 shots``, ``11+ ways``."""
-        if self.high == self.low:
-            span = str(self.low)
-        elif self.high is None:
-            span = f"{self.low}+"
-        else:
-            span = f"{self.low}–{self.high}"
-        unit = self.dimension[:-1] if span == "1" else self.dimension
-        return f"{span} {unit}"
-
-    def contains(self, counts: np.ndarray) -> np.ndarray:
-        """Which of ``counts`` fall in the bucket."""
-        inside = counts >= self.low
-        return inside if self.high is None else inside & (counts <= self.high)
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-friendly form (the page's embedded data, the downloads' ``about``)."""
-        return {
-            "id": self.id,
-            "dimension": self.dimension,
-            "label": self.label,
-            "low": self.low,
-            "high": self.high,
-        }
 
 
 SHOT_BUCKETS = (
@@ -173,74 +132,6 @@ class EpisodeProfiles:
                 return None
             self._profiles[sha256] = EpisodeProfile.of(self._frozen[sha256][1])
         return self._profiles[sha256]
-
-
-@dataclass
-class RegimeTable:
-    """One bucket's table within a protocol section.
-
-    Attributes:
-        bucket: the bucket.
-        anchor: the section's anchor suffix (``""`` or ``-<protocol>``).
-        columns: the page's columns that have episodes in the bucket, in page order.
-        episodes: episodes in the bucket per column.
-        rows: the entries' rows, ranked as in the headline table.
-    """
-
-    bucket: Bucket
-    anchor: str
-    columns: list[str]
-    episodes: dict[str, int]
-    rows: list[TableRow]
-
-    @property
-    def id(self) -> str:
-        """The table's HTML id (also its downloads' table id)."""
-        return f"regime-{self.bucket.id}{self.anchor}"
-
-    @property
-    def n(self) -> int:
-        """Episodes in the bucket, over all columns."""
-        return sum(self.episodes.values())
-
-    @property
-    def few(self) -> bool:
-        """Whether the bucket has fewer than :data:`FEW_EPISODES` episodes."""
-        return self.n < FEW_EPISODES
-
-    def share(self, total: int) -> float:
-        """The bucket's share of ``total`` episodes, in percent."""
-        return 100.0 * self.n / total if total else float("nan")
-
-
-@dataclass
-class RegimeViews:
-    """A protocol section's regime tables.
-
-    Attributes:
-        tables: one per non-empty bucket, shots then ways, in :data:`BUCKETS` order.
-        empty: the buckets left out, having no episode here.
-        episodes: the section's episodes over all columns.
-        note: why the section has no regime tables (empty when it has some, or no entries).
-    """
-
-    tables: list[RegimeTable] = field(default_factory=list)
-    empty: list[Bucket] = field(default_factory=list)
-    episodes: int = 0
-    note: str = ""
-
-    def __bool__(self) -> bool:
-        return bool(self.tables or self.note)
-
-    @property
-    def dimensions(self) -> list[tuple[str, list[RegimeTable]]]:
-        """The tables grouped by dimension (``shots``, ``ways``), those present only."""
-        out = []
-        for dimension in ("shots", "ways"):
-            tables = [t for t in self.tables if t.bucket.dimension == dimension]
-            if tables:
-                out.append((dimension, tables))
-        return out
 
 
 def ranked_rows(
@@ -361,19 +252,13 @@ def regime_views(
     return views
 
 
-def _plain(value: Any) -> Any:
-    """``None`` for NaN or an infinity (JSON has neither)."""
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
 def regime_downloads(view: BenchmarkView) -> dict[str, Download]:
     """The CSV and JSON of every regime table of a benchmark page, by table id.
 
     The columns are the headline table's (:func:`~fewtrans_board.website.downloads.
     mean_table_rows`) over the bucket's columns; ``about`` names the bucket and its rule.
     """
-    page = f"benchmark-{view.benchmark.name}"
-    out = {}
+    out = Tables(f"benchmark-{view.benchmark.name}")
     for section in view.sections:
         regimes = section.regimes
         for table in regimes.tables if regimes else []:
@@ -392,13 +277,7 @@ def regime_downloads(view: BenchmarkView) -> dict[str, Download]:
             title = (
                 f"{view.benchmark.title}: {table.bucket.label} ({AGGREGATION}, {section.protocol})"
             )
-            out[table.id] = Download(
-                f"{page}--{table.id}",
-                title,
-                tuple(columns),
-                tuple(tuple(r) for r in rows),
-                about,
-            )
+            out.add(table.id, title, columns, rows, **about)
     return out
 
 
@@ -421,10 +300,10 @@ def regime_page_data(view: BenchmarkView) -> dict[str, Any]:
                     {
                         "entry_id": row.method.id,
                         "rank": list(row.rank),
-                        "average": _plain(row.average.estimate),
+                        "average": json_value(row.average.estimate),
                         "vs_reference": versus.verdict if versus else None,
-                        "difference": _plain(versus.difference) if versus else None,
-                        "p_holm": _plain(versus.p_holm) if versus else None,
+                        "difference": json_value(versus.difference) if versus else None,
+                        "p_holm": json_value(versus.p_holm) if versus else None,
                     }
                 )
             tables.append(

@@ -9,15 +9,15 @@ spread, ranked by the average over shots and datasets (the inductive-CLIP paper'
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from fewtrans_board.results.per_shot import PerShot, average_over_datasets
 from fewtrans_board.stats.base_novel import harmonic_mean_average_ci, harmonic_mean_ci
-from fewtrans_board.stats.bootstrap import BootstrapCI, average_ci
-from fewtrans_board.stats.intervals import MeanCI, mean_ci
+from fewtrans_board.stats.bootstrap import average_ci
+from fewtrans_board.stats.intervals import mean_ci
+from fewtrans_board.website.model import BaseNovelCell, BaseNovelRow, ShotRow
 
 BOOTSTRAP_SEED = 0
 BOOTSTRAP_RESAMPLES = 2000
@@ -27,27 +27,6 @@ class _Method(Protocol):
     id: str
 
     def values(self, aggregation: str, split: str = "base") -> dict[str, np.ndarray]: ...
-
-
-@dataclass(frozen=True)
-class BaseNovelCell:
-    """One dataset: base, novel and harmonic-mean accuracy, each with a 95% CI."""
-
-    base: MeanCI
-    novel: MeanCI
-    harmonic: MeanCI
-
-
-@dataclass
-class BaseNovelRow:
-    """A method's base-to-novel row: per-dataset cells and the cross-dataset averages."""
-
-    method: Any
-    cells: dict[str, BaseNovelCell]
-    base: BootstrapCI
-    novel: BootstrapCI
-    harmonic: BootstrapCI
-    rank: int = 0
 
 
 def base_novel_table(
@@ -89,16 +68,6 @@ def base_novel_table(
     for rank, row in enumerate(rows, start=1):
         row.rank = rank
     return rows
-
-
-@dataclass
-class ShotRow:
-    """A method's per-shot row: each dataset's per-K results and their average."""
-
-    method: Any
-    per_dataset: dict[str, PerShot]
-    average: PerShot
-    rank: int = 0
 
 
 def shot_table(

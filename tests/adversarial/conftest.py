@@ -22,7 +22,7 @@ from click.testing import CliRunner, Result
 from fewtrans_board.cli import make_cli
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS, SubBenchmark
 from fewtrans_board.registry.manager import PluginManager, get_plugin_manager
-from tests.conftest import REPO, installed_distribution
+from tests.conftest import REPO, installed_distribution, require_sandbox
 
 MANIFESTS = REPO / "leaderboard" / "manifests"
 PINS = '["fewtrans-board==0.1.0", "fewtrans-redteam==0.1"]'
@@ -55,6 +55,23 @@ def run_cli(pm: PluginManager, args: Sequence[str]) -> Result:
 def ok(result: Result) -> Result:
     assert result.exit_code == 0, result.output
     return result
+
+
+def verifies_sandboxed(args: Sequence[Any]) -> bool:
+    """Whether a command line re-runs plugin code in the sandboxed verification worker."""
+    words = [str(a) for a in args]
+    if "--unsandboxed" in words:
+        return False
+    command = words[:2]
+    return (
+        command == ["submission", "verify"]
+        or (command == ["leaderboard", "add"] and "--unsafe-no-verify" not in words)
+        or (
+            command[:1] == ["leaderboard"]
+            and command[1:] in (["check"], ["check-pr"])
+            and "--verify" in words
+        )
+    )
 
 
 @dataclass
@@ -122,6 +139,8 @@ plugins = {PINS}
         return bundle
 
     def json(self, args: Sequence[Any]) -> tuple[int, dict[str, Any]]:
+        if verifies_sandboxed(args):
+            require_sandbox()
         result = run_cli(get_plugin_manager(entry_points=False), [*args, "--json"])
         return result.exit_code, json.loads(result.output)
 
@@ -147,6 +166,8 @@ plugins = {PINS}
         """What ``submission verify --json`` answers, with any
         :class:`~fewtrans_board.leaderboard.verification.VerificationOptions` (the command
         passes most of them; ``probe_episodes`` it does not)."""
+        if not options.get("unsandboxed"):
+            require_sandbox()
         from fewtrans_board.core.errors import SubmissionError
         from fewtrans_board.leaderboard.intake import verify_bundle
         from fewtrans_board.leaderboard.store import LeaderboardStore
@@ -288,7 +309,7 @@ def edit_provenance(bundle: Path, out: Path, edit: Edit) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from fewtrans_board.results.schema import METADATA_KEY, run_id_of
+    from fewtrans_board.results.row_schema import METADATA_KEY, run_id_of
     from fewtrans_board.results.shards import seal_table
 
     def change(name: str, data: bytes) -> bytes:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.hpe.aggregate import fuse
-from fewtrans_board.results.schema import METADATA_KEY, accuracy_percent, storable_logits
+from fewtrans_board.results.row_schema import METADATA_KEY, accuracy_percent, storable_logits
 from fewtrans_board.results.shards import rows_to_table
 
 Forge = Callable[[int, np.ndarray, np.ndarray], np.ndarray]

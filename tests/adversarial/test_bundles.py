@@ -169,7 +169,7 @@ def shard_edit(
 
 
 def run_json_edit(change: Callable[[dict[str, Any]], None]) -> Callable[[list[Entry]], list[Entry]]:
-    from fewtrans_board.results.schema import run_id_of
+    from fewtrans_board.results.row_schema import run_id_of
 
     def rewrite(data: bytes) -> bytes:
         record = json.loads(data)

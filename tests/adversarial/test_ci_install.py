@@ -22,9 +22,9 @@ import pytest
 
 from fewtrans_board.registry.manager import get_plugin_manager
 from tests.adversarial.conftest import run_cli
+from tests.conftest import WORKFLOW, command_options, run_commands, workflow, workflow_step
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKFLOW = ROOT / ".github" / "workflows" / "leaderboard.yml"
 
 
 def sha256(path: Path) -> str:
@@ -208,10 +208,25 @@ def test_a_third_party_pin_needs_a_wheel_hash(tmp_path: Path) -> None:
 
 
 def test_the_workflow_installs_no_code_where_it_judges() -> None:
+    # The parsed workflow: the commands its steps run, not text a comment could hold.
+    job = "check-submissions"
+    (_, fetch) = run_commands(
+        workflow_step(job, "Pinned plugins, as wheels with their recorded hashes only")
+    )
+    check_step = workflow_step(job, "Check the pull request (sandboxed verification)")
+    (check,) = run_commands(check_step)
+    assert fetch[1:3] == ["leaderboard", "fetch-plugins"] and fetch[0] == check[0]
+    assert command_options(fetch)["--into"] == command_options(check)["--plugins-root"] == "plugins"
+    assert command_options(check)["--secret-env"] == "VERIFY_SECRET"
+    assert check_step["env"]["VERIFY_SECRET"] == "${{ secrets.VERIFY_SECRET }}"
     text = WORKFLOW.read_text()
-    assert "leaderboard fetch-plugins" in text and "--plugins-root plugins" in text
-    assert "--secret-env VERIFY_SECRET" in text and "secrets.VERIFY_SECRET" in text
     assert "pull_request.number" not in text  # never a seed
-    assert "chmod -R a-w base/.venv" in text and "bubblewrap" in text
+    install = run_commands(workflow_step(job, "Install the base branch, then make it read-only"))
+    assert install[-1][:4] == ["chmod", "-R", "a-w", "base/.venv"]  # after the install
+    sandbox = run_commands(workflow_step(job, "Sandbox for the plugin worker"))
+    assert sandbox[-1][1:3] == ["apt-get", "install"] and sandbox[-1][-1] == "bubblewrap"
     # No pip run installs anything from the pull request.
     assert not [line for line in text.splitlines() if "pip install" in line]
+    steps = workflow()["jobs"][job]["steps"]
+    commands = [c for s in steps for c in run_commands(s)]
+    assert not [c for c in commands if "pip install" in " ".join(c)], commands

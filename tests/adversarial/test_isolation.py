@@ -13,6 +13,7 @@ that must fail re-runs every episode without the probes
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import sys
 import zipfile
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from fewtrans_board.registry.manager import get_plugin_manager
 from tests.adversarial.cheaters import JUDGE_TMP, PLANT_HINT, SHADOWED, STORE_HINT, _hints
 from tests.adversarial.conftest import (
     FIXED,
@@ -29,6 +31,7 @@ from tests.adversarial.conftest import (
     Board,
     ok,
     redteam_benchmark,
+    run_cli,
 )
 
 
@@ -182,7 +185,11 @@ def test_verification_refuses_to_run_without_a_sandbox_unless_told(
     monkeypatch.setattr(bwrap.shutil, "which", lambda name: None)
     bwrap.sandbox_problem.cache_clear()
     try:
-        code, report = verify(board, bundle, "--sample", "1")
+        # Straight to the command: the suite's own rule would skip (or fail in CI) a
+        # sandboxed verification here, the machine this test pretends to be.
+        args = ["submission", "verify", bundle, "--leaderboard", board.store, "--sample", "1"]
+        result = run_cli(get_plugin_manager(entry_points=False), [*args, "--json"])
+        code, report = result.exit_code, json.loads(result.output)
         assert code == 1 and report["code"] == "no-sandbox", report
         assert (
             "apt-get install bubblewrap" in report["error"] and "--unsandboxed" in report["error"]

@@ -17,6 +17,7 @@ from fewtrans_board.cli import make_cli, needs_plugins
 from fewtrans_board.core.errors import DuplicateNameError, PluginError
 from fewtrans_board.registry.manager import get_plugin_manager
 from tests.adversarial.conftest import REPO, Board, ok, run_cli
+from tests.conftest import WORKFLOW, command_options, run_commands, workflow_step
 
 
 class Hijacker:
@@ -38,12 +39,17 @@ class Shadower:
 
 
 def test_a_plugin_cannot_reach_builtin_commands() -> None:
+    from fewtrans_board.cli.listing import plugins_command
+
+    own = plugins_command.callback  # the built-in's own function, before any plugin ran
+    assert own is not None and own.__module__ == "fewtrans_board.cli.listing"
     pm = get_plugin_manager(entry_points=False, extra_plugins={"hijacker": Hijacker()})
     with pytest.raises(PluginError, match=r"hijacker.*failed to register its commands"):
         make_cli(pm)
     clean = make_cli(get_plugin_manager(entry_points=False))
+    # Still the built-in's own function (the hijacker's lambda is a callback too).
+    assert clean.commands["plugins"].callback is own and plugins_command.callback is own
     assert "hijacked" not in run_cli(get_plugin_manager(entry_points=False), ["plugins"]).output
-    assert clean.commands["plugins"].callback is not None
 
 
 def test_a_plugin_cannot_take_a_builtin_name() -> None:
@@ -376,11 +382,26 @@ def test_a_pull_request_that_edits_a_stored_entry_is_refused(board: Board, pr_re
 
 
 def test_the_workflow_checks_pull_requests_with_the_base_branch_code() -> None:
-    text = (REPO / ".github" / "workflows" / "leaderboard.yml").read_text()
-    assert "base/.venv/bin/fewtrans-board leaderboard check-pr --repo pr" in text
-    assert "--plugins-root plugins" in text and "--verify" in text
-    assert "path: base" in text and "path: pr" in text
+    # The parsed workflow: the commands its steps run, not text a comment could hold.
+    job = "check-submissions"
+    (check,) = run_commands(workflow_step(job, "Check the pull request (sandboxed verification)"))
+    assert check[:5] == ["base/.venv/bin/fewtrans-board", "leaderboard", "check-pr", "--repo", "pr"]
+    options = command_options(check)
+    assert options["--plugins-root"] == "plugins" and "--verify" in options
+    base = workflow_step(job, "Base branch (the code that judges)")
+    pr = workflow_step(job, "Pull request (data only)")
+    assert base["uses"].startswith("actions/checkout@") and base["with"]["path"] == "base"
+    assert pr["uses"].startswith("actions/checkout@") and pr["with"]["path"] == "pr"
+    assert base["with"]["ref"] == "${{ github.event.pull_request.base.sha }}"
+    assert options["--base"] == base["with"]["ref"]  # the diff is taken against the judge's code
     # CI's own report is the status, kept as an artifact for 'leaderboard record-status'.
-    assert "--status-out reports/status" in text and "actions/upload-artifact@v4" in text
-    assert "path: reports/status" in text and "github.event.pull_request.head.sha" in text
+    kept = workflow_step(job, "Keep CI's statuses (recorded by the maintainers after the merge)")
+    assert (
+        options["--status-out"] == "reports/status" and kept["uses"] == "actions/upload-artifact@v4"
+    )
+    assert kept["with"]["path"] == "reports/status" and kept["if"] == "always()"
+    assert pr["with"]["ref"] == "${{ github.event.pull_request.head.sha }}"
+    assert "github.event.pull_request.head.sha" in kept["with"]["name"]
+    # How the maintainers record it is said where they read it: the step's comment.
+    text = WORKFLOW.read_text()
     assert "leaderboard record-status" in text

@@ -110,13 +110,3 @@ def sandbox_argv(
     for key, value in sorted(policy.env.items()):
         args += ["--setenv", key, value]
     return [*args, *READ_ONLY_LAST, "--", *argv]
-
-
-def sandbox_available() -> bool:
-    """Whether :func:`sandbox_argv` can be used on this machine."""
-    return sandbox_problem() is None
-
-
-def clear_cached_problem() -> None:
-    """Forget the cached check (tests that change ``PATH``)."""
-    sandbox_problem.cache_clear()

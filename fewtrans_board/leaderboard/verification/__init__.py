@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ from fewtrans_board.api.adapter import config_digest, typed_values
 from fewtrans_board.api.backbone import Preprocessing
 from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.core.errors import FewtransError, SubmissionError
-from fewtrans_board.hpe.protocols import get_hpe_protocol, schema_roles
+from fewtrans_board.episodes.manifest import Manifest
+from fewtrans_board.hpe.protocols import HpeProtocol, get_hpe_protocol, schema_roles
 from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.validate import validate_contents
@@ -47,6 +49,7 @@ from fewtrans_board.leaderboard.verification.rerun import (
 from fewtrans_board.leaderboard.verification.sampling import (
     CATCH_PROBABILITY,
     FORGED_SHARE,
+    SamplePlan,
     catch_probabilities,
     draw_seed,
     plan_sample,
@@ -196,6 +199,31 @@ def _same_device_kind(recorded: Any, rerun: str) -> bool:
     return str(recorded or "cpu").startswith("cuda") == rerun.startswith("cuda")
 
 
+@dataclass
+class _Replay:
+    """What re-running one dataset in its plugin worker established, before judging it.
+
+    Attributes:
+        info: what the worker reported when it started (pins, files, schema, isolation).
+        start_s: the judge's measure of the worker's start.
+        protocol: the submission's HPE protocol (its aggregation).
+        job: the dataset's re-run (configurations rebuilt from the recorded schema).
+        sample: the secret sample of episodes, sized by the judge's own measure.
+        checks: every re-run episode's comparison with the stored one.
+        cut: whether the budget stopped the re-runs early.
+        oracle: the best stored configuration of each split.
+    """
+
+    info: WorkerInfo
+    start_s: float
+    protocol: HpeProtocol
+    job: DatasetRerun
+    sample: SamplePlan
+    checks: list[EpisodeCheck]
+    cut: bool
+    oracle: dict[str, int]
+
+
 def _verify_run(
     run: RunResults,
     contents: BundleContents,
@@ -205,64 +233,16 @@ def _verify_run(
     datasets: Any,
 ) -> tuple[DatasetVerdict, list[EpisodeCheck], dict[str, Any]]:
     """Re-run one dataset in its own plugin worker and judge it."""
-    meta = contents.meta
     _, manifest = store.frozen[run.provenance.manifest.sha256]
-    roots = options.roots or {}
     settings = replayed_settings(
-        run.provenance, options, _forbidden(store, contents, roots), sorted(meta.plugins)
+        run.provenance,
+        options,
+        _forbidden(store, contents, options.roots or {}),
+        sorted(contents.meta.plugins),
     )
     worker = PluginWorker(settings)
     try:
-        started = time.perf_counter()
-        info = worker.start()
-        start_s = time.perf_counter() - started
-        check_pins_installed(meta.plugins, info.installed)
-        check_plugin_files(run, info.files)
-        schema = _check_schema(run, info, meta.adapter)
-        protocol = get_hpe_protocol(meta.hpe_protocol)
-        centre = typed_values(run.provenance.adapter.centre, schema["fields"])
-        configs = [
-            typed_values(c, schema["fields"])
-            for c in protocol.grid_for(centre, schema_roles(schema))
-        ]
-        spec = datasets.get(manifest.dataset).obj
-        name = manifest.preprocessing
-        from fewtrans_board.datasets.images import ImageStore
-
-        images = ImageStore(
-            spec, roots.get(run.dataset), Preprocessing.named(name, info.image_size)
-        )
-        episodes = manifest.episodes()
-        stored = stored_episodes(run)
-        identity = run.provenance.identity
-        job = DatasetRerun(
-            run=run,
-            manifest=manifest,
-            worker=worker,
-            images=images,
-            configs=configs,
-            digests=[config_digest(c) for c in configs],
-            aggregation=protocol.aggregation,
-            salt=seed.salt(run.dataset),
-            serve_features=bool(identity.feature_cache and schema.get("frozen_backbone")),
-            memoize=identity.feature_cache,
-            transductive=bool(schema.get("transductive")),
-            universe=sorted(
-                {i for ep in episodes for i, _ in (*ep.support, *ep.query, *ep.novel_query)}
-            ),
-        )
-        claimed_cost = float(np.mean([s.seconds for s in stored.values()])) if stored else 0.0
-        rng = seed.stream(f"sample:{run.dataset}:{manifest.sha256}")
-        plan = plan_sample(
-            len(episodes),
-            claimed_cost,
-            rng,
-            budget_s=options.budget_s,
-            sample=options.sample,
-            extra_requests=0.5,
-        )
-        checks, cut = rerun_dataset(job, plan, stored, options.probe_episodes, rng)
-        oracle = {split: _best_config(run, split) for split in _splits(run)}
+        replay = _replay(run, manifest, worker, contents.meta, options, seed, datasets)
     except WorkerError as exc:
         raise SubmissionError(
             "worker-failed", f"{run.dataset} ({manifest.dataset}): {exc}"
@@ -274,38 +254,129 @@ def _verify_run(
     finally:
         worker.close()
     environment = rerun_environment(options.device, int(settings.threads or 1), settings.batching)
+    return _judge(run, manifest, replay, options, environment), replay.checks, environment
+
+
+def _replay(
+    run: RunResults,
+    manifest: Manifest,
+    worker: PluginWorker,
+    meta: Any,
+    options: VerificationOptions,
+    seed: Any,
+    datasets: Any,
+) -> _Replay:
+    """Start the worker, refuse other code than the run's, and re-run a secret sample."""
+    started = time.perf_counter()
+    info = worker.start()
+    start_s = time.perf_counter() - started
+    check_pins_installed(meta.plugins, info.installed)
+    check_plugin_files(run, info.files)
+    schema = _check_schema(run, info, meta.adapter)
+    protocol = get_hpe_protocol(meta.hpe_protocol)
+    job = _rerun_job(run, manifest, worker, info, schema, protocol, seed, datasets, options)
+    stored = stored_episodes(run)
+    claimed_cost = float(np.mean([s.seconds for s in stored.values()])) if stored else 0.0
+    rng = seed.stream(f"sample:{run.dataset}:{manifest.sha256}")
+    sample = plan_sample(
+        len(manifest.episodes()),
+        claimed_cost,
+        rng,
+        budget_s=options.budget_s,
+        sample=options.sample,
+        extra_requests=0.5,
+    )
+    checks, cut = rerun_dataset(job, sample, stored, options.probe_episodes, rng)
+    oracle = {split: _best_config(run, split) for split in _splits(run)}
+    return _Replay(info, start_s, protocol, job, sample, checks, cut, oracle)
+
+
+def _rerun_job(
+    run: RunResults,
+    manifest: Manifest,
+    worker: PluginWorker,
+    info: WorkerInfo,
+    schema: dict[str, Any],
+    protocol: HpeProtocol,
+    seed: Any,
+    datasets: Any,
+    options: VerificationOptions,
+) -> DatasetRerun:
+    """The dataset's re-run, as the judge builds it without importing the adapter.
+
+    The protocol's grid around the recorded centre, typed by the recorded schema (checked
+    against the installed plugin's), and the manifest's images at the worker's input size.
+    """
+    from fewtrans_board.datasets.images import ImageStore
+
+    centre = typed_values(run.provenance.adapter.centre, schema["fields"])
+    configs = [
+        typed_values(c, schema["fields"]) for c in protocol.grid_for(centre, schema_roles(schema))
+    ]
+    preprocessing = Preprocessing.named(manifest.preprocessing, info.image_size)
+    images = ImageStore(
+        datasets.get(manifest.dataset).obj, (options.roots or {}).get(run.dataset), preprocessing
+    )
+    episodes = manifest.episodes()
+    identity = run.provenance.identity
+    return DatasetRerun(
+        run=run,
+        manifest=manifest,
+        worker=worker,
+        images=images,
+        configs=configs,
+        digests=[config_digest(c) for c in configs],
+        aggregation=protocol.aggregation,
+        salt=seed.salt(run.dataset),
+        serve_features=bool(identity.feature_cache and schema.get("frozen_backbone")),
+        memoize=identity.feature_cache,
+        transductive=bool(schema.get("transductive")),
+        universe=sorted(
+            {i for ep in episodes for i, _ in (*ep.support, *ep.query, *ep.novel_query)}
+        ),
+    )
+
+
+def _judge(
+    run: RunResults,
+    manifest: Manifest,
+    replay: _Replay,
+    options: VerificationOptions,
+    environment: dict[str, Any],
+) -> DatasetVerdict:
+    """The dataset's verdict (exact where the numeric environment is the recorded one)."""
     recorded = run.provenance.environment.to_json()
-    differing = differences(recorded, identity.batching or "auto", environment)
+    differing = differences(recorded, run.provenance.identity.batching or "auto", environment)
     verdict = judge_dataset(
         run.dataset,
-        checks,
+        replay.checks,
         exact=not differing,
         margin=options.margin,
-        transductive=job.transductive,
-        aggregation=protocol.aggregation,
-        oracle=oracle,
-        cost=CostFacts(start_s, _same_device_kind(recorded.get("device"), options.device)),
+        transductive=replay.job.transductive,
+        aggregation=replay.protocol.aggregation,
+        oracle=replay.oracle,
+        cost=CostFacts(replay.start_s, _same_device_kind(recorded.get("device"), options.device)),
     )
-    hpe_all = run.aggregations()["hpe"]
+    sample = replay.sample
     verdict.summary.update(
         {
             "dataset": run.dataset,
             "manifest": manifest.sha256,
             "mode": verdict.mode,
             "environment_differences": differing,
-            "claimed": float(np.mean(hpe_all)),
-            "planned": len(plan.order),
-            "budget_s": plan.budget_s,
-            "claimed_estimate_s": round(plan.estimate_s, 1),
-            "cut_by_budget": cut,
+            "claimed": float(np.mean(run.aggregations()["hpe"])),
+            "planned": len(sample.order),
+            "budget_s": sample.budget_s,
+            "claimed_estimate_s": round(sample.estimate_s, 1),
+            "cut_by_budget": replay.cut,
             "memorisation_rule": probe_rule(),
-            "worker_isolation": info.isolation,
+            "worker_isolation": replay.info.isolation,
             "passed": verdict.passed,
             "failures": verdict.failures,
-            **catch_probabilities(len(episodes), len(checks)),
+            **catch_probabilities(len(manifest.episodes()), len(replay.checks)),
         }
     )
-    return verdict, checks, environment
+    return verdict
 
 
 def verify_contents(

@@ -9,7 +9,7 @@ from pathlib import Path
 from fewtrans_board.core.sandbox import Isolation, Limits
 from fewtrans_board.core.threads import replay_threads
 from fewtrans_board.leaderboard.verification.sampling import DEFAULT_BUDGET_S
-from fewtrans_board.results.provenance import RunProvenance
+from fewtrans_board.results.documents import RunProvenance
 from fewtrans_board.runner.worker.messages import WorkerSettings
 from fewtrans_board.runner.worker.remote import (
     FAMILY_PRELOAD,

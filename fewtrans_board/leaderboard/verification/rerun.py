@@ -29,7 +29,7 @@ from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
 from fewtrans_board.leaderboard.verification.perturb import perturbed_pixels
 from fewtrans_board.leaderboard.verification.sampling import SamplePlan
 from fewtrans_board.results.load import RunResults
-from fewtrans_board.results.schema import CONFIG_KIND, accuracy_percent
+from fewtrans_board.results.row_schema import CONFIG_KIND, accuracy_percent
 from fewtrans_board.runner.episode_rows import episode_rows
 from fewtrans_board.runner.evaluate import ConfigOutcome, config_seed
 from fewtrans_board.runner.features import FeatureCache

@@ -18,7 +18,6 @@ decay 1e-3, batch 4, 20 epochs, as ``multi_model_selection.py``'s
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,15 +25,6 @@ import numpy as np
 MAX_FOLDS = 5
 CV_C = 10.0
 """Inverse L2 strength of the CV classifier on unit-norm features."""
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One candidate layer: ``(model index, layer index)`` and its support features."""
-
-    model: int
-    layer: int
-    features: np.ndarray
 
 
 def unit_rows(features: np.ndarray) -> np.ndarray:

@@ -35,9 +35,6 @@ def meta_train_hint(method: str) -> str:
     return f"meta-train --method {method}, then evaluate --model meta-trained --weights CHECKPOINT"
 
 
-META_TRAIN_HINT = meta_train_hint("relationnet")
-
-
 def learned_head(backbone: Backbone, method: str) -> dict[str, torch.Tensor] | None:
     """The head a ``meta-train`` run of ``method`` stored, or ``None`` for other backbones."""
     from fewtrans_board.methods.meta.model import MetaBackbone

@@ -410,7 +410,7 @@ def fit_in_worker(worker: PluginWorker, request: FitRequest, where: str, episode
     Raises:
         EvaluationError: the adapter failed or answered something malformed.
     """
-    from fewtrans_board.runner.worker.serve import EPISODE_MARK
+    from fewtrans_board.runner.worker.episode_process import EPISODE_MARK
 
     try:
         return worker.fit(request)

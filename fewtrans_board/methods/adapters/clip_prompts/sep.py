@@ -76,17 +76,8 @@ class SepSession(PromptSession):
         residual_alpha: float | None = None,
         visual_residual: bool = False,
     ) -> None:
-        import torch
-        import torch.nn.functional as F
-
-        from fewtrans_board.blocks.clip_common import (
-            clip_model,
-            handcrafted_text_features,
-        )
-        from fewtrans_board.blocks.deep_prompts import DeepVisualPrompts
-        from fewtrans_board.blocks.prompter import TextPrompter, frozen_copy
-        from fewtrans_board.blocks.vit_parts import vit_parts
-        from fewtrans_board.methods.adapters.clip_prompts import fusion
+        from fewtrans_board.blocks.clip_common import clip_model
+        from fewtrans_board.blocks.prompter import frozen_copy
 
         model = clip_model(backbone, method)
         assert backbone.text is not None
@@ -96,7 +87,21 @@ class SepSession(PromptSession):
         clip: Any = frozen_copy(model)
         self.model = clip
         self.frozen.append(clip)
-        n_ctx, n_vis = config.n_ctx_text, config.n_ctx_vision
+        self._add_text_prompts(clip, backbone, config, method)
+        self._add_visual_prompts(clip, config)
+        self.logit_scale = backbone.text.logit_scale
+        self.support_pixels(support)
+        self._add_frozen_references(backbone, support, config)
+        self._add_residuals(residual_alpha, visual_residual, method)
+        self.weights = (config.text_weight, config.image_weight, config.prototype_weight)
+
+    def _add_text_prompts(self, clip: Any, backbone: Backbone, config: Any, method: str) -> None:
+        """The text context tokens and the text tower's Token Fusion Modules."""
+        from fewtrans_board.blocks.prompter import TextPrompter
+        from fewtrans_board.methods.adapters.clip_prompts import fusion
+
+        assert backbone.text is not None
+        n_ctx = config.n_ctx_text
         self.prompter = TextPrompter(clip, backbone.text.tokenize, n_ctx)
         if 1 + 2 * n_ctx >= int(clip.positional_embedding.shape[0]):
             raise FewtransError(f"{method}: n_ctx_text={n_ctx} leaves no class tokens to fuse with")
@@ -114,6 +119,14 @@ class SepSession(PromptSession):
             n_ctx,
             bool(getattr(clip.transformer, "batch_first", True)),
         )
+
+    def _add_visual_prompts(self, clip: Any, config: Any) -> None:
+        """The image prompt tokens and the image tower's Token Fusion Modules."""
+        from fewtrans_board.blocks.deep_prompts import DeepVisualPrompts
+        from fewtrans_board.blocks.vit_parts import vit_parts
+        from fewtrans_board.methods.adapters.clip_prompts import fusion
+
+        n_vis = config.n_ctx_vision
         parts = vit_parts(clip.visual)
         self.visual_prompts = DeepVisualPrompts(n_vis, 1, parts.width).to(self.device)
         self.visual_prompts.attach(clip.visual)
@@ -128,8 +141,14 @@ class SepSession(PromptSession):
             n_vis,
             parts.batch_first,
         )
-        self.logit_scale = backbone.text.logit_scale
-        self.support_pixels(support)
+
+    def _add_frozen_references(self, backbone: Backbone, support: SupportSet, config: Any) -> None:
+        """Frozen CLIP's support features, hand-crafted class texts and the prototype head."""
+        import torch
+        import torch.nn.functional as F
+
+        from fewtrans_board.blocks.clip_common import handcrafted_text_features
+
         self.frozen_images = F.normalize(upcast(support.images.features(backbone)), dim=-1).to(
             self.device
         )
@@ -143,6 +162,13 @@ class SepSession(PromptSession):
         self.prototypes = self.add_trainable(
             "prototypes", new_parameter(F.normalize(means, dim=-1), self.device)
         )
+
+    def _add_residuals(
+        self, residual_alpha: float | None, visual_residual: bool, method: str
+    ) -> None:
+        """SEPRES's text residual ``R`` and, for vRES, the visual residual ``V`` (zero init)."""
+        import torch
+
         self.residual_alpha = residual_alpha
         if residual_alpha is not None:
             self.residual = self.add_trainable(
@@ -156,7 +182,6 @@ class SepSession(PromptSession):
                 "visual_residual",
                 new_parameter(torch.zeros_like(self.handcrafted[:1]), self.device),
             )
-        self.weights = (config.text_weight, config.image_weight, config.prototype_weight)
 
     def fused_images(self, pixels: torch.Tensor, frozen: torch.Tensor) -> torch.Tensor:
         """``norm(norm(prompted) + norm(frozen) [+ alpha V])`` for preprocessed ``pixels``."""

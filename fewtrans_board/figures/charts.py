@@ -1,7 +1,9 @@
-"""Inline SVG figures of the analyses: a labelled scatter, per-layer line charts, grouped bars.
+"""Plot kinds of the analyses: a labelled scatter, per-layer line charts, grouped bars.
 
 Text is escaped; every figure has a ``<title>`` and every point a tooltip.
 """
+
+# ruff: noqa: E501  (SVG markup reads best as one string per element)
 
 from __future__ import annotations
 
@@ -10,15 +12,17 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 from markupsafe import Markup, escape
 
-from fewtrans_board.analysis.svg import (
-    fit_text,
+from fewtrans_board.figures.axes import (
+    PALETTE,
     nice_axis,
-    place_label,
-    text_width,
+    svg_close,
+    svg_open,
     ticks_with_text,
+    x_axis_title,
+    y_axis_title,
 )
+from fewtrans_board.figures.text import fit_text, place_label, text_width
 
-PALETTE = ("#3366cc", "#dc3912", "#109618", "#ff9900", "#990099", "#0099c6", "#dd4477", "#66aa00")
 WIDTH, HEIGHT = 520, 320
 LEFT, RIGHT, TOP, BOTTOM = 60, 20, 30, 45
 
@@ -29,7 +33,7 @@ def _scale(
     """Padded axis range of ``values`` and its map to pixels.
 
     ``[0, 1]`` when empty; extended down to a round tick
-    (:func:`~fewtrans_board.analysis.svg.nice_axis`).
+    (:func:`~fewtrans_board.figures.axes.nice_axis`).
     """
     low = float(values.min()) if values.size else 0.0
     high = float(values.max()) if values.size else 1.0
@@ -46,16 +50,14 @@ def _scale(
     return low, high, to_px
 
 
-def _frame(title: str, x_title: str, y_title: str) -> list[str]:
+def _frame(title: str, x_text: str, y_text: str) -> list[str]:
     return [
-        f'<svg class="plot" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
-        f'height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
+        svg_open(WIDTH, HEIGHT, title),
         f'<text x="{WIDTH / 2:.0f}" y="16" text-anchor="middle" class="label">{escape(fit_text(title, WIDTH - 16))}</text>',
         f'<line x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH - RIGHT}" y2="{HEIGHT - BOTTOM}" stroke="#444"/>',
         f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{HEIGHT - BOTTOM}" stroke="#444"/>',
-        f'<text x="{(LEFT + WIDTH - RIGHT) / 2:.0f}" y="{HEIGHT - 8}" text-anchor="middle" class="label">{escape(fit_text(x_title, WIDTH - LEFT - RIGHT))}</text>',
-        f'<text x="14" y="{(TOP + HEIGHT - BOTTOM) / 2:.0f}" text-anchor="middle" class="label" '
-        f'transform="rotate(-90 14 {(TOP + HEIGHT - BOTTOM) / 2:.0f})">{escape(fit_text(y_title, HEIGHT - TOP - BOTTOM))}</text>',
+        x_axis_title(x_text, (LEFT + WIDTH - RIGHT) / 2, HEIGHT - 8, WIDTH - LEFT - RIGHT),
+        y_axis_title(y_text, (TOP + HEIGHT - BOTTOM) / 2, HEIGHT - TOP - BOTTOM),
     ]
 
 
@@ -126,15 +128,14 @@ def scatter(
             f"<title>{escape(label)}: ({x:.4g}, {y:.4g})</title></circle>"
         )
         if len(finite) <= 12:
-            # Inside the frame, apart from the labels already written (see analysis/svg.py).
+            # Inside the frame, apart from the labels already written (see figures/text.py).
             tx, ty, anchor, short = place_label(
                 px(x), py(y) - 8, fit_text(label, 200), frame, placed
             )
             parts.append(
                 f'<text x="{tx:.1f}" y="{ty:.1f}" text-anchor="{anchor}" class="tick">{escape(short)}</text>'
             )
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    return svg_close(parts)
 
 
 def layer_lines(
@@ -185,8 +186,7 @@ def layer_lines(
         parts.append(
             f'<text x="{WIDTH - RIGHT - 4}" y="{TOP + 14 * (k + 1)}" text-anchor="end" class="tick" fill="{colour}">{escape(fit_text(name, WIDTH - LEFT - RIGHT))}</text>'
         )
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    return svg_close(parts)
 
 
 def grouped_bars(
@@ -253,5 +253,4 @@ def grouped_bars(
             f'<text x="{WIDTH - RIGHT - 4}" y="{TOP + 14 * (k + 1)}" text-anchor="end" '
             f'class="tick" fill="{colour}">{escape(fit_text(name, WIDTH - LEFT - RIGHT))}</text>'
         )
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    return svg_close(parts)

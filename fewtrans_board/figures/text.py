@@ -1,9 +1,8 @@
-"""What every hand-written SVG figure shares: text extents, "nice" ticks and label placement.
+"""The one text-width model of every hand-written SVG, and label placement built on it.
 
-The site's plots (``website/plots.py``, ``website/clip_settings.py``, ``website/cost.py``,
-``website/lottery.py``) and the analysis figures (``analysis/plots.py``) draw their axes and
-labels with these helpers, so that every tick is a round number and every label stays
-inside its SVG. Pure Python: importable anywhere, nothing heavy.
+Plots (:mod:`~fewtrans_board.figures.charts`, :mod:`~fewtrans_board.figures.accuracy`, the
+site's cost, lottery and CLIP-settings figures) and badges size their text with it, so that
+every label stays inside its SVG. Pure Python: importable anywhere, nothing heavy.
 
 Text width is estimated, not measured (no font is available when the site is built): a
 character is :data:`EM` of the font size wide, narrow characters less, wide and capital
@@ -13,7 +12,6 @@ ones more; the estimate is generous for the sans-serif fonts browsers pick for
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 FONT_PX = 11.0
@@ -54,85 +52,9 @@ def fit_text(text: str, width: float, size: float = FONT_PX) -> str:
     return out.rstrip() + "…" if out else "…"
 
 
-def nice_step(span: float, count: int = 5) -> float:
-    """The 1-2-5 step (1, 2 or 5 times a power of ten) closest to ``span / (count - 1)``.
-
-    Closeness is measured on a log scale, so ``span / (count - 1) = 1.61`` gives 2.
-    """
-    raw = abs(span) / max(count - 1, 1)
-    if not math.isfinite(raw) or raw <= 0:
-        return 1.0
-    power = 10.0 ** math.floor(math.log10(raw))
-    candidates = [m * power for m in (1, 2, 5, 10)]
-    return min(candidates, key=lambda c: abs(math.log(c / raw)))
-
-
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """Round tick values for an axis over ``[low, high]``: multiples of :func:`nice_step`.
-
-    The first tick is the largest multiple at or below ``low`` (an axis starts at a tick:
-    see :func:`nice_axis`), the last the largest at or below ``high``; e.g. 0.493 to 6.95
-    gives ``[0, 2, 4, 6]``. A degenerate range gets the ticks of a unit range around it.
-    """
-    if not (math.isfinite(low) and math.isfinite(high)):
-        low, high = 0.0, 1.0
-    if high < low:
-        low, high = high, low
-    if high - low < 1e-12:
-        low, high = low - 0.5, high + 0.5
-    step = nice_step(high - low, count)
-    first = math.floor(low / step + 1e-9)
-    ticks = []
-    k = first
-    while k * step <= high + 1e-9 * step:
-        ticks.append(_clean(k * step, step))
-        k += 1
-    return ticks
-
-
-def nice_axis(low: float, high: float, count: int = 5) -> tuple[float, float, list[float]]:
-    """``(axis low, axis high, ticks)``: the range extended down to the first nice tick."""
-    ticks = nice_ticks(low, high, count)
-    return min(low, ticks[0]), max(high, ticks[-1]), ticks
-
-
-def _clean(value: float, step: float) -> float:
-    """``value`` rounded to the step's decimals (no ``0.30000000000000004``)."""
-    return round(value, max(0, -math.floor(math.log10(step))) + 1) + 0.0
-
-
-def tick_text(value: float, step: float) -> str:
-    """A tick's label with as many decimals as the step needs (``0.5``, ``2``, ``0.05``)."""
-    decimals = max(0, -math.floor(math.log10(step) + 1e-9)) if step > 0 else 0
-    text = f"{value:.{decimals}f}"
-    return "0" if text.strip("-0.") == "" else text
-
-
-def ticks_with_text(low: float, high: float, count: int = 5) -> list[tuple[float, str]]:
-    """:func:`nice_ticks` with their labels."""
-    ticks = nice_ticks(low, high, count)
-    step = ticks[1] - ticks[0] if len(ticks) > 1 else nice_step(high - low, count)
-    return [(t, tick_text(t, step)) for t in ticks]
-
-
-def log_ticks(low: float, high: float) -> list[tuple[float, str]]:
-    """Ticks of a log axis over ``[low, high]`` (both > 0), with their labels.
-
-    Powers of ten, with 2 and 5 between them when the range spans at most two decades;
-    labels like ``0.01``, ``20``.
-    """
-    low, high = max(low, 1e-12), max(high, low * 1.000001)
-    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
-    mantissas = (1, 2, 5) if last - first <= 2 else (1,)
-    out = []
-    for exponent in range(first, last + 1):
-        for m in mantissas:
-            value = m * 10.0**exponent
-            if low * (1 - 1e-9) <= value <= high * (1 + 1e-9):
-                out.append((value, f"{value:.{max(0, -exponent)}f}"))
-    if not out:  # less than one step of the mantissas: label both ends
-        out = [(low, f"{low:.3g}"), (high, f"{high:.3g}")]
-    return out
+def longest(labels: Sequence[str], size: float = FONT_PX) -> float:
+    """The estimated width of the widest of ``labels`` (0 when there are none)."""
+    return max((text_width(label, size) for label in labels), default=0.0)
 
 
 Box = tuple[float, float, float, float]
@@ -199,8 +121,3 @@ def place_label(
         box = text_box(tx, ty, text, anchor, size)
     placed.append(box)
     return tx, ty, anchor, text
-
-
-def longest(labels: Sequence[str], size: float = FONT_PX) -> float:
-    """The estimated width of the widest of ``labels`` (0 when there are none)."""
-    return max((text_width(label, size) for label in labels), default=0.0)

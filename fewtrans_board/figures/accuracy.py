@@ -1,7 +1,9 @@
-"""Inline SVG plots made here (no plotting library, no external requests).
+"""Plot kinds of accuracy on the site: means with CIs, a histogram, a configuration heatmap.
 
 Every text element is escaped; plots carry a ``<title>`` for screen readers and tooltips.
 """
+
+# ruff: noqa: E501  (SVG markup reads best as one string per element)
 
 from __future__ import annotations
 
@@ -10,13 +12,15 @@ from collections.abc import Sequence
 import numpy as np
 from markupsafe import Markup, escape
 
-from fewtrans_board.analysis.svg import fit_text, longest, nice_axis, text_width, tick_text
-
-PALETTE = ("#3366cc", "#dc3912", "#109618", "#ff9900", "#990099", "#0099c6", "#dd4477", "#66aa00")
-
-
-def _fmt(value: float) -> str:
-    return f"{value:.1f}"
+from fewtrans_board.figures.axes import (
+    PALETTE,
+    nice_axis,
+    svg_close,
+    svg_open,
+    tick_text,
+    y_axis_title,
+)
+from fewtrans_board.figures.text import fit_text, longest, text_width
 
 
 def ci_bars(
@@ -44,10 +48,7 @@ def ci_bars(
     def x(value: float) -> float:
         return left + (value - low) / span * (right - left)
 
-    parts = [
-        f'<svg class="plot" role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-        f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>'
-    ]
+    parts = [svg_open(width, height, title)]
     for i, (label, mean, ci) in enumerate(rows):
         y = 15 + i * 26
         short = fit_text(label, left - 12)
@@ -76,8 +77,7 @@ def ci_bars(
         parts.append(
             f'<text x="{at:.1f}" y="{axis_y}" text-anchor="middle" class="tick">{label}</text>'
         )
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    return svg_close(parts)
 
 
 def histogram(
@@ -95,10 +95,7 @@ def histogram(
     counts, edges = np.histogram(array, bins=bins, range=(0.0, 100.0))
     top = max(int(counts.max()), 1)
     bar = (width - 20) / bins
-    parts = [
-        f'<svg class="plot" role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-        f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>'
-    ]
+    parts = [svg_open(width, height, title)]
     for i, count in enumerate(counts):
         h = (height - 30) * count / top
         parts.append(
@@ -112,8 +109,7 @@ def histogram(
     parts.append(
         f'<line x1="{10 + array.mean() / 100 * (width - 20):.1f}" x2="{10 + array.mean() / 100 * (width - 20):.1f}" y1="5" y2="{height - 20}" stroke="#dc3912" stroke-dasharray="3,2"/>'
     )
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    return svg_close(parts)
 
 
 def heatmap(
@@ -136,12 +132,9 @@ def heatmap(
     low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     span = max(high - low, 1e-6)
     parts = [
-        f'<svg class="plot" role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-        f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
+        svg_open(width, height, title),
         f'<text x="{left + cols * cell_w / 2:.0f}" y="14" text-anchor="middle" class="label">{escape(col_title)}</text>',
-        f'<text x="14" y="{middle:.0f}" text-anchor="middle" class="label" '
-        f'transform="rotate(-90 14 {middle:.0f})">'
-        f"{escape(fit_text(row_title, max(rows * cell_h, 40)))}</text>",
+        y_axis_title(row_title, middle, max(rows * cell_h, 40)),
     ]
     for j, label in enumerate(col_labels):
         parts.append(
@@ -160,5 +153,4 @@ def heatmap(
                 f'fill="#109618" fill-opacity="{shade:.2f}"><title>{escape(label)} / {escape(col_labels[j])}: {text}</title></rect>'
                 f'<text x="{left + j * cell_w + cell_w / 2 - 1:.0f}" y="{top + i * cell_h + 18}" text-anchor="middle" class="cell">{text}</text>'
             )
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    return svg_close(parts)

@@ -1,24 +1,28 @@
-"""The site's view objects: a method's runs, benchmark tables, comparisons, the whole site."""
+"""The site's view types: what the templates read and the downloads are made from.
+
+The computing modules (``data``, ``regimes``, ``reporting``, ``clip_settings``,
+``downloads`` ...) build them and import them from here, never from each other in a circle.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from markupsafe import Markup
 
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.hpe.protocols import get_hpe_protocol
 from fewtrans_board.leaderboard.meta import SubmissionMeta
 from fewtrans_board.leaderboard.sub_benchmarks import SubBenchmark
 from fewtrans_board.results.digest import RunDigest
-from fewtrans_board.results.per_shot import PerShot, per_shot, shot_seed_pairs
+from fewtrans_board.results.per_shot import PerShot, per_shot
 from fewtrans_board.stats.bootstrap import BootstrapCI
 from fewtrans_board.stats.intervals import MeanCI
-from fewtrans_board.website.reporting import BaseNovelRow, ShotRow
 
-if TYPE_CHECKING:
-    from fewtrans_board.website.regimes import RegimeViews
+FEW_EPISODES = 30
+"""A regime table with fewer episodes than this is marked as few (its intervals are wide)."""
 
 
 @dataclass
@@ -42,29 +46,6 @@ class MethodRun:
     summary: dict[str, Any]
     novel: dict[str, np.ndarray] = field(default_factory=dict)
     pairs: list[tuple[int, int]] | None = None
-
-    @classmethod
-    def of(
-        cls,
-        run: RunDigest,
-        manifest: str,
-        summary: dict[str, Any],
-        manifest_meta: dict[str, Any] | None = None,
-        dataset: str | None = None,
-    ) -> MethodRun:
-        """Derive a run's views; ``manifest_meta`` (the frozen manifest's) fixes (K, seed).
-
-        ``dataset`` is the frozen manifest's (default: the run's own record, for local runs).
-        """
-        return cls(
-            dataset or run.dataset,
-            manifest,
-            run,
-            run.aggregations(),
-            summary,
-            run.aggregations("novel") if run.has_novel else {},
-            shot_seed_pairs(manifest_meta or run.provenance.manifest.to_json()),
-        )
 
     @property
     def roles(self) -> dict[str, str]:
@@ -110,8 +91,7 @@ class MethodView:
     @property
     def reruns(self) -> list[dict[str, Any]]:
         """Per dataset, what verification re-ran and found (empty for older reports)."""
-        report = self.verification or {}
-        datasets = report.get("datasets")
+        datasets = (self.verification or {}).get("datasets")
         return [d for d in datasets if isinstance(d, dict)] if isinstance(datasets, list) else []
 
     @property
@@ -155,12 +135,8 @@ class MethodView:
 
     def per_shot(self, aggregation: str) -> dict[str, PerShot]:
         """Per-K results of an aggregation, per column (k-shot runs only)."""
-        out = {}
-        for dataset, run in self.runs.items():
-            result = run.per_shot(aggregation)
-            if result is not None:
-                out[dataset] = result
-        return out
+        results = {dataset: run.per_shot(aggregation) for dataset, run in self.runs.items()}
+        return {dataset: result for dataset, result in results.items() if result is not None}
 
 
 @dataclass
@@ -204,6 +180,147 @@ class ReportedTable:
         return list(self.data["columns"])
 
 
+@dataclass(frozen=True)
+class BaseNovelCell:
+    """One dataset: base, novel and harmonic-mean accuracy, each with a 95% CI."""
+
+    base: MeanCI
+    novel: MeanCI
+    harmonic: MeanCI
+
+
+@dataclass
+class BaseNovelRow:
+    """A method's base-to-novel row: per-dataset cells and the cross-dataset averages."""
+
+    method: Any
+    cells: dict[str, BaseNovelCell]
+    base: BootstrapCI
+    novel: BootstrapCI
+    harmonic: BootstrapCI
+    rank: int = 0
+
+
+@dataclass
+class ShotRow:
+    """A method's per-shot row: each dataset's per-K results and their average."""
+
+    method: Any
+    per_dataset: dict[str, PerShot]
+    average: PerShot
+    rank: int = 0
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A range of ways or shots.
+
+    Attributes:
+        id: the regime's id in URLs and HTML ids (``shots-1``, ``ways-11plus``).
+        dimension: ``shots`` or ``ways``.
+        low: the smallest count in the bucket.
+        high: the largest, ``None`` for an open bucket (``11+``).
+    """
+
+    id: str
+    dimension: str
+    low: int
+    high: int | None
+
+    @property
+    def label(self) -> str:
+        """Human label: ``1 shot``, ``2–4 shots``, ``11+ ways``."""
+        if self.high == self.low:
+            span = str(self.low)
+        elif self.high is None:
+            span = f"{self.low}+"
+        else:
+            span = f"{self.low}–{self.high}"
+        unit = self.dimension[:-1] if span == "1" else self.dimension
+        return f"{span} {unit}"
+
+    def contains(self, counts: np.ndarray) -> np.ndarray:
+        """Which of ``counts`` fall in the bucket."""
+        inside = counts >= self.low
+        return inside if self.high is None else inside & (counts <= self.high)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-friendly form (the page's embedded data, the downloads' ``about``)."""
+        return {
+            "id": self.id,
+            "dimension": self.dimension,
+            "label": self.label,
+            "low": self.low,
+            "high": self.high,
+        }
+
+
+@dataclass
+class RegimeTable:
+    """One bucket's table within a protocol section.
+
+    Attributes:
+        bucket: the bucket.
+        anchor: the section's anchor suffix (``""`` or ``-<protocol>``).
+        columns: the page's columns that have episodes in the bucket, in page order.
+        episodes: episodes in the bucket per column.
+        rows: the entries' rows, ranked as in the headline table.
+    """
+
+    bucket: Bucket
+    anchor: str
+    columns: list[str]
+    episodes: dict[str, int]
+    rows: list[TableRow]
+
+    @property
+    def id(self) -> str:
+        """The table's HTML id (also its downloads' table id)."""
+        return f"regime-{self.bucket.id}{self.anchor}"
+
+    @property
+    def n(self) -> int:
+        """Episodes in the bucket, over all columns."""
+        return sum(self.episodes.values())
+
+    @property
+    def few(self) -> bool:
+        """Whether the bucket has fewer than :data:`FEW_EPISODES` episodes."""
+        return self.n < FEW_EPISODES
+
+    def share(self, total: int) -> float:
+        """The bucket's share of ``total`` episodes, in percent."""
+        return 100.0 * self.n / total if total else float("nan")
+
+
+@dataclass
+class RegimeViews:
+    """A protocol section's regime tables.
+
+    Attributes:
+        tables: one per non-empty bucket, shots then ways, in :data:`BUCKETS` order.
+        empty: the buckets left out, having no episode here.
+        episodes: the section's episodes over all columns.
+        note: why the section has no regime tables (empty when it has some, or no entries).
+    """
+
+    tables: list[RegimeTable] = field(default_factory=list)
+    empty: list[Bucket] = field(default_factory=list)
+    episodes: int = 0
+    note: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.tables or self.note)
+
+    @property
+    def dimensions(self) -> list[tuple[str, list[RegimeTable]]]:
+        """The tables grouped by dimension (``shots``, ``ways``), those present only."""
+        groups = [
+            (d, [t for t in self.tables if t.bucket.dimension == d]) for d in ("shots", "ways")
+        ]
+        return [(dimension, tables) for dimension, tables in groups if tables]
+
+
 @dataclass
 class ProtocolSection:
     """A benchmark's entries under one HPE protocol, ranked only among themselves.
@@ -245,8 +362,7 @@ class ProtocolSection:
     @property
     def leader(self) -> TableRow | None:
         """The top-ranked row under the headline aggregation (mean ± CI tables)."""
-        rows = self.tables.get("hpe", [])
-        return rows[0] if rows else None
+        return next(iter(self.tables.get("hpe", [])), None)
 
     @property
     def entries(self) -> int:
@@ -294,3 +410,91 @@ class SiteData:
     benchmarks: list[BenchmarkView]
     methods: list[MethodView]
     datasets: dict[str, list[tuple[BenchmarkView, MethodView, str]]]
+
+
+@dataclass(frozen=True)
+class Download:
+    """One table of a page, written as ``<stem>.csv`` and ``<stem>.json``.
+
+    Attributes:
+        stem: the files' name without suffix: ``<page>--<table id>``.
+        title: what the table shows.
+        columns: the column names.
+        rows: the rows, aligned with ``columns`` (``None``: no value).
+        about: what the rows are (benchmark, protocol, aggregation, ddof ...).
+    """
+
+    stem: str
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    about: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def csv_name(self) -> str:
+        """The CSV file's name."""
+        return f"{self.stem}.csv"
+
+    @property
+    def json_name(self) -> str:
+        """The JSON file's name."""
+        return f"{self.stem}.json"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One method in one setting: its average over shots and the shared datasets."""
+
+    method: MethodView
+    average: PerShot
+
+
+@dataclass(frozen=True)
+class MethodPair:
+    """One method under both settings (headline aggregation, average over shots).
+
+    ``key`` is ``clip_settings.method_key``: ``name`` (adapter on base model) and the HPE
+    protocol; ranks are among the pairs of that protocol.
+    """
+
+    key: str
+    name: str
+    protocol: str
+    original: Setting
+    inductive: Setting
+    rank_original: int
+    rank_inductive: int
+
+    @property
+    def gap(self) -> float:
+        """Original minus inductive average accuracy (points)."""
+        return self.original.average.average - self.inductive.average.average
+
+
+@dataclass(frozen=True)
+class ReportedPair:
+    """One method's averages under both settings as a paper reports them."""
+
+    method: str
+    original: float
+    inductive: float
+    source: str
+
+    @property
+    def gap(self) -> float:
+        """Original minus inductive average accuracy (points)."""
+        return self.original - self.inductive
+
+
+@dataclass(frozen=True)
+class SettingsComparison:
+    """Both settings' views, the datasets they share and the methods present in both."""
+
+    original: BenchmarkView
+    inductive: BenchmarkView
+    datasets: list[str]
+    pairs: list[MethodPair]
+    flips: list[tuple[str, str]]
+    scatter: Markup
+    reported: list[ReportedPair]
+    reported_scatter: Markup
