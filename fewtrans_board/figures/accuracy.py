@@ -3,8 +3,6 @@
 Every text element is escaped; plots carry a ``<title>`` for screen readers and tooltips.
 """
 
-# ruff: noqa: E501  (SVG markup reads best as one string per element)
-
 from __future__ import annotations
 
 from collections.abc import Sequence

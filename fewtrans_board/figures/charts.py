@@ -3,8 +3,6 @@
 Text is escaped; every figure has a ``<title>`` and every point a tooltip.
 """
 
-# ruff: noqa: E501  (SVG markup reads best as one string per element)
-
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
