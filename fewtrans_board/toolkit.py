@@ -1,30 +1,13 @@
 """The building blocks plugin authors may import: ``from fewtrans_board.toolkit import ...``.
 
-``fewtrans_board`` itself exports the contract (``Adapter``, ``AdapterConfig``, ``hparam``,
-``Backbone``, ``ModelSpec``, ``DatasetSpec``, ``SupportSet``, ``ImageSet``, ``hookimpl``,
-``PlannedAdapter``, ``TrainingPlan``). This module adds the pieces the built-in methods are
-made of, so a third-party method can reuse them instead of copying them. :data:`NAMES` is the
-one table of them: where each lives, how stable it is, and its group (CONTRIBUTING's toolkit
-table is generated from it by ``python -m fewtrans_board.jobs.docs``).
-
-Every name is the very object the built-ins use (re-exported, never copied), imported on
-first access: ``import fewtrans_board.toolkit`` does not import torch, timm or open_clip.
-Still import the torch-based blocks inside ``load``/``fit``, as for torch itself.
-
-Stability:
-    Stable (``__all__``): the names the documentation and the example plugin use, their
-    documented arguments and behaviour (the training recipe helpers reproduce the FewTrans
-    recipe exactly; a change to that would be a new protocol version, not an edit). New
-    optional arguments and new names may be added in any release.
-
-    Provisional: the other names of :data:`NAMES`. They work and are the built-ins' own
-    objects, but may change or go in any release without a deprecation period; copy one
-    into your plugin if you need it to stay as it is.
-
-    Deprecation: a stable name that is renamed or removed keeps working for one release
-    and warns with a ``DeprecationWarning`` saying what to use instead; it is removed in the
-    release after. Where a name is defined may change without notice (import it from here,
-    not from ``fewtrans_board.blocks...``), as may private attributes and error messages.
+CONTRIBUTING.md ("The toolkit") explains it: the pieces the built-in methods are made of,
+re-exported (the very objects, never copies) and imported on first access, so importing this
+module does not import torch, timm or open_clip; stable names (``__all__``) and provisional
+ones, and how a stable name is deprecated. :data:`NAMES` is the one table of them: where
+each lives, how stable it is, and its group (CONTRIBUTING's toolkit table is generated from
+it by ``python -m fewtrans_board.jobs.docs``). Where a name is defined may change without
+notice (import it from here, not from ``fewtrans_board.blocks...``), as may private
+attributes and error messages.
 """
 
 from __future__ import annotations
@@ -34,154 +17,64 @@ import warnings
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; a test holds it to NAMES
-    from fewtrans_board.api.dataset_spec import (
-        DatasetReader as DatasetReader,
-    )
-    from fewtrans_board.api.fit_options import (
-        FitOptions as FitOptions,
-    )
-    from fewtrans_board.api.fit_options import (
-        GroupReport as GroupReport,
-    )
-    from fewtrans_board.api.fit_options import (
-        LockstepSettings as LockstepSettings,
-    )
-    from fewtrans_board.api.model_spec import (
-        ModelRegistry as ModelRegistry,
-    )
-    from fewtrans_board.blocks.bottleneck import (
-        Bottleneck as Bottleneck,
-    )
-    from fewtrans_board.blocks.bottleneck import (
-        ParallelAdapter as ParallelAdapter,
-    )
-    from fewtrans_board.blocks.bottleneck import (
-        SequentialAdapter as SequentialAdapter,
-    )
-    from fewtrans_board.blocks.bottleneck import (
-        attach_parallel as attach_parallel,
-    )
-    from fewtrans_board.blocks.bottleneck import (
-        attach_sequential as attach_sequential,
-    )
-    from fewtrans_board.blocks.clip_common import (
-        ClipPredictor as ClipPredictor,
-    )
-    from fewtrans_board.blocks.clip_common import (
-        NamePredictor as NamePredictor,
-    )
-    from fewtrans_board.blocks.clip_common import (
-        class_prompts as class_prompts,
-    )
-    from fewtrans_board.blocks.clip_common import (
-        clip_model as clip_model,
-    )
-    from fewtrans_board.blocks.clip_common import (
-        encode_text_embeddings as encode_text_embeddings,
-    )
+    from fewtrans_board.api.dataset_spec import DatasetReader as DatasetReader
+    from fewtrans_board.api.fit_options import FitOptions as FitOptions
+    from fewtrans_board.api.fit_options import GroupReport as GroupReport
+    from fewtrans_board.api.fit_options import LockstepSettings as LockstepSettings
+    from fewtrans_board.api.model_spec import ModelRegistry as ModelRegistry
+    from fewtrans_board.blocks.bottleneck import Bottleneck as Bottleneck
+    from fewtrans_board.blocks.bottleneck import ParallelAdapter as ParallelAdapter
+    from fewtrans_board.blocks.bottleneck import SequentialAdapter as SequentialAdapter
+    from fewtrans_board.blocks.bottleneck import attach_parallel as attach_parallel
+    from fewtrans_board.blocks.bottleneck import attach_sequential as attach_sequential
+    from fewtrans_board.blocks.clip_common import ClipPredictor as ClipPredictor
+    from fewtrans_board.blocks.clip_common import NamePredictor as NamePredictor
+    from fewtrans_board.blocks.clip_common import class_prompts as class_prompts
+    from fewtrans_board.blocks.clip_common import clip_model as clip_model
+    from fewtrans_board.blocks.clip_common import encode_text_embeddings as encode_text_embeddings
     from fewtrans_board.blocks.clip_common import (
         handcrafted_text_features as handcrafted_text_features,
     )
-    from fewtrans_board.blocks.clip_common import (
-        require_text as require_text,
-    )
-    from fewtrans_board.blocks.deep_prompts import (
-        DeepVisualPrompts as DeepVisualPrompts,
-    )
-    from fewtrans_board.blocks.finetune import (
-        FinetuneAdapter as FinetuneAdapter,
-    )
-    from fewtrans_board.blocks.finetune import (
-        encoder_plan as encoder_plan,
-    )
-    from fewtrans_board.blocks.lockstep import (
-        PlannedAdapter as PlannedAdapter,
-    )
-    from fewtrans_board.blocks.lockstep import (
-        TrainingPlan as TrainingPlan,
-    )
-    from fewtrans_board.blocks.lockstep import (
-        run_plan as run_plan,
-    )
-    from fewtrans_board.blocks.prompter import (
-        TextPrompter as TextPrompter,
-    )
-    from fewtrans_board.blocks.prompter import (
-        attach_deep_text_prompts as attach_deep_text_prompts,
-    )
-    from fewtrans_board.blocks.prompter import (
-        frozen_text_copy as frozen_text_copy,
-    )
-    from fewtrans_board.blocks.training import (
-        autocast as autocast,
-    )
-    from fewtrans_board.blocks.training import (
-        cosine_lr as cosine_lr,
-    )
-    from fewtrans_board.blocks.training import (
-        epoch_batches as epoch_batches,
-    )
-    from fewtrans_board.blocks.training import (
-        make_head as make_head,
-    )
-    from fewtrans_board.blocks.training import (
-        normalized as normalized,
-    )
-    from fewtrans_board.blocks.training import (
-        run_adam as run_adam,
-    )
-    from fewtrans_board.blocks.training import (
-        total_steps as total_steps,
-    )
-    from fewtrans_board.blocks.training import (
-        train_only as train_only,
-    )
-    from fewtrans_board.blocks.training import (
-        upcast as upcast,
-    )
-    from fewtrans_board.blocks.vit_hooks import (
-        place as place,
-    )
-    from fewtrans_board.blocks.vit_hooks import (
-        require_vit as require_vit,
-    )
-    from fewtrans_board.blocks.vit_parts import (
-        BlockParts as BlockParts,
-    )
-    from fewtrans_board.blocks.vit_parts import (
-        VitParts as VitParts,
-    )
-    from fewtrans_board.blocks.vit_parts import (
-        vit_parts as vit_parts,
-    )
-    from fewtrans_board.core.errors import (
-        FewtransError as FewtransError,
-    )
-    from fewtrans_board.datasets.readers import (
-        FolderReader as FolderReader,
-    )
+    from fewtrans_board.blocks.clip_common import require_text as require_text
+    from fewtrans_board.blocks.deep_prompts import DeepVisualPrompts as DeepVisualPrompts
+    from fewtrans_board.blocks.finetune import FinetuneAdapter as FinetuneAdapter
+    from fewtrans_board.blocks.finetune import encoder_plan as encoder_plan
+    from fewtrans_board.blocks.lockstep import PlannedAdapter as PlannedAdapter
+    from fewtrans_board.blocks.lockstep import TrainingPlan as TrainingPlan
+    from fewtrans_board.blocks.lockstep import run_plan as run_plan
+    from fewtrans_board.blocks.prompter import TextPrompter as TextPrompter
+    from fewtrans_board.blocks.prompter import attach_deep_text_prompts as attach_deep_text_prompts
+    from fewtrans_board.blocks.prompter import frozen_text_copy as frozen_text_copy
+    from fewtrans_board.blocks.training import autocast as autocast
+    from fewtrans_board.blocks.training import cosine_lr as cosine_lr
+    from fewtrans_board.blocks.training import epoch_batches as epoch_batches
+    from fewtrans_board.blocks.training import make_head as make_head
+    from fewtrans_board.blocks.training import normalized as normalized
+    from fewtrans_board.blocks.training import run_adam as run_adam
+    from fewtrans_board.blocks.training import total_steps as total_steps
+    from fewtrans_board.blocks.training import train_only as train_only
+    from fewtrans_board.blocks.training import upcast as upcast
+    from fewtrans_board.blocks.vit_hooks import place as place
+    from fewtrans_board.blocks.vit_hooks import require_vit as require_vit
+    from fewtrans_board.blocks.vit_parts import BlockParts as BlockParts
+    from fewtrans_board.blocks.vit_parts import VitParts as VitParts
+    from fewtrans_board.blocks.vit_parts import vit_parts as vit_parts
+    from fewtrans_board.core.errors import FewtransError as FewtransError
+    from fewtrans_board.datasets.readers import FolderReader as FolderReader
     from fewtrans_board.models.open_clip_family import (
         load_open_clip_backbone as load_open_clip_backbone,
     )
-    from fewtrans_board.models.timm_family import (
-        load_timm_backbone as load_timm_backbone,
-    )
-    from fewtrans_board.registry.lookup import (
-        registry_or_installed as registry_or_installed,
-    )
-    from fewtrans_board.testing import (
-        tiny_clip_backbone as tiny_clip_backbone,
-    )
-    from fewtrans_board.testing import (
-        tiny_vit_backbone as tiny_vit_backbone,
-    )
-    from fewtrans_board.testing import (
-        toy_episode as toy_episode,
-    )
+    from fewtrans_board.models.timm_family import load_timm_backbone as load_timm_backbone
+    from fewtrans_board.registry.lookup import registry_or_installed as registry_or_installed
+    from fewtrans_board.testing import tiny_clip_backbone as tiny_clip_backbone
+    from fewtrans_board.testing import tiny_vit_backbone as tiny_vit_backbone
+    from fewtrans_board.testing import toy_episode as toy_episode
 
 
 STABLE: Literal["stable"] = "stable"
 PROVISIONAL: Literal["provisional"] = "provisional"
+_TUNING = "fine-tuning and batched HPE"
+_CLIP_TEXT = "CLIP text tower"
 
 
 class Name(NamedTuple):
@@ -193,17 +86,13 @@ class Name(NamedTuple):
 
 
 NAMES: dict[str, Name] = {
-    # errors
     "FewtransError": Name("fewtrans_board.core.errors", STABLE, "errors"),
-    # datasets
     "FolderReader": Name("fewtrans_board.datasets.readers", STABLE, "datasets"),
     "DatasetReader": Name("fewtrans_board.api.dataset_spec", STABLE, "datasets"),
-    # models
     "load_timm_backbone": Name("fewtrans_board.models.timm_family", STABLE, "models"),
     "load_open_clip_backbone": Name("fewtrans_board.models.open_clip_family", STABLE, "models"),
     "ModelRegistry": Name("fewtrans_board.api.model_spec", PROVISIONAL, "models"),
     "registry_or_installed": Name("fewtrans_board.registry.lookup", PROVISIONAL, "models"),
-    # FewTrans recipe
     "run_adam": Name("fewtrans_board.blocks.training", STABLE, "FewTrans recipe"),
     "make_head": Name("fewtrans_board.blocks.training", STABLE, "FewTrans recipe"),
     "normalized": Name("fewtrans_board.blocks.training", STABLE, "FewTrans recipe"),
@@ -213,30 +102,14 @@ NAMES: dict[str, Name] = {
     "epoch_batches": Name("fewtrans_board.blocks.training", PROVISIONAL, "FewTrans recipe"),
     "cosine_lr": Name("fewtrans_board.blocks.training", PROVISIONAL, "FewTrans recipe"),
     "total_steps": Name("fewtrans_board.blocks.training", PROVISIONAL, "FewTrans recipe"),
-    # fine-tuning and batched HPE
-    "FinetuneAdapter": Name(
-        "fewtrans_board.blocks.finetune", STABLE, "fine-tuning and batched HPE"
-    ),
-    "encoder_plan": Name(
-        "fewtrans_board.blocks.finetune", PROVISIONAL, "fine-tuning and batched HPE"
-    ),
-    "PlannedAdapter": Name(
-        "fewtrans_board.blocks.lockstep", PROVISIONAL, "fine-tuning and batched HPE"
-    ),
-    "TrainingPlan": Name(
-        "fewtrans_board.blocks.lockstep", PROVISIONAL, "fine-tuning and batched HPE"
-    ),
-    "run_plan": Name("fewtrans_board.blocks.lockstep", PROVISIONAL, "fine-tuning and batched HPE"),
-    "FitOptions": Name(
-        "fewtrans_board.api.fit_options", PROVISIONAL, "fine-tuning and batched HPE"
-    ),
-    "LockstepSettings": Name(
-        "fewtrans_board.api.fit_options", PROVISIONAL, "fine-tuning and batched HPE"
-    ),
-    "GroupReport": Name(
-        "fewtrans_board.api.fit_options", PROVISIONAL, "fine-tuning and batched HPE"
-    ),
-    # ViT hooks, PEFT
+    "FinetuneAdapter": Name("fewtrans_board.blocks.finetune", STABLE, _TUNING),
+    "encoder_plan": Name("fewtrans_board.blocks.finetune", PROVISIONAL, _TUNING),
+    "PlannedAdapter": Name("fewtrans_board.blocks.lockstep", PROVISIONAL, _TUNING),
+    "TrainingPlan": Name("fewtrans_board.blocks.lockstep", PROVISIONAL, _TUNING),
+    "run_plan": Name("fewtrans_board.blocks.lockstep", PROVISIONAL, _TUNING),
+    "FitOptions": Name("fewtrans_board.api.fit_options", PROVISIONAL, _TUNING),
+    "LockstepSettings": Name("fewtrans_board.api.fit_options", PROVISIONAL, _TUNING),
+    "GroupReport": Name("fewtrans_board.api.fit_options", PROVISIONAL, _TUNING),
     "vit_parts": Name("fewtrans_board.blocks.vit_parts", STABLE, "ViT hooks, PEFT"),
     "VitParts": Name("fewtrans_board.blocks.vit_parts", PROVISIONAL, "ViT hooks, PEFT"),
     "BlockParts": Name("fewtrans_board.blocks.vit_parts", PROVISIONAL, "ViT hooks, PEFT"),
@@ -248,24 +121,16 @@ NAMES: dict[str, Name] = {
     "SequentialAdapter": Name("fewtrans_board.blocks.bottleneck", PROVISIONAL, "ViT hooks, PEFT"),
     "ParallelAdapter": Name("fewtrans_board.blocks.bottleneck", PROVISIONAL, "ViT hooks, PEFT"),
     "DeepVisualPrompts": Name("fewtrans_board.blocks.deep_prompts", PROVISIONAL, "ViT hooks, PEFT"),
-    # CLIP text tower
-    "require_text": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, "CLIP text tower"),
-    "clip_model": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, "CLIP text tower"),
-    "encode_text_embeddings": Name(
-        "fewtrans_board.blocks.clip_common", PROVISIONAL, "CLIP text tower"
-    ),
-    "class_prompts": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, "CLIP text tower"),
-    "handcrafted_text_features": Name(
-        "fewtrans_board.blocks.clip_common", PROVISIONAL, "CLIP text tower"
-    ),
-    "ClipPredictor": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, "CLIP text tower"),
-    "NamePredictor": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, "CLIP text tower"),
-    "TextPrompter": Name("fewtrans_board.blocks.prompter", PROVISIONAL, "CLIP text tower"),
-    "attach_deep_text_prompts": Name(
-        "fewtrans_board.blocks.prompter", PROVISIONAL, "CLIP text tower"
-    ),
-    "frozen_text_copy": Name("fewtrans_board.blocks.prompter", PROVISIONAL, "CLIP text tower"),
-    # smoke tests
+    "require_text": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, _CLIP_TEXT),
+    "clip_model": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, _CLIP_TEXT),
+    "encode_text_embeddings": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, _CLIP_TEXT),
+    "class_prompts": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, _CLIP_TEXT),
+    "handcrafted_text_features": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, _CLIP_TEXT),
+    "ClipPredictor": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, _CLIP_TEXT),
+    "NamePredictor": Name("fewtrans_board.blocks.clip_common", PROVISIONAL, _CLIP_TEXT),
+    "TextPrompter": Name("fewtrans_board.blocks.prompter", PROVISIONAL, _CLIP_TEXT),
+    "attach_deep_text_prompts": Name("fewtrans_board.blocks.prompter", PROVISIONAL, _CLIP_TEXT),
+    "frozen_text_copy": Name("fewtrans_board.blocks.prompter", PROVISIONAL, _CLIP_TEXT),
     "tiny_vit_backbone": Name("fewtrans_board.testing", STABLE, "smoke tests"),
     "tiny_clip_backbone": Name("fewtrans_board.testing", STABLE, "smoke tests"),
     "toy_episode": Name("fewtrans_board.testing", STABLE, "smoke tests"),

@@ -1,24 +1,16 @@
 """The validation set illusion: cross-validation on the support set (FewTrans §IV-B4, Fig. 3).
 
-Per episode of a sweep run (or any run whose grid has several configurations), l-fold
-cross-validation on the *support set* chooses a configuration: each class's support images
-are dealt, in a seeded random order, round-robin into ``l`` folds; each fold in turn is held
-out, every configuration is fitted on the rest and scored on it, and the configuration with
-the best mean held-out accuracy (ties: the lowest index) is chosen. Its test accuracy is the
-run's stored query accuracy of that configuration (the same full-support fit, same seed).
-
-- ``l`` defaults to 5; an episode whose smallest class has K < l shots uses K folds, which
-  for a K-shot task holds out one image per class at a time (leave-one-out);
-- a class with a single shot leaves nothing to hold out: such (1-shot) episodes are reported
-  as ``impossible``, never silently skipped;
-- it is compared with the **average-optimal** configuration of the run (best mean query
-  accuracy over all its episodes, :func:`~fewtrans_board.analysis.sweep.average_optimal`),
-  per shot count K, with the paired difference (average-optimal minus cross-validation)
-  and its 95% CI over the episodes where cross-validation was possible.
-
-The re-fits run in this process (like ``analyze delta-w``); fold seeds are derived from the
-run's own (manifest, episode, configuration) seeds and the fold, so the analysis repeats
-exactly.
+README.md ("Analyses") describes the comparison: per episode of a run with several
+configurations, l-fold cross-validation on the *support set* (default 5 folds; K folds,
+i.e. leave-one-out, when a class has K < l shots; 1-shot episodes are reported as
+``impossible``, never silently skipped) against the run's **average-optimal** configuration
+(:func:`~fewtrans_board.analysis.sweep.average_optimal`), per shot count K, with the paired
+difference (average-optimal minus cross-validation) and its 95% CI. Here: each class's
+support images are dealt, in a seeded random order, round-robin into the folds; the chosen
+configuration has the best mean held-out accuracy (ties: the lowest index), and its test
+accuracy is the run's stored query accuracy of that configuration (the same full-support
+fit, same seed). The re-fits run in this process; fold seeds derive from the run's own
+(manifest, episode, configuration) seeds and the fold, so the analysis repeats exactly.
 """
 
 from __future__ import annotations

@@ -1,34 +1,22 @@
 """Parameter change of adapted encoders: FewTrans Fig. 5 (left) and BSCD-FSL Fig. 2.
 
-FewTrans (§VI-A) measures the per-block update scale ``||W_adapted - W_initial||_2``;
-BSCD-FSL (§7.2.1) the per-layer relative parameter change (see below).
+README.md ("Analyses") defines the measures: ``l2`` (FewTrans §VI-A), ``||W_adapted -
+W_initial||_2`` per block; ``relative``, that over ``||W_initial||``; ``bscd_relative``
+(BSCD-FSL §7.2.1), the per-element mean of ``|θ_adapted - θ_init| / |θ_init|`` per block and
+per layer, elements with ``θ_init = 0`` left out and reported as ``zero_initial`` and
+``zero_change`` (:data:`ZERO_RULE`; a layer that starts at zero everywhere has no value,
+``null``). FewTrans finds full fine-tuning moves every block only slightly (0.01-0.07) and
+LoRA more (0.4-1.0), both "back-heavy" (:data:`PAPER_RANGES`).
 
-FewTrans finds full fine-tuning moves every block only slightly (0.01-0.07) while LoRA's
-effective updates are larger (0.4-1.0), both "back-heavy". The norm is taken over all
-parameters of a block (weights, biases, norms), comparing *effective* weights so that
-methods that reparameterise a layer stay comparable:
-
-- peft LoRA layers count as ``W + B A * scale`` (their merged weight);
-- q/k/v projections split by the unfuse helper are concatenated back into the fused
-  tensor they replaced (timm ``qkv.weight``, ``nn.MultiheadAttention.in_proj_weight``).
-
-Parameters an adapter *adds* (bottleneck adapters, prompts, SSF scales) have no initial
-value; their norm is reported separately as ``added``.
-
-Two relative measures sit next to the norm:
-
-- ``relative``: ``||W_adapted - W_initial|| / ||W_initial||``, a ratio of norms over a block;
-- ``bscd_relative``: BSCD-FSL's "relative parameter change ... as |θ - θ̂| / |θ|, averaged
-  over all parameters per layer" (θ pretrained, θ̂ fine-tuned): the mean over the layer's
-  elements of the per-element ratio. The ratio is undefined where ``θ = 0`` exactly (the
-  paper does not say what it does there, nor does its released code compute the figure):
-  such elements are left out of the mean, counted as ``zero_initial``, and their mean
-  ``|θ̂|`` is reported as ``zero_change`` so that a change there is not hidden. A layer whose
-  every element starts at zero has no value (``null``). Per-element means are taken over
-  all the elements of a block (``blocks``) and of every parameterised module of the whole
-  encoder (``layers``: each convolution / linear / norm and the stem, in registration order;
-  a parameter of the encoder itself, e.g. a class token, is a layer of its own), the
-  paper's "layer"; :data:`ZERO_RULE` states the rule in the report.
+A norm covers all parameters of a block (weights, biases, norms), compared as *effective*
+weights so that methods that reparameterise a layer stay comparable: peft LoRA layers count
+as ``W + B A * scale`` (their merged weight); q/k/v projections split by the unfuse helper
+are concatenated back into the fused tensor they replaced (timm ``qkv.weight``,
+``nn.MultiheadAttention.in_proj_weight``). Parameters an adapter *adds* (bottleneck
+adapters, prompts, SSF scales) have no initial value; their norm is reported as ``added``.
+A layer is a parameterised module of the encoder (the stem, each convolution / linear /
+norm, in registration order; a parameter of the encoder itself, e.g. a class token, is a
+layer of its own), the paper's "layer".
 """
 
 from __future__ import annotations

@@ -1,28 +1,18 @@
 """How often each source model (and layer) a multi-model method selects (BSCD-FSL Fig. 3).
 
-BSCD-FSL §7.2.2: "we visualize for each dataset which pre-trained models are selected in
-the studied incremental multi-model selection ... For each dataset, we repeat the
-experiments for 600 episodes and calculate the frequency of each model being selected"
-(5-way 50-shot, all five pre-trained models).
-
-IMS-f records its choice for every episode and configuration in the shards' metadata
+README.md ("Analyses") says what is counted and the paper's setting. IMS-f records its
+choice for every episode and configuration (a *fit*) in the shards' metadata
 (``adapter_records``, read by :func:`fewtrans_board.results.records.adapter_records`):
-``models`` (the library's member names, in order), ``layers`` (candidate layers per
-model) and ``selected`` (``[{"model": index, "layer": index}, ...]`` in order of addition).
-One such record is a *fit*. Per dataset (runs of one dataset pooled; they must share one
-library) this module counts, over the fits:
-
-- ``selected``: fits in which the model contributes at least one layer; ``frequency`` is
-  that count over the fits (the paper's "frequency of each model being selected");
-- ``picks``: the model's entries in ``selected`` (differs from ``selected`` only where a
-  model is chosen more than once in a fit, as the reference code's "with replacement"
-  allows);
-- ``first``: fits whose first selected layer (stage 1's best) is the model's;
-- ``layer_selected`` / ``layer_frequency``: the same per ``(model, layer)``;
-- ``models_per_fit``: how many distinct models a fit combines.
-
-By default every configuration of the HPE grid counts (each is a fit whose predictions the
-protocol aggregates); ``config_index`` keeps one configuration, i.e. one fit per episode.
+``models`` (the library's member names, in order), ``layers`` (candidate layers per model)
+and ``selected`` (``[{"model": index, "layer": index}, ...]`` in order of addition). Per
+dataset (its runs pooled, sharing one library), over the fits: ``selected`` counts those in
+which the model contributes at least one layer, ``frequency`` their share (the paper's
+"frequency of each model being selected"); ``picks`` its entries in ``selected`` (more only
+where a fit chooses a model twice, as the reference code's "with replacement" allows);
+``first`` the fits whose first selected layer (stage 1's best) is the model's;
+``layer_selected`` / ``layer_frequency`` the same per ``(model, layer)``; ``models_per_fit``
+how many distinct models a fit combines. Every configuration of the HPE grid counts (each
+is a fit whose predictions the protocol aggregates) unless ``config_index`` keeps one.
 """
 
 from __future__ import annotations

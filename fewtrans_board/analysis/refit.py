@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fewtrans_board.analysis.sweep import average_optimal
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.registry.lookup import Registry
@@ -157,8 +158,7 @@ def check_weights(run: RunResults, backbone: Backbone) -> None:
 
 def best_config_index(run: RunResults) -> int:
     """The configuration with the best mean accuracy over the run's episodes."""
-    _, matrix, _ = run.config_matrix()
-    return int(np.nanargmax(np.nanmean(matrix, axis=0)))
+    return average_optimal(run.config_matrix()[1])
 
 
 def sample_episodes(available: list[int], count: int, seed: int) -> list[int]:

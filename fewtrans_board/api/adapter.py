@@ -51,6 +51,13 @@ if TYPE_CHECKING:
     from fewtrans_board.api.fit_options import FitOptions
 
 
+_SUMMARY_KEYS = (
+    *("name", "description", "paper", "code", "trains"),
+    *("needs_text", "frozen_backbone", "training_free", "transductive"),
+)
+"""The class attributes :meth:`Adapter.summary` lists, in order."""
+
+
 @runtime_checkable
 class Predictor(Protocol):
     """What ``Adapter.fit`` returns: maps query images to logits."""
@@ -100,11 +107,7 @@ class Adapter(ABC):
 
     @abstractmethod
     def fit(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> Predictor:
         """Adapt ``backbone`` to ``support`` and return a predictor for the query images.
 
@@ -238,17 +241,7 @@ class Adapter(ABC):
     @classmethod
     def summary(cls) -> dict[str, Any]:
         """Return a JSON-friendly summary for listings."""
-        return {
-            "name": cls.name,
-            "description": cls.description,
-            "paper": cls.paper,
-            "code": cls.code,
-            "trains": cls.trains,
-            "needs_text": cls.needs_text,
-            "frozen_backbone": cls.frozen_backbone,
-            "training_free": cls.training_free,
-            "transductive": cls.transductive,
-        }
+        return {key: getattr(cls, key) for key in _SUMMARY_KEYS}
 
     @classmethod
     def schema(cls) -> dict[str, Any]:

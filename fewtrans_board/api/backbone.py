@@ -7,6 +7,7 @@ checking, so that importing :mod:`fewtrans_board` stays light.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,13 +60,7 @@ class Preprocessing:
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-friendly description."""
-        return {
-            "name": self.name,
-            "image_size": self.image_size,
-            "resize": self.resize,
-            "mean": list(self.mean),
-            "std": list(self.std),
-        }
+        return {**dataclasses.asdict(self), "mean": list(self.mean), "std": list(self.std)}
 
     def resize_uint8(self, image: Any) -> torch.Tensor:
         """Resize (and crop) a PIL image to a ``uint8`` tensor ``[3, S, S]`` (cacheable).

@@ -17,12 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from fewtrans_board.api.ranges import (
-    ROLE_RANGES,
-    Range,
-    bound_problem,
-    out_of_range,
-)
+from fewtrans_board.api.ranges import ROLE_RANGES, Range, bound_problem, out_of_range
 from fewtrans_board.core.errors import ConfigError, close_names
 
 HpeRole = Literal["lr", "epochs"]

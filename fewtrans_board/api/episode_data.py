@@ -1,10 +1,8 @@
 """What an adapter is given: a support set with labels, and unlabeled query images.
 
-Adapters receive tensors only: preprocessed pixels and/or frozen features, the support
-labels, and (separately) the class names. Nothing here refers to item ids, file paths or
-manifest rows, and the runner presents support and query images in a seeded random order,
-so neither the position of a query nor anything reachable from these objects tells its
-label.
+Tensors only (preprocessed pixels and/or frozen features, the support labels; the class
+names come separately): nothing here refers to item ids, file paths or manifest rows, and the
+runner presents images in a seeded random order, so nothing reachable tells a query's label.
 """
 
 from __future__ import annotations

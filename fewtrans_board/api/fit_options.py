@@ -1,11 +1,9 @@
 """``FitOptions``: the run-wide inputs of ``Adapter.fit_many`` besides the episode, torch-free.
 
-The runner builds one from a run's ``--batching`` and ``--max-memory`` and hands it to
-every ``fit_many`` that declares an ``options`` keyword (adapters written before it existed
-keep their old signature and are called without it). It says how the configurations of an
-episode train together (:class:`LockstepSettings`) and, optionally, where to record what
-each batched group did (:class:`GroupReport`). Nothing reaches an adapter through hidden
-context: what a fit depends on is in its arguments.
+The runner builds one from a run's ``--batching`` and ``--max-memory`` and hands it to every
+``fit_many`` that declares an ``options`` keyword (CONTRIBUTING.md, "Batched HPE for your
+adapter"). Nothing reaches an adapter through hidden context: what a fit depends on is in
+its arguments.
 """
 
 from __future__ import annotations

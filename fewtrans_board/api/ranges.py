@@ -96,10 +96,7 @@ class Range:
         return out
 
 
-ROLE_RANGES: dict[str, Range] = {
-    "lr": Range(low=0.0, low_open=True),
-    "epochs": Range(low=1.0),
-}
+ROLE_RANGES: dict[str, Range] = {"lr": Range(low=0.0, low_open=True), "epochs": Range(low=1.0)}
 """What an HPE role implies on top of the declared range."""
 
 

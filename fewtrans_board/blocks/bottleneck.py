@@ -18,13 +18,13 @@ encoder's function unchanged until it trains.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
 from fewtrans_board.blocks.vit_hooks import place, require_vit
-from fewtrans_board.blocks.vit_parts import BlockParts
 from fewtrans_board.core.errors import FewtransError
 
 
@@ -78,13 +78,28 @@ class ParallelAdapter(Bottleneck):
         return output + self.scale * self(stream)  # type: ignore[no-any-return]
 
 
-def _branch_end(part: BlockParts, method: str) -> nn.Module:
-    if part.mlp_branch_end is None:
-        raise FewtransError(
-            f"{method}: block {type(part.block).__name__} has no MLP-branch output module "
-            "(timm drop_path2/ls2 or open_clip ls_2) to attach the adapter to"
-        )
-    return part.mlp_branch_end
+def _attach(
+    encoder: nn.Module,
+    method: str,
+    name: str,
+    make: Callable[[int], SequentialAdapter | ParallelAdapter],
+) -> list[torch.Tensor]:
+    """Attach ``make(width)`` as child ``name`` of every block; return the parameters."""
+    parts = require_vit(encoder, method)
+    params: list[torch.Tensor] = []
+    for part in parts.blocks:
+        end = part.mlp_branch_end
+        if end is None:
+            raise FewtransError(
+                f"{method}: block {type(part.block).__name__} has no MLP-branch output module "
+                "(timm drop_path2/ls2 or open_clip ls_2) to attach the adapter to"
+            )
+        adapter = place(part.block, name, make(parts.width), encoder)
+        if isinstance(adapter, ParallelAdapter):
+            part.norm2.register_forward_pre_hook(adapter.on_norm2)
+        end.register_forward_hook(adapter.on_branch)
+        params.extend(adapter.parameters())
+    return params
 
 
 def attach_sequential(encoder: nn.Module, hidden: int, method: str) -> list[torch.Tensor]:
@@ -93,14 +108,7 @@ def attach_sequential(encoder: nn.Module, hidden: int, method: str) -> list[torc
     Raises:
         FewtransError: the encoder is not a supported ViT.
     """
-    parts = require_vit(encoder, method)
-    params: list[torch.Tensor] = []
-    for part in parts.blocks:
-        end = _branch_end(part, method)
-        adapter = place(part.block, "seq_adapter", SequentialAdapter(parts.width, hidden), encoder)
-        end.register_forward_hook(adapter.on_branch)
-        params.extend(adapter.parameters())
-    return params
+    return _attach(encoder, method, "seq_adapter", lambda width: SequentialAdapter(width, hidden))
 
 
 def attach_parallel(
@@ -111,13 +119,4 @@ def attach_parallel(
     Raises:
         FewtransError: the encoder is not a supported ViT.
     """
-    parts = require_vit(encoder, method)
-    params: list[torch.Tensor] = []
-    for part in parts.blocks:
-        end = _branch_end(part, method)
-        adapter = ParallelAdapter(parts.width, hidden, scale)
-        adapter = place(part.block, "par_adapter", adapter, encoder)
-        part.norm2.register_forward_pre_hook(adapter.on_norm2)
-        end.register_forward_hook(adapter.on_branch)
-        params.extend(adapter.parameters())
-    return params
+    return _attach(encoder, method, "par_adapter", lambda w: ParallelAdapter(w, hidden, scale))

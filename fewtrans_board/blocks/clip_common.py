@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from fewtrans_board.blocks.training import upcast
+from fewtrans_board.blocks.training import normalized, upcast
 from fewtrans_board.core.errors import FewtransError
 
 if TYPE_CHECKING:
@@ -243,14 +243,13 @@ def handcrafted_text_features(
 ) -> torch.Tensor:
     """Frozen, normalised text features ``[C, D]`` of ``template.format(name)``."""
     import torch
-    import torch.nn.functional as F
 
     assert backbone.text is not None
     with torch.no_grad():
         features = backbone.text.encode(
             backbone.text.tokenize(class_prompts(class_names, template))
         )
-    return F.normalize(upcast(features), dim=-1)
+    return normalized(features)
 
 
 def cached_for(
@@ -292,7 +291,6 @@ class ClipPredictor:
         text_features: ``class names -> [C, D]`` (need not be normalised).
         class_names: the episode's class names, in label order.
         logit_scale: CLIP's frozen temperature.
-        device: where to run.
     """
 
     def __init__(
@@ -310,11 +308,10 @@ class ClipPredictor:
     def predict_names(self, query: ImageSet, class_names: Sequence[str]) -> torch.Tensor:
         """``logit_scale * cos(image, text)`` for every query and class name."""
         import torch
-        import torch.nn.functional as F
 
         with torch.no_grad():
-            images = F.normalize(upcast(self.image_features(query)), dim=-1)
-            texts = F.normalize(upcast(self.text_features(class_names)), dim=-1).to(images.device)
+            images = normalized(self.image_features(query))
+            texts = normalized(self.text_features(class_names)).to(images.device)
         return self.logit_scale * images @ texts.t()
 
     def predict(self, query: ImageSet) -> torch.Tensor:

@@ -7,7 +7,7 @@ or with the optimiser and schedule a published recipe sets through the
 :class:`~fewtrans_board.blocks.training.OptimiserConfig` fields, and freeze them again once
 trained. :func:`clip_plan` describes one fit as a
 :class:`~fewtrans_board.blocks.lockstep.TrainingPlan`, so a whole HPE grid trains in
-lockstep; :func:`train_clip` runs one directly.
+lockstep.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import AdapterConfig, hparam
 from fewtrans_board.blocks.clip_common import TEMPLATE
-from fewtrans_board.blocks.lockstep.plan import TrainingPlan, check_plan, train_plan
+from fewtrans_board.blocks.lockstep.plan import TrainingPlan
 from fewtrans_board.blocks.training import OptimiserConfig, optimiser_of, schedule_of
 from fewtrans_board.core.errors import ConfigError
 
@@ -132,30 +132,3 @@ def clip_plan(
         optimiser=optimiser_of(config),
         schedule=schedule_of(config),
     )
-
-
-def train_clip(
-    method: str,
-    config: Any,
-    trainable: Sequence[torch.Tensor],
-    loss_of: Callable[[np.ndarray], torch.Tensor],
-    n_items: int,
-    train_modules: Sequence[nn.Module] = (),
-) -> None:
-    """Train ``trainable`` with the FewTrans recipe, then freeze it and drop its gradients.
-
-    Args:
-        method: adapter name, for the error message.
-        config: a :class:`ClipTrainingConfig` (already checked).
-        trainable: the tensors the optimiser updates, all with one learning rate.
-        loss_of: the loss of a batch of support indices.
-        n_items: support size.
-        train_modules: modules in train mode while training (e.g. LoRA dropout); every
-            other module stays in eval mode.
-
-    Raises:
-        FewtransError: ``epochs > 0`` but nothing to train.
-    """
-    plan = clip_plan(config, trainable, loss_of, n_items, lambda: None, train_modules=train_modules)
-    check_plan(plan, method)
-    train_plan(plan)

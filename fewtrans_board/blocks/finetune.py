@@ -64,22 +64,15 @@ def last_k_parameters(module: nn.Module, k: int) -> list[torch.Tensor]:
     return params
 
 
+@dataclass(eq=False)
 class FinetunePredictor:
     """Runs query pixels through the fine-tuned encoder (eval mode) and head."""
 
-    def __init__(
-        self,
-        encoder: nn.Module,
-        head: nn.Module,
-        device: str,
-        transductive: bool,
-        normalize: bool = True,
-    ) -> None:
-        self.encoder = encoder
-        self.head = head
-        self.device = device
-        self.transductive = transductive
-        self.normalize = normalize
+    encoder: nn.Module
+    head: nn.Module
+    device: str
+    transductive: bool
+    normalize: bool = True
 
     def predict(self, query: ImageSet) -> torch.Tensor:
         """Logits of the query images (query BN statistics when transductive)."""
@@ -192,11 +185,7 @@ class FinetuneAdapter(PlannedAdapter):
         return encoder, train_only(encoder.parameters(), self.trainable(encoder, config))
 
     def plan(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> TrainingPlan:
         """Fine-tune a deep copy of the image encoder with a new head."""
         import torch.nn.functional as F

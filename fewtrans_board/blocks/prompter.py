@@ -168,10 +168,7 @@ class TextPrompter:
 
 
 def attach_deep_text_prompts(
-    model: nn.Module,
-    prompts: Callable[[], torch.Tensor],
-    n_ctx: int,
-    depth: int,
+    model: nn.Module, prompts: Callable[[], torch.Tensor], n_ctx: int, depth: int
 ) -> list[Any]:
     """Overwrite positions ``1..n_ctx`` of the input of text blocks ``1..depth-1``.
 

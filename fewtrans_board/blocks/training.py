@@ -331,17 +331,39 @@ def run_adam(
 ) -> None:
     """Optimise parameter groups with one Adam each under the shared cosine schedule.
 
-    The FewTrans recipe: :func:`run_training` with its default optimiser and schedule.
-
-    Args:
-        groups: ``(parameters, base learning rate)`` pairs; groups with lr 0 or no
-            parameters are skipped.
-        loss_of_batch: computes the loss of a batch of support indices.
-        n_items: support size.
-        batch_size: optimiser batch size.
-        epochs: number of passes over the support set.
+    The FewTrans recipe: :func:`run_training` (same arguments) with its default optimiser
+    and schedule.
     """
     run_training(groups, loss_of_batch, n_items, batch_size, epochs)
+
+
+def train_linear_head(
+    features: torch.Tensor, labels: torch.Tensor, n_way: int, config: Any, epochs: int | None = None
+) -> nn.Linear:
+    """A linear head trained with cross-entropy on fixed ``features``, as ``config`` says.
+
+    :func:`make_head` (``head_init``, FewTrans's by default) on the features' device, then
+    :func:`run_training` with ``lr_head``, ``batch_size``, ``epochs`` (unless given) and the
+    configuration's optimiser and schedule (FewTrans's where it declares none).
+    """
+    import torch.nn.functional as F
+
+    init = getattr(config, "head_init", "fewtrans")
+    head = make_head(features.shape[1], n_way, str(features.device), init)
+
+    def loss_of(batch: Any) -> torch.Tensor:
+        return F.cross_entropy(head(features[batch]), labels[batch])
+
+    run_training(
+        [(list(head.parameters()), config.lr_head)],
+        loss_of,
+        len(labels),
+        config.batch_size,
+        config.epochs if epochs is None else epochs,
+        optimiser_of(config),
+        schedule_of(config),
+    )
+    return head
 
 
 def upcast(x: torch.Tensor) -> torch.Tensor:

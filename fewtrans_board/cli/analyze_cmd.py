@@ -28,6 +28,14 @@ OUT = click.option(
     help="Folder for NAME.json and NAME.svg (created).",
 )
 AS_JSON = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+RUN_MANIFESTS = click.option(
+    "--manifest",
+    "manifests",
+    multiple=True,
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The manifest each run used (repeatable; matched by content hash).",
+)
 
 
 def _load(paths: tuple[Path, ...]) -> list[Any]:
@@ -123,14 +131,7 @@ def analyze_zipf(
 
 def _refit_options(function: Callable[..., Any]) -> Callable[..., Any]:
     options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
-        click.option(
-            "--manifest",
-            "manifests",
-            multiple=True,
-            required=True,
-            type=click.Path(exists=True, dir_okay=False, path_type=Path),
-            help="The manifest each run used (repeatable; matched by content hash).",
-        ),
+        RUN_MANIFESTS,
         root_option("Local dataset copy (omit for embedded datasets)."),
         weights_option("The model checkpoint the runs used, if any."),
         click.option(

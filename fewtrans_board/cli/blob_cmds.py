@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from fewtrans_board.cli.pr_options import BlobLocation, check_store_folder
+from fewtrans_board.cli.pr_options import BlobLocation, check_store_folder, store_folder_option
 from fewtrans_board.cli.store_options import leaderboard_option
 
 
@@ -65,13 +65,7 @@ def leaderboard_export_blobs(
     show_default=True,
     help="Checkout of the store's main branch.",
 )
-@click.option(
-    "--store",
-    "store_folder",
-    default="leaderboard",
-    show_default=True,
-    help="The leaderboard folder, relative to --repo.",
-)
+@store_folder_option
 @click.option(
     "--since",
     default=None,

@@ -18,13 +18,14 @@ from fewtrans_board.cli.groups import (
     echo_json,
     hpe_option,
     isolation_option,
+    limit_option,
     manifest_option,
     model_option,
     optional_str,
-    parse_config_options,
     print_summaries,
-    resolve_device,
     root_option,
+    run_spec,
+    shards_option,
     show_progress,
     threads_option,
     weights_option,
@@ -91,18 +92,8 @@ def check_max_memory(ctx: click.Context, param: click.Parameter, value: str | No
     "one; 'fewtrans-board adapters list ADAPTER --options' lists them).",
 )
 @click.option("--shard", "shard", default=None, metavar="I/N", help="Run only shard I of N.")
-@click.option(
-    "--shards",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Number of shards (default: one per 50 episodes).",
-)
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Evaluate only the first N episodes (such a run cannot be submitted).",
-)
+@shards_option
+@limit_option("Evaluate only the first N episodes (such a run cannot be submitted).")
 @device_option()
 @click.option(
     "--executor",
@@ -202,26 +193,18 @@ def run_spec_of_options(options: dict[str, Any], shard: str | None) -> tuple[Run
     Raises:
         click.BadParameter: ``--shards`` disagrees with ``--shard i/n``.
     """
-    from fewtrans_board.runner.spec import RunSpec
-
     shards = options["shards"]
     shard_choice = parse_shard(shard)
     if shard_choice is not None:
         if shards is not None and shards != shard_choice[1]:
             raise click.BadParameter("--shards disagrees with --shard i/n", param_hint="--shards")
         shards = shard_choice[1]
-    spec = RunSpec(
-        model=options["model"],
-        adapter=options["adapter"],
+    spec = run_spec(
+        options,
         manifest=str(options["manifest"]),
         hpe=options["hpe"],
-        weights=optional_str(options["weights"]),
-        root=optional_str(options["root"]),
-        config=parse_config_options(options["config"]),
-        centre_file=optional_str(options["centre_file"]),
         limit=options["limit"],
         shards=shards,
-        device=resolve_device(options["device"]),
         feature_cache=not options["no_feature_cache"],
         threads=options["threads"],
         batching=options["batching"],

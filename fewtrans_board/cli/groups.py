@@ -8,9 +8,12 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from fewtrans_board.runner.spec import RunSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -112,35 +115,18 @@ def _print_summary_table(summaries: list[dict[str, Any]]) -> None:
         a = s["aggregations"]
         rows.append(
             [
-                s["model"],
-                s["adapter"],
-                s["dataset"],
-                s["hpe_protocol"],
-                s["configurations"],
+                *(s["model"], s["adapter"], s["dataset"], s["hpe_protocol"], s["configurations"]),
                 f"{cell(a['hpe'])} ({s['headline']})",
-                cell(a["vote"]),
-                cell(a["oracle"]),
-                cell(a["mean-single"]),
+                *(cell(a[k]) for k in ("vote", "oracle", "mean-single")),
                 f"{s['hpe_penalty']:.2f}",
                 s["episodes"],
             ]
         )
-    echo_table(
-        [
-            "model",
-            "adapter",
-            "dataset",
-            "HPE protocol",
-            "configs",
-            "HPE % (95% CI)",
-            "vote",
-            "oracle",
-            "mean single",
-            "penalty",
-            "episodes",
-        ],
-        rows,
-    )
+    headers = [
+        *("model", "adapter", "dataset", "HPE protocol", "configs", "HPE % (95% CI)"),
+        *("vote", "oracle", "mean single", "penalty", "episodes"),
+    ]
+    echo_table(headers, rows)
 
 
 def _print_split_lines(summaries: list[dict[str, Any]]) -> None:
@@ -439,6 +425,40 @@ def centre_option(help_text: str) -> Callable[[F], F]:
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
         default=None,
         help=help_text,
+    )
+
+
+def limit_option(help_text: str) -> Callable[[F], F]:
+    """``--limit N``: only the first N episodes (``None`` when not given)."""
+    return click.option("--limit", type=click.IntRange(min=1), default=None, help=help_text)
+
+
+shards_option = click.option(
+    "--shards",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Number of shards (default: one per 50 episodes).",
+)
+
+
+def run_spec(options: dict[str, Any], **fields: Any) -> RunSpec:
+    """The ``RunSpec`` of a command's run options, with ``fields`` set on top.
+
+    Reads ``model``, ``adapter``, ``weights``, ``root``, ``config`` (parsed by
+    :func:`parse_config_options`), ``centre_file`` (if the command has it) and ``device``
+    (resolved by :func:`resolve_device`).
+    """
+    from fewtrans_board.runner.spec import RunSpec
+
+    return RunSpec(
+        model=options["model"],
+        adapter=options["adapter"],
+        weights=optional_str(options["weights"]),
+        root=optional_str(options["root"]),
+        config=parse_config_options(options["config"]),
+        centre_file=optional_str(options.get("centre_file")),
+        device=resolve_device(options["device"]),
+        **fields,
     )
 
 

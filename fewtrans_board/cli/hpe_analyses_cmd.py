@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from fewtrans_board.cli.analyze_cmd import AS_JSON, OUT, _finish, _load
+from fewtrans_board.cli.analyze_cmd import AS_JSON, OUT, RUN_MANIFESTS, _finish, _load
 from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import (
     OutputPath,
@@ -16,10 +16,10 @@ from fewtrans_board.cli.groups import (
     config_option,
     device_option,
     echo_table,
-    optional_str,
-    parse_config_options,
+    limit_option,
     resolve_device,
     root_option,
+    run_spec,
     show_progress,
     threads_option,
     weights_option,
@@ -44,14 +44,7 @@ def _cell(stats: dict[str, Any] | None) -> str:
 
 @click.command("cross-validation")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option(
-    "--manifest",
-    "manifests",
-    multiple=True,
-    required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="The manifest each run used (repeatable; matched by content hash).",
-)
+@RUN_MANIFESTS
 @root_option("Local dataset copy (omit for embedded datasets).")
 @weights_option("The model checkpoint the runs used, if any.")
 @click.option(
@@ -62,12 +55,7 @@ def _cell(stats: dict[str, Any] | None) -> str:
     help="l of l-fold cross-validation (an episode whose smallest class has fewer shots uses "
     "one fold per shot: leave-one-out).",
 )
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Cross-validate only the first N episodes of each run.",
-)
+@limit_option("Cross-validate only the first N episodes of each run.")
 @device_option()
 @OUT
 @AS_JSON
@@ -146,16 +134,12 @@ def _cross_validation_plans(
 
 def _echo_cross_validation(per_shot: list[dict[str, Any]]) -> None:
     """The per-shot table: both choices' accuracies and their paired difference."""
+    headers = [
+        *("dataset", "K", "episodes", "scheme"),
+        *("cross-validation %", "average-optimal %", "avg-opt - CV (paired)"),
+    ]
     echo_table(
-        [
-            "dataset",
-            "K",
-            "episodes",
-            "scheme",
-            "cross-validation %",
-            "average-optimal %",
-            "avg-opt - CV (paired)",
-        ],
+        headers,
         [
             [
                 row["dataset"],
@@ -202,12 +186,7 @@ def _echo_cross_validation(per_shot: list[dict[str, Any]]) -> None:
 @centre_option("Use the centre found by 'fewtrans-board hpe search'.")
 @weights_option("Local checkpoint for the model (safetensors preferred).")
 @root_option("Local dataset copy (omit for embedded datasets).")
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Evaluate only the first N episodes of each manifest.",
-)
+@limit_option("Evaluate only the first N episodes of each manifest.")
 @device_option()
 @threads_option("Torch CPU threads per run (default 1, as evaluate).")
 @click.option(
@@ -221,12 +200,7 @@ def _echo_cross_validation(per_shot: list[dict[str, Any]]) -> None:
 @AS_JSON
 @pass_app
 def analyze_grid_spacing(
-    app: App,
-    /,
-    runs: tuple[Path, ...],
-    out: Path,
-    as_json: bool,
-    **options: Any,
+    app: App, /, runs: tuple[Path, ...], out: Path, as_json: bool, **options: Any
 ) -> None:
     """HPE accuracy under learning-rate grid spacings 3x, 5x, 10x (FewTrans Fig. 4, right).
 
@@ -290,7 +264,6 @@ def _evaluate_spacings(app: App, as_json: bool, options: dict[str, Any]) -> list
     from fewtrans_board.hpe.protocols import get_hpe_protocol
     from fewtrans_board.runner.plan import plan_run
     from fewtrans_board.runner.run import run_plan
-    from fewtrans_board.runner.spec import RunSpec
 
     missing = [
         flag
@@ -308,17 +281,11 @@ def _evaluate_spacings(app: App, as_json: bool, options: dict[str, Any]) -> list
     jobs = []
     for manifest in dict.fromkeys(options["manifests"]):
         for protocol in protocols:
-            spec = RunSpec(
-                model=options["model"],
-                adapter=options["adapter"],
+            spec = run_spec(
+                options,
                 manifest=str(manifest),
                 hpe=protocol.name,
-                weights=optional_str(options["weights"]),
-                root=optional_str(options["root"]),
-                config=parse_config_options(options["config"]),
-                centre_file=optional_str(options["centre_file"]),
                 limit=options["limit"],
-                device=resolve_device(options["device"]),
                 threads=options["threads"],
             )
             plan = plan_run(spec, app.registry)  # refuses bad names, grids, copies up front

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -17,12 +18,12 @@ from fewtrans_board.cli.groups import (
     echo_json,
     echo_table,
     hpe_option,
+    limit_option,
     manifest_option,
     model_option,
-    optional_str,
     parse_config_options,
-    resolve_device,
     root_option,
+    run_spec,
     show_progress,
     threads_option,
     weights_option,
@@ -99,30 +100,20 @@ def hpe_grid(
     help="Where to write the centre and the search log (JSON).",
 )
 @config_option("Start point override (repeatable).")
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Use only the first N search episodes.",
-)
+@limit_option("Use only the first N search episodes.")
 @device_option()
 @threads_option(THREADS_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 @pass_app
 def hpe_search(
     app: App,
-    model: str,
-    weights: Path | None,
-    adapter: str,
+    /,
     dataset: str | None,
-    root: Path | None,
     manifest: Path | None,
     out: Path,
-    config: tuple[str, ...],
-    limit: int | None,
-    device: str | None,
     threads: int | None,
     as_json: bool,
+    **options: Any,
 ) -> None:
     """Find an adapter's HPE centre on the 50 held-out search tasks (FewTrans's local search).
 
@@ -133,8 +124,8 @@ def hpe_search(
     from fewtrans_board.episodes.build import build_manifest, manifest_recipe
     from fewtrans_board.episodes.protocols import get_protocol
     from fewtrans_board.runner.centre_search import run_centre_search
-    from fewtrans_board.runner.spec import RunSpec
 
+    root = options["root"]
     if manifest is None:
         name = dataset or "cub"
         spec = app.registry.datasets.get(name).obj
@@ -143,24 +134,14 @@ def hpe_search(
         build_manifest(spec, root, get_protocol("fewtrans-search"), command=recipe).write(manifest)
     elif dataset is not None:
         raise click.UsageError("give either --dataset or --manifest, not both")
-    run = RunSpec(
-        model=model,
-        adapter=adapter,
-        manifest=str(manifest),
-        hpe="single",
-        weights=optional_str(weights),
-        root=optional_str(root),
-        config=parse_config_options(config),
-        limit=limit,
-        device=resolve_device(device),
-    )
+    run = run_spec(options, manifest=str(manifest), hpe="single", limit=options["limit"])
     with torch_threads(threads):
         record = run_centre_search(run, app.registry, out, progress=show_progress(not as_json))
     if as_json:
         echo_json(record)
         return
     click.echo(
-        f"centre of {adapter} on {record['dataset']} ({record['episodes']} tasks, "
+        f"centre of {run.adapter} on {record['dataset']} ({record['episodes']} tasks, "
         f"{len(record['log'])} rounds, {record['evaluations']} configurations): {record['centre']}"
     )
     click.echo(f"wrote {out}")

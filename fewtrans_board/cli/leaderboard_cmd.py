@@ -16,7 +16,7 @@ from fewtrans_board.cli.pr_cmds import (
     leaderboard_record_status,
 )
 from fewtrans_board.cli.pr_options import BlobLocation
-from fewtrans_board.cli.reports import fail, print_validation, print_verification
+from fewtrans_board.cli.reports import print_validation, print_verification, refusals
 from fewtrans_board.cli.store_options import (
     leaderboard_option,
     verification_from,
@@ -56,12 +56,7 @@ def submission_template() -> None:
     default=None,
     help="Centre-search JSON (default: the record embedded in the results).",
 )
-@click.option(
-    "--out",
-    type=OutputPath(dir_okay=False),
-    required=True,
-    help="Bundle zip to write.",
-)
+@click.option("--out", type=OutputPath(dir_okay=False), required=True, help="Bundle zip to write.")
 @leaderboard_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def submission_pack(
@@ -76,17 +71,14 @@ def submission_pack(
 
     Runs every check of 'submission validate' first and writes nothing if one fails.
     """
-    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import pack_checked
     from fewtrans_board.leaderboard.store import LeaderboardStore
     from fewtrans_board.results.load import find_runs
 
-    try:
+    with refusals(as_json):
         report = pack_checked(
             find_runs(list(results)), meta, out, LeaderboardStore(leaderboard), centre
         )
-    except SubmissionError as exc:
-        fail(exc, as_json)
     if as_json:
         echo_json({"ok": True, "bundle": str(out), **report.to_dict()})
         return
@@ -99,14 +91,11 @@ def submission_pack(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def submission_validate(bundle: Path, leaderboard: Path, as_json: bool) -> None:
     """Validate a bundle (schema, hashes, completeness, grid, recomputed accuracies). No plugin code runs."""
-    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import validate_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
-    try:
+    with refusals(as_json):
         report = validate_bundle(bundle, LeaderboardStore(leaderboard))
-    except SubmissionError as exc:
-        fail(exc, as_json)
     print_validation(report.to_dict(), as_json)
 
 
@@ -121,15 +110,12 @@ def submission_verify(bundle: Path, leaderboard: Path, as_json: bool, **options:
     in an order only this process knows; this process scores. The episodes are drawn from
     a seed fixed only now (printed, to reproduce the verification with --seed).
     """
-    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import verify_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
     verification = verification_from(options)
-    try:
+    with refusals(as_json):
         report = verify_bundle(bundle, LeaderboardStore(leaderboard), verification.options)
-    except SubmissionError as exc:
-        fail(exc, as_json)
     print_verification(report, as_json)
 
 
@@ -157,7 +143,6 @@ def leaderboard_add(
     bundle: Path, leaderboard: Path, as_json: bool, blobs_to: str | None, **options: Any
 ) -> None:
     """Validate and verify a bundle, then merge it into the store. Entries are immutable."""
-    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.blob_flow import note_for_staging
     from fewtrans_board.leaderboard.intake import add_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
@@ -166,10 +151,8 @@ def leaderboard_add(
     verification = verification_from(options)
     store = LeaderboardStore(leaderboard)
     staging = None if blobs_to is None else BlobStore(blobs_to)
-    try:
+    with refusals(as_json):
         result = add_bundle(bundle, store, verification, staging)
-    except SubmissionError as exc:
-        fail(exc, as_json)
     status = "validated" if result.verification is None else "verified"
     ident = result.validation.meta.id
     if blobs_to is not None:
@@ -216,19 +199,16 @@ def leaderboard_check(
     Without --with-logits (and without --verify) the entry is read from git alone: every
     accuracy and vote ensemble is recomputed, its logit-mean fusions are not.
     """
-    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import check_entry
     from fewtrans_board.leaderboard.store import LeaderboardStore
     from fewtrans_board.results.blobs import BlobStore
 
     verification = verification_from(options)
     source = None if blobs_from is None else BlobStore(blobs_from)
-    try:
+    with refusals(as_json):
         result = check_entry(
             ident, LeaderboardStore(leaderboard), verification, with_logits, source
         )
-    except SubmissionError as exc:
-        fail(exc, as_json)
     if as_json:
         echo_json({"ok": True, **result.to_dict()})
         return

@@ -8,20 +8,15 @@ from pathlib import Path
 import click
 
 from fewtrans_board.cli.app import App, pass_app
-from fewtrans_board.cli.groups import SEED, OutputPath, echo_json, show_progress
+from fewtrans_board.cli.groups import SEED, OutputPath, echo_json, root_option, show_progress
 
 ROOT_HELP = "Folder of your local copy of the dataset (omit for embedded datasets)."
-root_option = click.option(
-    "--root",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=None,
-    help=ROOT_HELP,
-)
+ROOT = root_option(ROOT_HELP)
 
 
 @click.command("scan")
 @click.argument("name")
-@root_option
+@ROOT
 @click.option("--no-verify-images", is_flag=True, help="Skip decoding every image (faster).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @pass_app
@@ -75,13 +70,8 @@ def manifest_group() -> None:
     "--protocol", "protocol_name", required=True, help="Sampling protocol, e.g. fewtrans-varied."
 )
 @click.option("--dataset", "dataset_name", required=True, help="Registered dataset name.")
-@root_option
-@click.option(
-    "--out",
-    type=OutputPath(dir_okay=False),
-    required=True,
-    help="Output Parquet file.",
-)
+@ROOT
+@click.option("--out", type=OutputPath(dir_okay=False), required=True, help="Output Parquet file.")
 @click.option(
     "--ways", type=click.IntRange(min=2), default=None, help="Fixed protocols: classes per episode."
 )
@@ -172,7 +162,7 @@ def manifest_show(path: Path, as_json: bool) -> None:
 
 @manifest_group.command("verify")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
-@root_option
+@ROOT
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @pass_app
 def manifest_verify(app: App, path: Path, root: Path | None, as_json: bool) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import click
 from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import (
     SEED,
+    F,
     FiniteFloatRange,
     OutputPath,
     device_option,
@@ -21,6 +23,12 @@ from fewtrans_board.cli.groups import (
     weights_option,
 )
 from fewtrans_board.methods.meta.methods import METHODS
+
+
+def _count(*names: str, min: int, default: int, help: str) -> Callable[[F], F]:
+    """An integer option of at least ``min``, its default shown."""
+    kind = click.IntRange(min=min)
+    return click.option(*names, type=kind, default=default, show_default=True, help=help)
 
 
 @click.command("meta-train")
@@ -40,42 +48,11 @@ from fewtrans_board.methods.meta.methods import METHODS
 )
 @weights_option("Local checkpoint of --model.")
 @click.option("--fwt", is_flag=True, help="Feature-wise transformation during training (+FWT).")
-@click.option(
-    "--ways",
-    "n_way",
-    type=click.IntRange(min=2),
-    default=5,
-    show_default=True,
-    help="Classes per episode.",
-)
-@click.option(
-    "--shots",
-    type=click.IntRange(min=1),
-    default=5,
-    show_default=True,
-    help="Support images per class.",
-)
-@click.option(
-    "--queries",
-    type=click.IntRange(min=1),
-    default=16,
-    show_default=True,
-    help="Queries per class.",
-)
-@click.option(
-    "--epochs",
-    type=click.IntRange(min=0),
-    default=400,
-    show_default=True,
-    help="Training epochs (0: the untrained initialisation).",
-)
-@click.option(
-    "--episodes-per-epoch",
-    type=click.IntRange(min=1),
-    default=100,
-    show_default=True,
-    help="Episodes per epoch.",
-)
+@_count("--ways", "n_way", min=2, default=5, help="Classes per episode.")
+@_count("--shots", min=1, default=5, help="Support images per class.")
+@_count("--queries", min=1, default=16, help="Queries per class.")
+@_count("--epochs", min=0, default=400, help="Training epochs (0: the untrained initialisation).")
+@_count("--episodes-per-epoch", min=1, default=100, help="Episodes per epoch.")
 @click.option(
     "--lr",
     type=FiniteFloatRange(min=0, min_open=True),

@@ -14,7 +14,7 @@ import click
 
 from fewtrans_board.cli.groups import OutputPath, echo_json
 from fewtrans_board.cli.pr_options import BlobLocation, check_store_folder, pull_request_options
-from fewtrans_board.cli.reports import fail, print_validation, print_verification
+from fewtrans_board.cli.reports import print_validation, print_verification, refusals
 from fewtrans_board.cli.store_options import (
     leaderboard_option,
     verification_from,
@@ -70,19 +70,16 @@ def leaderboard_check_pr(
     pull request may not carry an entry's status.json: CI's own report is the status
     (--status-out).
     """
-    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import check_pull_request
     from fewtrans_board.results.blobs import BlobStore
 
     check_store_folder(repo, store_folder)
     verification = verification_from(options)
     source = None if blobs_from is None else BlobStore(blobs_from)
-    try:
+    with refusals(as_json):
         report = check_pull_request(
             repo, base, verification, head, store_folder, plugins_root, source, status_out
         )
-    except SubmissionError as exc:
-        fail(exc, as_json)
     if as_json:
         echo_json(report.to_dict())
     else:
@@ -109,14 +106,11 @@ def leaderboard_record_status(folder: Path, leaderboard: Path, as_json: bool) ->
     entry whose files are exactly those its report verified (its digest) and whose report
     passed; any other file is refused by name and changes nothing. The index is rebuilt.
     """
-    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.ci_status import record_statuses
     from fewtrans_board.leaderboard.store import LeaderboardStore
 
-    try:
+    with refusals(as_json):
         outcome = record_statuses(folder, LeaderboardStore(leaderboard))
-    except SubmissionError as exc:
-        fail(exc, as_json)
     if as_json:
         echo_json(outcome.to_dict())
     else:
@@ -175,17 +169,14 @@ def leaderboard_fetch_plugins(
     which no interpreter treats as a site directory (a .pth file in it never runs); pass
     the folders to 'check-pr --plugins-root'.
     """
-    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.intake import fetch_pull_request_plugins
 
     check_store_folder(repo, store_folder)
     pip_options = tuple(a for link in find_links for a in ("--find-links", link))
     if no_index:
         pip_options += ("--no-index",)
-    try:
+    with refusals(as_json):
         installed = fetch_pull_request_plugins(repo, base, into, head, store_folder, pip_options)
-    except SubmissionError as exc:
-        fail(exc, as_json)
     if as_json:
         echo_json({"ok": True, "plugins": {k: str(v) for k, v in installed.items()}})
         return

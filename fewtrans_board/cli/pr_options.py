@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-F = TypeVar("F", bound=Callable[..., Any])
+from fewtrans_board.cli.groups import F
+
+store_folder_option = click.option(
+    "--store",
+    "store_folder",
+    default="leaderboard",
+    show_default=True,
+    help="The leaderboard folder, relative to --repo.",
+)
 
 
 def pull_request_options(command: F) -> F:
@@ -26,13 +33,7 @@ def pull_request_options(command: F) -> F:
         click.option(
             "--head", default="HEAD", show_default=True, help="Git ref of the pull request."
         ),
-        click.option(
-            "--store",
-            "store_folder",
-            default="leaderboard",
-            show_default=True,
-            help="The leaderboard folder, relative to --repo.",
-        ),
+        store_folder_option,
     ]
     for option in reversed(options):
         command = option(command)

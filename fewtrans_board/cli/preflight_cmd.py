@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -18,10 +19,8 @@ from fewtrans_board.cli.groups import (
     isolation_option,
     manifest_option,
     model_option,
-    optional_str,
-    parse_config_options,
-    resolve_device,
     root_option,
+    run_spec,
     show_progress,
     threads_option,
     weights_option,
@@ -50,21 +49,7 @@ from fewtrans_board.cli.groups import (
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @pass_app
 def preflight_command(
-    app: App,
-    model: str,
-    weights: Path | None,
-    adapter: str,
-    manifest: Path | None,
-    root: Path | None,
-    hpe: str,
-    centre_file: Path | None,
-    config: tuple[str, ...],
-    episodes: int,
-    device: str | None,
-    threads: int | None,
-    isolation: str,
-    as_json: bool,
-    quiet: bool,
+    app: App, /, manifest: Path | None, episodes: int, as_json: bool, quiet: bool, **options: Any
 ) -> None:
     """Check a model + adapter before submitting: contract, HPE run, re-runnability, no label use.
 
@@ -77,21 +62,14 @@ def preflight_command(
     to stderr (none with --json or --quiet).
     """
     from fewtrans_board.runner.preflight import run_preflight
-    from fewtrans_board.runner.spec import RunSpec
 
-    run = RunSpec(
-        model=model,
-        adapter=adapter,
+    run = run_spec(
+        options,
         manifest=str(manifest) if manifest else "",
-        hpe=hpe,
-        weights=optional_str(weights),
-        root=optional_str(root),
-        config=parse_config_options(config),
-        centre_file=optional_str(centre_file),
+        hpe=options["hpe"],
         limit=episodes,
-        device=resolve_device(device),
-        threads=threads,
-        isolation=isolation,
+        threads=options["threads"],
+        isolation=options["isolation"],
     )
     report = run_preflight(run, app.registry, progress=show_progress(not (quiet or as_json)))
     if as_json:
@@ -99,9 +77,10 @@ def preflight_command(
     else:
         for check in report["checks"]:
             click.echo(f"  ok  {check}")
-        around = f" around the centre of {centre_file}" if centre_file else ""
+        centre = options["centre_file"]
+        around = f" around the centre of {centre}" if centre else ""
         click.echo(
-            f"validated {adapter} on {model}: {report['configurations']} configurations"
+            f"validated {run.adapter} on {run.model}: {report['configurations']} configurations"
             f"{around} x {report['episodes']} episodes, mean HPE accuracy "
             f"{report['hpe_accuracy']:.2f}%"
         )

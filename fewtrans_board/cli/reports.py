@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from fewtrans_board.cli.groups import echo_json, echo_table
+from fewtrans_board.cli.groups import cell, echo_json, echo_table
 
 if TYPE_CHECKING:
     from fewtrans_board.core.errors import SubmissionError
@@ -33,6 +35,17 @@ def fail(error: SubmissionError, as_json: bool) -> NoReturn:
     raise error
 
 
+@contextmanager
+def refusals(as_json: bool) -> Iterator[None]:
+    """Answer a ``SubmissionError`` raised inside the block with :func:`fail`."""
+    from fewtrans_board.core.errors import SubmissionError
+
+    try:
+        yield
+    except SubmissionError as exc:
+        fail(exc, as_json)
+
+
 def print_validation(report: dict[str, Any], as_json: bool) -> None:
     """Print a validation report (the checks passed, a table of runs), or its JSON."""
     if as_json:
@@ -47,12 +60,7 @@ def print_validation(report: dict[str, Any], as_json: bool) -> None:
     echo_table(
         ["dataset", "episodes", "configs", "HPE % (95% CI)"],
         [
-            [
-                r["dataset"],
-                r["episodes"],
-                r["configurations"],
-                f"{r['hpe']['mean']:.2f} ± {r['hpe']['ci95']:.2f}",
-            ]
+            [r["dataset"], r["episodes"], r["configurations"], cell(r["hpe"])]
             for r in report["runs"]
         ],
     )
@@ -67,16 +75,12 @@ def print_verification(report: dict[str, Any], as_json: bool) -> None:
         f"verified {report['submission']} (seed {report['seed'][:16]}..., "
         f"{report['seed_source']}; {report['isolation']} worker)"
     )
+    headers = [
+        *("dataset", "mode", "re-run", "claimed", "re-run acc"),
+        *("claimed - re-run (95% bound)", "catches 5% forgery"),
+    ]
     echo_table(
-        [
-            "dataset",
-            "mode",
-            "re-run",
-            "claimed",
-            "re-run acc",
-            "claimed - re-run (95% bound)",
-            "catches 5% forgery",
-        ],
+        headers,
         [
             [
                 d["dataset"],

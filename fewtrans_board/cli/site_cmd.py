@@ -49,8 +49,6 @@ def site_build(
     from fewtrans_board.results.load import find_runs
     from fewtrans_board.website.build import build_site
 
-    if not leaderboard.is_dir():
-        raise click.ClickException(f"leaderboard folder {leaderboard} does not exist")
     shown = []
     for path in find_runs(list(results)) if results else []:
         reason = unshowable_run(path)

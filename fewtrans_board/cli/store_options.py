@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from fewtrans_board.cli.groups import DEVICE, F, FiniteFloatRange
+
 if TYPE_CHECKING:
     from fewtrans_board.leaderboard.intake import Verification
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 LEADERBOARD_ENV = "FEWTRANS_BOARD_LEADERBOARD"
 
@@ -144,8 +144,6 @@ def _switch_options(switch: str | None, switch_help: str) -> list[Callable[[F], 
 
 def _sampling_options() -> list[Callable[[F], F]]:
     """Which episodes are re-run: the sample size, the seed, the secret, the budget."""
-    from fewtrans_board.cli.groups import FiniteFloatRange
-
     return [
         click.option(
             "--sample",
@@ -185,8 +183,6 @@ def _sampling_options() -> list[Callable[[F], F]]:
 
 def _worker_options(root_help: str) -> list[Callable[[F], F]]:
     """What the re-running plugin worker reads and runs on."""
-    from fewtrans_board.cli.groups import DEVICE
-
     return [
         click.option("--root", "roots", multiple=True, metavar="DATASET=PATH", help=root_help),
         click.option(

@@ -18,12 +18,12 @@ from fewtrans_board.cli.groups import (
     echo_json,
     echo_table,
     isolation_option,
+    limit_option,
     manifest_option,
     model_option,
-    optional_str,
-    parse_config_options,
-    resolve_device,
     root_option,
+    run_spec,
+    shards_option,
     show_progress,
     threads_option,
     weights_option,
@@ -89,18 +89,8 @@ def parse_grid_options(values: tuple[str, ...]) -> dict[str, list[Any]]:
     required=True,
     help="Results folder (created; reused to resume); sweep.json and sweep.svg go there too.",
 )
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Sweep only the first N episodes.",
-)
-@click.option(
-    "--shards",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Number of shards (default: one per 50 episodes).",
-)
+@limit_option("Sweep only the first N episodes.")
+@shards_option
 @device_option()
 @threads_option("Torch CPU threads (default 1, as evaluate). Part of the run identity.")
 @isolation_option()
@@ -108,13 +98,7 @@ def parse_grid_options(values: tuple[str, ...]) -> dict[str, list[Any]]:
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @pass_app
 def sweep_command(
-    app: App,
-    /,
-    grid: tuple[str, ...],
-    out: Path,
-    as_json: bool,
-    quiet: bool,
-    **options: Any,
+    app: App, /, grid: tuple[str, ...], out: Path, as_json: bool, quiet: bool, **options: Any
 ) -> None:
     """Evaluate every configuration of an explicit grid on every episode of a manifest.
 
@@ -128,20 +112,14 @@ def sweep_command(
     from fewtrans_board.analysis.sweep import sweep_report
     from fewtrans_board.results.load import load_run
     from fewtrans_board.runner.run import run_evaluation
-    from fewtrans_board.runner.spec import RunSpec
 
     axes = parse_grid_options(grid)
-    spec = RunSpec(
-        model=options["model"],
-        adapter=options["adapter"],
+    spec = run_spec(
+        options,
         manifest=str(options["manifest"]),
         hpe="sweep",
-        weights=optional_str(options["weights"]),
-        root=optional_str(options["root"]),
-        config=parse_config_options(options["config"]),
         limit=options["limit"],
         shards=options["shards"],
-        device=resolve_device(options["device"]),
         threads=options["threads"],
         isolation=options["isolation"],
         sweep=axes,

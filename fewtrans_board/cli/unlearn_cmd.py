@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import (
+    F,
     FiniteFloatRange,
     OutputPath,
+    cell,
     device_option,
     echo_json,
     echo_table,
@@ -20,8 +21,6 @@ from fewtrans_board.cli.groups import (
     weights_option,
 )
 from fewtrans_board.core.errors import FewtransError
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def data_options(func: F) -> F:
@@ -55,10 +54,6 @@ def parse_roots(values: tuple[str, ...]) -> dict[str, Path]:
 def split_list(value: str) -> list[str]:
     """Comma-separated names (blanks dropped: ``''`` and ``','`` name nothing)."""
     return [v.strip() for v in value.split(",") if v.strip()]
-
-
-def _ci(stats: dict[str, Any]) -> str:
-    return f"{stats['mean']:.2f} ± {stats['ci95']:.2f}"
 
 
 @click.command("unlearn")
@@ -220,7 +215,7 @@ def unlearn_command(
     echo_table(
         ["zero-shot (test)", "before", "after", "chance"],
         [
-            [name, _ci(z["before"]), _ci(z["after"]), f"{z['before']['chance']:.1f}"]
+            [name, cell(z["before"]), cell(z["after"]), f"{z['before']['chance']:.1f}"]
             for name, z in record["zero_shot"].items()
         ],
     )
@@ -360,4 +355,4 @@ def _print_tkl(result: dict[str, Any]) -> None:
         if t["value"] is None:
             click.echo(f"{t['weighting']}: {t['note']}")
     z = result["forget_zero_shot"]
-    click.echo(f"\n{result['forget']} zero-shot: {_ci(z['before'])} -> {_ci(z['after'])}")
+    click.echo(f"\n{result['forget']} zero-shot: {cell(z['before'])} -> {cell(z['after'])}")

@@ -1,13 +1,11 @@
 """Torch CPU thread counts: the cores this process may really use, shared among workers.
 
-torch starts one intra-op thread per core of the host. In a container limited by a CPU
-quota (``docker --cpus 2`` on a 64-core host) or with several worker processes, that
-oversubscribes the CPUs, and the many tiny steps of few-shot adapters (an Adam step of a
-linear head) become many times slower. The default here counts the cores the process may
-use (its affinity mask and its cgroup CPU quota) and divides them among the workers;
-``--threads`` overrides it (``--threads 1`` on a machine busy with other jobs).
-``benchmarks/threads.py`` measures the effect. CPU results are bit-identical only between
-runs with equal thread counts, so the count is recorded in every result's provenance.
+torch starts one intra-op thread per core of the host; under a CPU quota (``docker --cpus 2``
+on a 64-core host) or with several worker processes that oversubscribes the CPUs, and the
+many tiny steps of few-shot adapters become many times slower (``benchmarks/threads.py``).
+The default counts the cores the process may use (affinity mask, cgroup CPU quota) and
+divides them among the workers; ``--threads`` overrides it. CPU results are bit-identical
+only between equal thread counts, so the count is recorded in every result's provenance.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,13 +19,14 @@ if TYPE_CHECKING:
     from fewtrans_board.datasets.decoded import DecodedImages
 
 
+@dataclass(eq=False)
 class ImageStore:
     """Resized ``uint8`` images of one dataset under one preprocessing.
 
     Items of the ``decoded`` file are read from it (decoded there once for every process);
     other items go through an in-process LRU cache.
 
-    Args:
+    Attributes:
         spec: the dataset.
         root: its local copy (``None`` for embedded datasets).
         preprocessing: the evaluation transform.
@@ -34,23 +36,14 @@ class ImageStore:
             float conversion happens there).
     """
 
-    def __init__(
-        self,
-        spec: DatasetSpec,
-        root: Path | None,
-        preprocessing: Preprocessing,
-        max_bytes: int = 2 << 30,
-        decoded: DecodedImages | None = None,
-        device: str = "cpu",
-    ) -> None:
-        self.spec = spec
-        self.root = root
-        self.preprocessing = preprocessing
-        self.max_bytes = max_bytes
-        self.decoded = decoded
-        self.device = device
-        self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
-        self._bytes = 0
+    spec: DatasetSpec
+    root: Path | None
+    preprocessing: Preprocessing
+    max_bytes: int = 2 << 30
+    decoded: DecodedImages | None = None
+    device: str = "cpu"
+    _cache: OrderedDict[str, torch.Tensor] = field(default_factory=OrderedDict, init=False)
+    _bytes: int = field(default=0, init=False)
 
     def decode(self, item: str) -> torch.Tensor:
         """Load ``item`` from the dataset and resize it to ``uint8 [3, S, S]`` (no caching).

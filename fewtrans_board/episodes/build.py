@@ -18,11 +18,7 @@ from fewtrans_board.episodes.samplers import ClassPool, CoopKShotSampler, Episod
 
 
 def manifest_recipe(
-    protocol: str,
-    dataset: str,
-    *,
-    with_root: bool,
-    overrides: Mapping[str, int | None],
+    protocol: str, dataset: str, *, with_root: bool, overrides: Mapping[str, int | None]
 ) -> list[str]:
     """The ``manifest build`` command recorded in a manifest, without machine-specific paths.
 

@@ -41,12 +41,7 @@ EMBEDDED = ("digits", "digits-0-4", "digits-5-9")
 
 
 def manifest_command(
-    protocol: str,
-    dataset: str,
-    out: str,
-    *,
-    root: str | None,
-    overrides: Mapping[str, int | None],
+    protocol: str, dataset: str, out: str, *, root: str | None, overrides: Mapping[str, int | None]
 ) -> list[str]:
     """The ``fewtrans-board manifest build`` command line.
 

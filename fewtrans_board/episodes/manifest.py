@@ -94,10 +94,7 @@ class Manifest:
 
     @classmethod
     def from_episodes(
-        cls,
-        dataset: str,
-        episodes: Sequence[ManifestEpisode],
-        meta: dict[str, Any],
+        cls, dataset: str, episodes: Sequence[ManifestEpisode], meta: dict[str, Any]
     ) -> Manifest:
         """Build a manifest from episodes and content metadata, computing its hash."""
         rows: dict[str, list[Any]] = {name: [] for name in COLUMNS}
@@ -108,14 +105,11 @@ class Manifest:
                 ("novel", ep.novel_query, ep.novel_classes, ep.novel_class_ids),
             ):
                 for item, label in pairs:
-                    rows["dataset"].append(dataset)
-                    rows["episode"].append(ep.index)
-                    rows["stream_index"].append(ep.stream_index)
-                    rows["role"].append(role)
-                    rows["item"].append(item)
-                    rows["label"].append(label)
-                    rows["class_index"].append(classes[label])
-                    rows["class_id"].append(ids[label])
+                    row = (dataset, ep.index, ep.stream_index, role, item, label)
+                    for name, value in zip(
+                        COLUMNS, (*row, classes[label], ids[label]), strict=True
+                    ):
+                        rows[name].append(value)
         meta = {**meta, "schema_version": SCHEMA_VERSION, "episodes": len(episodes)}
         manifest = cls(rows=rows, meta=meta)
         manifest.sha256 = manifest.compute_sha256()

@@ -19,13 +19,13 @@ from fewtrans_board.episodes.samplers import (
 Sampler = VariedWayShotSampler | FixedWayShotSampler | CoopKShotSampler
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SamplingProtocol:
     """How a manifest's episodes are drawn.
 
     Attributes:
         name: protocol name.
-        version: bumped whenever the episodes it produces would change.
+        version: bumped whenever the episodes it produces would change (from 1).
         description: one paragraph.
         sampler: the episode sampler.
         class_pool: ``"base"`` (the spec's evaluation classes, in split order) or
@@ -39,7 +39,7 @@ class SamplingProtocol:
     """
 
     name: str
-    version: int
+    version: int = 1
     description: str
     sampler: Sampler
     class_pool: Literal["base", "all"] = "base"
@@ -62,11 +62,7 @@ class SamplingProtocol:
     ) -> SamplingProtocol:
         """Return a copy with user overrides applied (recorded in the manifest)."""
         sampler: Sampler = self.sampler
-        sampler_changes = {
-            k: v
-            for k, v in {"ways": ways, "shots": shots, "queries": queries}.items()
-            if v is not None
-        }
+        sampler_changes = _given(ways=ways, shots=shots, queries=queries)
         if sampler_changes:
             if not isinstance(sampler, FixedWayShotSampler):
                 raise FewtransError(
@@ -75,11 +71,7 @@ class SamplingProtocol:
                     "(fewtrans-fixed, bscd, fewtrans-search)"
                 )
             sampler = dataclasses.replace(sampler, **sampler_changes)
-        changes: dict[str, Any] = {
-            k: v
-            for k, v in {"episodes": episodes, "seed": seed, "block": block}.items()
-            if v is not None
-        }
+        changes = _given(episodes=episodes, seed=seed, block=block)
         for key, value in changes.items():
             if value < (1 if key == "episodes" else 0):
                 raise FewtransError(
@@ -100,12 +92,16 @@ class SamplingProtocol:
         }
 
 
+def _given(**values: int | None) -> dict[str, Any]:
+    """The values that are not ``None``."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
 PROTOCOLS: dict[str, SamplingProtocol] = {
     p.name: p
     for p in (
         SamplingProtocol(
             name="fewtrans-varied",
-            version=1,
             description=(
                 "FewTrans test tasks: 2-15 ways, <=10 shots per class, <=150 support, "
                 "balanced queries min(10, ...), class-size weighted imbalance, WordNet-node "
@@ -117,7 +113,6 @@ PROTOCOLS: dict[str, SamplingProtocol] = {
         ),
         SamplingProtocol(
             name="fewtrans-base2novel",
-            version=1,
             description=(
                 "FewTrans base-to-novel (CLIP methods), as the reference CLIP script samples "
                 "with BASE2NOVEL on: each episode draws its base part with the fewtrans-varied "
@@ -133,18 +128,15 @@ PROTOCOLS: dict[str, SamplingProtocol] = {
         ),
         SamplingProtocol(
             name="fewtrans-search",
-            version=1,
             description=(
                 "FewTrans hyperparameter-centre search tasks: 5-way 1-shot, 15 queries, "
                 "seed 0, the first 50 draws, on a held-out dataset (CUB)."
             ),
             sampler=FixedWayShotSampler(ways=5, shots=1, queries=15),
-            block=0,
             episodes=50,
         ),
         SamplingProtocol(
             name="fewtrans-fixed",
-            version=1,
             description=(
                 "FewTrans fixed mode: N-way K-shot, 15 queries per class (default 5-way "
                 "1-shot; --ways/--shots), seed 0, second block of 600 draws."
@@ -154,7 +146,6 @@ PROTOCOLS: dict[str, SamplingProtocol] = {
         ),
         SamplingProtocol(
             name="bscd",
-            version=1,
             description=(
                 "BSCD-FSL: 5-way K-shot (K in 5/20/50 via --shots, default 5), 15 queries, "
                 "600 episodes over all classes; seeded and frozen here (the original "
@@ -181,7 +172,6 @@ PROTOCOLS: dict[str, SamplingProtocol] = {
         ),
         SamplingProtocol(
             name="meta-dataset",
-            version=1,
             description=(
                 "Meta-Dataset variable-way variable-shot: 5-50 ways, <=10 queries, support "
                 "<=500 with per-class contribution <=100 and no per-class shot cap, 600 "

@@ -71,10 +71,9 @@ class EpisodeDraw:
 def _draw_novel(
     rng: np.random.RandomState, pool: ClassPool, min_ways: int, max_ways: int, per_class: int
 ) -> tuple[tuple[int, ...], tuple[tuple[str, ...], ...]]:
-    """Novel classes and their query items, after the base draws (FewTrans base2novel).
+    """Novel classes, uniform over the unfiltered novel split, and up to ``per_class`` queries each.
 
-    The reference draws the novel way count and classes uniformly from the (unfiltered)
-    novel split, then ``min(per_class, n_c)`` query items per class.
+    As the FewTrans base2novel reference draws them, after the base draws.
     """
     n = len(pool.novel_classes)
     if n < min_ways:
@@ -94,9 +93,10 @@ def _draw_novel(
 def _pick_items(
     rng: np.random.RandomState, items: Sequence[str], n_support: int, n_query: int
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    # rng.choice(files, k, replace=False) as in the reference: the first k - q picks are
-    # support, the last q are query.
-    # Choosing positions consumes the generator exactly like choosing from the list.
+    """The reference's ``rng.choice(files, k, replace=False)``: the last ``n_query`` are query.
+
+    Choosing positions consumes the generator exactly like choosing from the list.
+    """
     picked = rng.choice(len(items), n_support + n_query, replace=False)
     chosen = [items[i] for i in picked]
     return tuple(chosen[:n_support]), tuple(chosen[n_support:])

@@ -50,18 +50,12 @@ def ci_bars(
     for i, (label, mean, ci) in enumerate(rows):
         y = 15 + i * 26
         short = fit_text(label, left - 12)
-        parts.append(
-            f'<text x="{left - 8}" y="{y + 13}" text-anchor="end" class="label">{escape(short)}</text>'
-        )
-        parts.append(
-            f'<rect x="{left}" y="{y + 3}" width="{max(x(mean) - left, 0):.1f}" height="14" fill="{PALETTE[i % len(PALETTE)]}" opacity="0.35"/>'
-        )
-        parts.append(
-            f'<line x1="{x(mean - ci):.1f}" x2="{x(mean + ci):.1f}" y1="{y + 10}" y2="{y + 10}" stroke="#222" stroke-width="1.5"/>'
-        )
-        parts.append(
-            f'<circle cx="{x(mean):.1f}" cy="{y + 10}" r="3.5" fill="#222"><title>{escape(label)}: {mean:.2f} ± {ci:.2f}</title></circle>'
-        )
+        parts += [
+            f'<text x="{left - 8}" y="{y + 13}" text-anchor="end" class="label">{escape(short)}</text>',
+            f'<rect x="{left}" y="{y + 3}" width="{max(x(mean) - left, 0):.1f}" height="14" fill="{PALETTE[i % len(PALETTE)]}" opacity="0.35"/>',
+            f'<line x1="{x(mean - ci):.1f}" x2="{x(mean + ci):.1f}" y1="{y + 10}" y2="{y + 10}" stroke="#222" stroke-width="1.5"/>',
+            f'<circle cx="{x(mean):.1f}" cy="{y + 10}" r="3.5" fill="#222"><title>{escape(label)}: {mean:.2f} ± {ci:.2f}</title></circle>',
+        ]
     axis_y = height - 12
     step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
     for tick in ticks:
@@ -100,13 +94,12 @@ def histogram(
             f'<rect x="{10 + i * bar:.1f}" y="{height - 20 - h:.1f}" width="{bar - 1:.1f}" height="{h:.1f}" fill="#3366cc">'
             f"<title>{edges[i]:.0f}-{edges[i + 1]:.0f}%: {count} episodes</title></rect>"
         )
-    parts.append(f'<text x="10" y="{height - 5}" class="tick">0%</text>')
-    parts.append(
-        f'<text x="{width - 10}" y="{height - 5}" text-anchor="end" class="tick">100%</text>'
-    )
-    parts.append(
-        f'<line x1="{10 + array.mean() / 100 * (width - 20):.1f}" x2="{10 + array.mean() / 100 * (width - 20):.1f}" y1="5" y2="{height - 20}" stroke="#dc3912" stroke-dasharray="3,2"/>'
-    )
+    mean_x = 10 + array.mean() / 100 * (width - 20)
+    parts += [
+        f'<text x="10" y="{height - 5}" class="tick">0%</text>',
+        f'<text x="{width - 10}" y="{height - 5}" text-anchor="end" class="tick">100%</text>',
+        f'<line x1="{mean_x:.1f}" x2="{mean_x:.1f}" y1="5" y2="{height - 20}" stroke="#dc3912" stroke-dasharray="3,2"/>',
+    ]
     return svg_close(parts)
 
 

@@ -69,10 +69,16 @@ def _in_range(low: float, high: float) -> list[tuple[float, str]]:
     ]
 
 
-def _centred(x: float, label: str) -> float:
-    """``x`` moved so that a centred ``label`` stays inside the figure."""
+def _x_label(x: float, label: str) -> str:
+    """An x axis label centred at ``x``, moved so that it stays inside the figure."""
     half = text_width(label) / 2
-    return min(max(x, half + 2), WIDTH - half - 2)
+    x = min(max(x, half + 2), WIDTH - half - 2)
+    return f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle" class="tick">{escape(label)}</text>'
+
+
+def _legend(k: int, name: str, colour: str) -> str:
+    """Series ``k``'s name in its colour, right-aligned in the top right corner."""
+    return f'<text x="{WIDTH - RIGHT - 4}" y="{TOP + 14 * (k + 1)}" text-anchor="end" class="tick" fill="{colour}">{escape(fit_text(name, WIDTH - LEFT - RIGHT))}</text>'
 
 
 def _y_ticks(parts: list[str], low: float, high: float, to_px: Callable[[float], float]) -> None:
@@ -163,10 +169,7 @@ def layer_lines(
 
     y_low, y_high, py = _scale(values, HEIGHT - BOTTOM, TOP)
     _y_ticks(parts, y_low, y_high, py)
-    for i, label in enumerate(x_labels):
-        parts.append(
-            f'<text x="{_centred(px(i), label):.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle" class="tick">{escape(label)}</text>'
-        )
+    parts += [_x_label(px(i), label) for i, label in enumerate(x_labels)]
     for k, (name, ys) in enumerate(series.items()):
         colour = PALETTE[k % len(PALETTE)]
         coords = [(px(i), py(y)) for i, y in enumerate(ys) if np.isfinite(y)]
@@ -181,9 +184,7 @@ def layer_lines(
                     f'<circle cx="{px(i):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}">'
                     f"<title>{escape(name)}, {escape(x_labels[i])}: {y:.4g}</title></circle>"
                 )
-        parts.append(
-            f'<text x="{WIDTH - RIGHT - 4}" y="{TOP + 14 * (k + 1)}" text-anchor="end" class="tick" fill="{colour}">{escape(fit_text(name, WIDTH - LEFT - RIGHT))}</text>'
-        )
+        parts.append(_legend(k, name, colour))
     return svg_close(parts)
 
 
@@ -231,10 +232,7 @@ def grouped_bars(
     step = max(1, -(-len(labels) // max_ticks))
     for i, label in enumerate(labels):
         if i % step == 0:
-            parts.append(
-                f'<text x="{_centred(LEFT + (i + 0.5) * slot, label):.1f}" y="{HEIGHT - BOTTOM + 14}" '
-                f'text-anchor="middle" class="tick">{escape(label)}</text>'
-            )
+            parts.append(_x_label(LEFT + (i + 0.5) * slot, label))
     for k, (name, ys) in enumerate(series.items()):
         colour = PALETTE[k % len(PALETTE)]
         for i, y in enumerate(ys[: len(categories)]):
@@ -247,8 +245,5 @@ def grouped_bars(
                 f'height="{max(bottom - top, 0.0):.1f}" fill="{colour}">'
                 f"<title>{escape(name)}, {escape(categories[i])}: {float(y):.4g}</title></rect>"
             )
-        parts.append(
-            f'<text x="{WIDTH - RIGHT - 4}" y="{TOP + 14 * (k + 1)}" text-anchor="end" '
-            f'class="tick" fill="{colour}">{escape(fit_text(name, WIDTH - LEFT - RIGHT))}</text>'
-        )
+        parts.append(_legend(k, name, colour))
     return svg_close(parts)

@@ -5,12 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 
-def logit_mean(logits: np.ndarray) -> np.ndarray:
-    """Mean over members of ``[M, Q, C]`` logits, in float32: ``[Q, C]``."""
-    mean: np.ndarray = logits.astype(np.float32).mean(axis=0)
-    return mean
-
-
 def vote(predictions: np.ndarray, n_way: int) -> np.ndarray:
     """Per-query majority vote over members' ``[M, Q]`` predicted labels.
 
@@ -45,7 +39,7 @@ def fuse(
         ValueError: an unknown aggregation.
     """
     if aggregation == "logit-mean":
-        mean = logit_mean(logits)
+        mean: np.ndarray = logits.astype(np.float32).mean(axis=0)
         fused: np.ndarray = mean.argmax(axis=1)
         return fused, mean
     if aggregation == "vote":

@@ -1,33 +1,14 @@
 """Named, versioned HPE protocols and the grids they build around an adapter's centre.
 
-``fewtrans-paper`` follows the paper's text: every learning-rate axis is
-{centre/5, centre, centre*5} when an adapter tunes two learning rates; an adapter with one
-learning rate gets a 5-point axis, read as the same rule extended one step each way,
-{centre/25, centre/5, centre, centre*5, centre*25} ("the other rules remain unchanged");
-the epoch axis is {E/3, 2E/3, E} with E = centre epochs + 10 (rounded half up, at least 1);
-predictions are fused by averaging logits.
-
-``fewtrans-reference`` follows the released code: {centre/5, centre, centre*5} on each
-learning rate, epochs fixed at the centre, and a per-query majority vote of member
-predictions; ties go to the lowest class index (what ``torch.mode`` returns on CPU).
-
-``single`` evaluates the centre configuration alone (a baseline, not a leaderboard protocol).
-
-``published`` evaluates one configuration too, but on leaderboards: the method's published
-recipe (:class:`~fewtrans_board.api.recipe.Recipe`, cited to its paper or code) on each
-dataset, the way the inductive-CLIP paper runs every method; no centre search, no grid.
-
-Grid spacing is a parameter: :meth:`HpeProtocol.spaced` gives the same protocol with every
-learning-rate axis spread by another factor s, {c/s, c, c*s} (5-point axes
-{c/s^2 .. c*s^2}), named ``NAME@xS`` (``fewtrans-paper@x3``; the released code's
-commented "x3" and "x10" grids). The named protocols above are the spacing-5 members, and
-stay exactly as they were; a spaced variant is an analysis protocol (FewTrans Fig. 4,
-right), never a leaderboard one. :func:`get_hpe_protocol` resolves ``NAME@xS`` names.
-
-``sweep`` is no HPE protocol at all: the Cartesian product of explicit axes
-(``fewtrans-board sweep --grid FIELD=V1,V2,...``), each configuration scored on its own
-(FewTrans Table I and Fig. 2). Its axes travel with the run (:meth:`HpeProtocol.with_axes`);
-no leaderboard accepts it.
+Each protocol's ``description`` below says its grid and fusion (README.md, "HPE protocols",
+tabulates them). Readings of the paper pinned here: an adapter with one learning rate gets
+the 3-point rule extended one step each way ("the other rules remain unchanged"); E = centre
+epochs + 10 is rounded half up, at least 1; ``fewtrans-reference``'s vote breaks ties to the
+lowest class index (what ``torch.mode`` returns on CPU); ``published`` runs each method's
+cited recipe, as the inductive-CLIP paper runs every method. A spaced variant ``NAME@xS``
+(:meth:`HpeProtocol.spaced`; the released code's commented "x3" and "x10" grids) and
+``sweep`` (explicit axes, :meth:`HpeProtocol.with_axes`) are analysis protocols that no
+leaderboard accepts.
 """
 
 from __future__ import annotations
@@ -46,16 +27,16 @@ from fewtrans_board.core.errors import ConfigError, FewtransError
 Aggregation = Literal["logit-mean", "vote"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HpeProtocol:
     """How the configuration grid is built and how member predictions are fused.
 
     Attributes:
         name: protocol name.
-        version: bumped whenever the grid or the fusion rule changes.
+        version: bumped whenever the grid or the fusion rule changes (from 1).
         description: one paragraph.
         lr_multipliers: multipliers of each learning-rate axis when an adapter has two
-            or more learning rates.
+            or more learning rates (default: the centre alone).
         single_lr_multipliers: multipliers when it has exactly one.
         epoch_rule: ``"paper"`` ({E/3, 2E/3, E}, E = centre + 10), ``"fixed"`` (centre),
             ``"centre-only"`` (no grid at all) or ``"explicit"`` (a sweep: the grid is
@@ -71,10 +52,10 @@ class HpeProtocol:
     """
 
     name: str
-    version: int
+    version: int = 1
     description: str
-    lr_multipliers: tuple[Fraction, ...]
-    single_lr_multipliers: tuple[Fraction, ...]
+    lr_multipliers: tuple[Fraction, ...] = (Fraction(1),)
+    single_lr_multipliers: tuple[Fraction, ...] = (Fraction(1),)
     epoch_rule: Literal["paper", "fixed", "centre-only", "explicit"]
     aggregation: Aggregation
     leaderboard: bool = True
@@ -239,17 +220,13 @@ class HpeProtocol:
         return sha256_text(canonical_json({"protocol": self.describe(), "grid": grid}))
 
 
-ROLE_ORDER = ("lr", "epochs")
-"""Axis order of every grid: learning rates first, then the epoch count."""
-
-
 def canonical_roles(roles: dict[str, str]) -> dict[str, str]:
     """``roles`` ordered learning rates first, then epochs, each by field name.
 
     Roles read back from stored JSON come out alphabetically while an adapter declares them
     in field order; both must build the same grid.
     """
-    return dict(sorted(roles.items(), key=lambda item: (ROLE_ORDER.index(item[1]), item[0])))
+    return dict(sorted(roles.items(), key=lambda item: (("lr", "epochs").index(item[1]), item[0])))
 
 
 def schema_roles(schema: dict[str, Any]) -> dict[str, str]:
@@ -324,7 +301,6 @@ HPE_PROTOCOLS: dict[str, HpeProtocol] = {
     for p in (
         HpeProtocol(
             name="fewtrans-paper",
-            version=1,
             description=(
                 "FewTrans paper: learning rates x{1/5, 1, 5} (5-point x{1/25..25} for one-LR "
                 "methods), epochs {E/3, 2E/3, E} with E = centre + 10; logit averaging."
@@ -336,7 +312,6 @@ HPE_PROTOCOLS: dict[str, HpeProtocol] = {
         ),
         HpeProtocol(
             name="fewtrans-reference",
-            version=1,
             description=(
                 "FewTrans released code: learning rates x{1/5, 1, 5}, epochs fixed at the "
                 "centre; majority vote, ties to the lowest class index."
@@ -348,24 +323,18 @@ HPE_PROTOCOLS: dict[str, HpeProtocol] = {
         ),
         HpeProtocol(
             name="single",
-            version=1,
             description="The centre configuration alone (no ensemble); a baseline for comparisons.",
-            lr_multipliers=(Fraction(1),),
-            single_lr_multipliers=(Fraction(1),),
             epoch_rule="centre-only",
             aggregation="logit-mean",
             leaderboard=False,
         ),
         HpeProtocol(
             name="published",
-            version=1,
             description=(
                 "Each method as published: the adapter's cited recipe on each dataset "
                 "(optimiser, learning rate, epochs, batch size, templates), one configuration, "
                 "no centre search and no ensemble."
             ),
-            lr_multipliers=(Fraction(1),),
-            single_lr_multipliers=(Fraction(1),),
             epoch_rule="centre-only",
             aggregation="logit-mean",
             centre_rule="recipe",
@@ -376,14 +345,11 @@ HPE_PROTOCOLS: dict[str, HpeProtocol] = {
 
 SWEEP = HpeProtocol(
     name="sweep",
-    version=1,
     description=(
         "A hyperparameter sweep (FewTrans Table I, Fig. 2): the Cartesian product of explicit "
         "axes, every configuration scored on its own; no ensemble is reported and no "
         "leaderboard accepts it."
     ),
-    lr_multipliers=(Fraction(1),),
-    single_lr_multipliers=(Fraction(1),),
     epoch_rule="explicit",
     aggregation="logit-mean",
     leaderboard=False,

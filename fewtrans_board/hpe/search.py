@@ -1,10 +1,9 @@
 """The held-out centre search: FewTrans's iterative local search (``auto_find.py``).
 
-Start from a full 3-point grid on every HPE axis around the start point (epochs: the
-neighbouring rungs of the ladder 1, 2, 5, 10, 15, 20, 30, ..., 100; learning rates: the
-neighbours on the 1-2-5 ladder). An axis whose best value sits on the grid's low (high)
-edge moves down (up); later rounds evaluate only {next, current} on moving axes, and an axis
-stops once the best no longer moves along it. The search ends when every axis has stopped.
+Start from a full 3-point grid on every HPE axis around the start point (the neighbouring
+rungs of :data:`EPOCH_LADDER`, or of the 1-2-5 ladder of learning rates). An axis whose best
+value sits on the grid's low (high) edge moves down (up); later rounds evaluate only {next,
+current} on moving axes; an axis stops once its best no longer moves, and the search when all do.
 The reference decides the 1-2-5 step from the decimal string of the learning rate, which
 misfires on exponents ('1e-05' contains a '5'); here the step follows the leading digit.
 """
@@ -147,16 +146,13 @@ class _Axes:
 
     def next_values(self, directions: Directions, current: dict[str, Any]) -> dict[str, list[Any]]:
         """A later round's values: {next, current} on a moving axis, the current one else."""
-        return {
-            n: (
-                [self.down(n, current[n]), current[n]]
-                if d == "down"
-                else [current[n], self.up(n, current[n])]
-                if d == "up"
-                else [current[n]]
-            )
-            for n, d in directions.items()
-        }
+        values = {n: [current[n]] for n in directions}
+        for n, d in directions.items():
+            if d == "down":
+                values[n].insert(0, self.down(n, current[n]))
+            elif d == "up":
+                values[n].append(self.up(n, current[n]))
+        return values
 
 
 def centre_search(adapter: type[Adapter], start: AdapterConfig, score: Scorer) -> SearchResult:

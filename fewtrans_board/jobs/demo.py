@@ -77,12 +77,21 @@ def run_demo(
             )
     result = DemoResult(out=out, summaries=summaries, gains=gains)
     if build_site_too:
-        from fewtrans_board.website.build import build_site
-
-        store = out / "leaderboard"
-        (store / "manifests").mkdir(parents=True, exist_ok=True)
-        for file in manifest.parent.glob(manifest.name + "*"):
-            shutil.copy2(file, store / "manifests" / file.name)
-        build_site(store, out / "site", registry, [out / "results"])
-        result.site_index = out / "site" / "index.html"
+        result.site_index = build_demo_site(registry, out, manifest)
     return result
+
+
+def build_demo_site(registry: Registry, out: Path, manifest: Path, **options: Any) -> Path:
+    """Build the site of the runs under ``out/results`` into ``out/site``; its index page.
+
+    The manifest (and its sidecar files) is copied into a store at ``out/leaderboard``;
+    ``options`` go to :func:`~fewtrans_board.website.build.build_site`.
+    """
+    from fewtrans_board.website.build import build_site
+
+    store = out / "leaderboard"
+    (store / "manifests").mkdir(parents=True, exist_ok=True)
+    for file in manifest.parent.glob(manifest.name + "*"):
+        shutil.copy2(file, store / "manifests" / file.name)
+    build_site(store, out / "site", registry, [out / "results"], **options)
+    return out / "site" / "index.html"

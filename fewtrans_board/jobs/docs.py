@@ -132,20 +132,9 @@ def render_method_table() -> str:
     rows = [header, "|---|---|---|---|---|---|"]
     for adapter in adapters:
         code = f"<{adapter.code}>" if adapter.code else "—"
-        rows.append(
-            "| "
-            + " | ".join(
-                [
-                    f"`{adapter.name}`",
-                    adapter_group(adapter),
-                    _cell(adapter.paper),
-                    _cell(adapter.trains),
-                    default_centre(adapter),
-                    code,
-                ]
-            )
-            + " |"
-        )
+        cells = [f"`{adapter.name}`", adapter_group(adapter), _cell(adapter.paper)]
+        cells += [_cell(adapter.trains), default_centre(adapter), code]
+        rows.append("| " + " | ".join(cells) + " |")
     marker = "METHOD TABLE"
     return "\n".join([begin_marker(marker), "", *rows, "", end_marker(marker)])
 

@@ -23,7 +23,6 @@ every episode.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from fewtrans_board.episodes.embedded import digits_manifest
+from fewtrans_board.jobs.demo import build_demo_site
 from fewtrans_board.models.unlearned_names import unlearned_name
 from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.results.load import load_run
@@ -276,7 +276,8 @@ def run_inductive_demo(
             )
         _compare_models(result, adapter, per_role, margin)
     if build_site_too:
-        result.site_index = _build_demo_site(registry, out, manifest, result, margin)
+        oracle_check = {"models": MODELS, "rows": result.oracle_rows(), "margin": margin}
+        result.site_index = build_demo_site(registry, out, manifest, oracle_check=oracle_check)
     return result
 
 
@@ -299,23 +300,3 @@ def _compare_models(
     result.verdicts[adapter] = oracle_verdict(
         per_role["unlearned"], per_role["scratch"], margin
     ).to_dict()
-
-
-def _build_demo_site(
-    registry: Registry, out: Path, manifest: Path, result: InductiveDemoResult, margin: float
-) -> Path:
-    """The static site of the demo's runs, with the oracle check; its index page."""
-    from fewtrans_board.website.build import build_site
-
-    store = out / "leaderboard"
-    (store / "manifests").mkdir(parents=True, exist_ok=True)
-    for file in manifest.parent.glob(manifest.name + "*"):
-        shutil.copy2(file, store / "manifests" / file.name)
-    build_site(
-        store,
-        out / "site",
-        registry,
-        [out / "results"],
-        oracle_check={"models": MODELS, "rows": result.oracle_rows(), "margin": margin},
-    )
-    return out / "site" / "index.html"

@@ -1,21 +1,14 @@
 """Logits blobs along a submission's path when the store keeps them at a URL.
 
-A submitter cannot write to the maintainers' blob store, and blobs never enter git there.
-Content addressing makes where a blob comes from irrelevant to what it is: a blob is
-accepted only if its bytes hash to the name its sealed shard records and, joined with
-that shard, rebuild the shard exactly as it was validated. So:
-
-1. the submitter writes the blobs of their entry to a *staging* location they control and
-   anyone can read (``leaderboard add --blobs-to``, ``leaderboard export-blobs``), and names
-   it in ``leaderboard/blob-sources/<id>.txt``, one URL, part of the pull request;
-2. the pull-request check fetches only the new entries' blobs from there
-   (:func:`~fewtrans_board.leaderboard.intake.check_pull_request`);
-3. after the merge, the one job holding the store's write credentials copies them into
-   the store (:func:`copy_entry_blobs`), checking each again: a blob that fails is never
-   written, a blob already there is checked and left alone.
-
-A URL read from a pull request is untrusted: only remote schemes (:data:`STAGING_SCHEMES`)
-are accepted, read anonymously, so a note cannot point the check at the runner's own files.
+A blob is accepted only if its bytes hash to the name its sealed shard records and, joined
+with that shard, rebuild the shard as validated, so where it comes from does not matter:
+the submitter stages their entry's blobs where anyone can read them and names that URL in
+``blob-sources/<id>.txt``; the pull-request check fetches the new entries' blobs from there;
+after the merge the one job holding write credentials copies them into the store, checking
+each again (:func:`copy_entry_blobs`). CONTRIBUTING.md ("Submitting to a store that keeps
+its blobs at a URL") gives the commands. A URL read from a pull request is untrusted: only
+remote schemes (:data:`STAGING_SCHEMES`) are accepted, read anonymously, so a note cannot
+point the check at the runner's own files.
 """
 
 from __future__ import annotations
@@ -192,11 +185,8 @@ class CopyReport:
 
 def _blob_refusal(ident: str, shard: SplitShard, exc: BlobError) -> SubmissionError:
     """One line naming the entry, the shard, the blob and where it was looked for."""
-    return SubmissionError(
-        "missing-blob" if exc.missing else "corrupt-blob",
-        f"entry {ident}: results/{shard.name}: logits blob {shard.sha256} {exc.problem} "
-        f"(looked for at {exc.where})",
-    )
+    code = "missing-blob" if exc.missing else "corrupt-blob"
+    return SubmissionError(code, f"entry {ident}: results/{shard.name}: {exc}")
 
 
 def _store_refusal(ident: str, shard: SplitShard, exc: BlobError) -> SubmissionError:

@@ -21,6 +21,7 @@ from typing import Any
 from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.leaderboard.layout import CENTRE, META, RUN, check_tree, extract_members
 from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
+from fewtrans_board.leaderboard.summary_cache import file_digest
 from fewtrans_board.results.documents import CentreSearch
 from fewtrans_board.results.strict_json import load_json
 
@@ -67,14 +68,9 @@ class BundleContents:
         for name, path in sorted(self.files.items()):
             if name.endswith("/"):
                 continue
-            source = (
-                read_record(path).get("source_sha256")
-                if self.stored and (name.endswith(".parquet"))
-                else None
-            )
-            hashes[name] = (
-                source if isinstance(source, str) else hashlib.sha256(path.read_bytes()).hexdigest()
-            )
+            split = self.stored and name.endswith(".parquet")
+            source = read_record(path).get("source_sha256") if split else None
+            hashes[name] = source if isinstance(source, str) else file_digest(path)
         return hashes
 
     def digest(self) -> str:
@@ -115,11 +111,7 @@ def read_centre_search(data: bytes, where: str = "centre-search.json") -> dict[s
 
 
 def _walk(top: Path, prefix: str) -> dict[str, Path]:
-    """Every file and folder under ``top`` by its bundle-layout name (folders end in ``/``).
-
-    Raises:
-        SubmissionError: a link or a special file.
-    """
+    """Every file and folder under ``top`` by its layout name (folders end in ``/``); no links."""
     found: dict[str, Path] = {}
     if not top.is_dir():
         return found

@@ -1,18 +1,11 @@
-"""The bundle schema: where each part of a submission bundle is declared, and the centre rule.
+"""The bundle schema's one rule across documents: the centre against the declared field types.
 
-One place says what each file of a bundle or store entry must hold, so no reader downstream
-(validation, the index, the site) meets a missing key or a value of the wrong type:
-
-- the zip's layout: :mod:`fewtrans_board.leaderboard.layout`;
-- ``submission.toml``: :mod:`fewtrans_board.leaderboard.meta`;
-- ``run.json``, the shards' provenance, ``centre-search.json`` and ``status.json``: the
-  models of :mod:`fewtrans_board.results.documents` (their JSON Schemas in
-  ``docs/schemas/``);
-- the rows of result shards: :mod:`fewtrans_board.leaderboard.columns` (on top of the exact
-  Arrow schema of :func:`fewtrans_board.results.row_schema.arrow_schema`).
-
-:func:`check_centre_values` is the one rule that relates two documents: the recorded centre
-against the field types of the recorded adapter schema.
+Each part of a bundle is declared in one place, so no reader downstream meets a missing key
+or a value of the wrong type: the zip's layout in :mod:`~fewtrans_board.leaderboard.layout`,
+``submission.toml`` in :mod:`~fewtrans_board.leaderboard.meta`, the JSON documents in
+:mod:`~fewtrans_board.results.documents` and the shards' rows in
+:mod:`~fewtrans_board.leaderboard.columns`. :func:`check_centre_values` relates two
+documents: the recorded centre and the field types of the recorded adapter schema.
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """An entry's ``status.json`` is CI's own report, never a pull request's claim.
 
-A submission pull request carries no ``status.json`` (:func:`~.pr.classify` refuses one).
-``leaderboard check-pr --status-out DIR`` writes, for every new entry it verified, the
-status its own check established (``DIR/<id>.json``: ``{"status": "verified",
-"verification": <report>}``); after the merge a maintainer installs those files with
-``leaderboard record-status DIR``, which accepts a file only for a stored entry whose
-files are exactly the ones the report verified (its ``digest``, over every file of the
-entry but ``status.json``) and whose report passed. Anything else is refused by name and
-leaves that entry's status as it was.
+``check-pr --status-out DIR`` writes ``DIR/<id>.json`` (``{"status": "verified",
+"verification": <report>}``) for every new entry it verified; after the merge
+``record-status DIR`` installs a file only for a stored entry whose files are exactly the
+ones its passed report verified (its ``digest``) and refuses anything else by name
+(CONTRIBUTING.md, "The leaderboard store and its blobs").
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from fewtrans_board.core.atomic import write_bytes_atomic
 from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.leaderboard.fail_closed import fail_closed
+from fewtrans_board.leaderboard.store import status_text
 
 if TYPE_CHECKING:
     from fewtrans_board.leaderboard.store import LeaderboardStore
@@ -28,11 +25,6 @@ if TYPE_CHECKING:
 STATUS_SUFFIX = ".json"
 MAX_STATUS_BYTES = 64 << 20
 """A status file larger than this is refused unread (a report is kilobytes to megabytes)."""
-
-
-def status_text(record: dict[str, Any]) -> str:
-    """The text of a ``status.json``, as ``leaderboard add`` writes it."""
-    return json.dumps(record, indent=2, sort_keys=True) + "\n"
 
 
 def write_ci_statuses(

@@ -107,14 +107,10 @@ def compare_runs(
         row["significant"] = adjusted < 0.05
     all_a, all_b = np.concatenate(pooled_a), np.concatenate(pooled_b)
     overall_ci = average_ci(diffs, resamples=10_000, seed=seed)
-    label = {"a": str(runs_a[shared[0]].label), "b": str(runs_b[shared[0]].label)}
     return {
-        "a": label["a"],
-        "b": label["b"],
-        "protocols": {
-            "a": protocol_of(runs_a[shared[0]]),
-            "b": protocol_of(runs_b[shared[0]]),
-        },
+        "a": str(runs_a[shared[0]].label),
+        "b": str(runs_b[shared[0]].label),
+        "protocols": {"a": protocol_of(runs_a[shared[0]]), "b": protocol_of(runs_b[shared[0]])},
         "protocol_mismatch": mismatch,
         "aggregation": aggregation,
         "datasets": rows,

@@ -1,14 +1,12 @@
 """Read stored entries for the index and the site: through the schema, or stop naming them.
 
-:func:`load_entries` is the one place a build reads the store: it loads each run once and
-summarises it once, and the index (:mod:`~fewtrans_board.leaderboard.index`) and the site
-data are both views of the :class:`LoadedEntry` objects it yields.
-
-``leaderboard rebuild`` and ``site build`` tolerate nothing silently: an entry whose files
-are outside the layout, whose metadata does not match the schema, whose runs are damaged or
-point at a manifest this store has not frozen, is refused with one
-:class:`~fewtrans_board.core.errors.SubmissionError` that names the entry. What the
-site shows of a run's dataset and manifest comes from the frozen manifest, not the run.
+:func:`load_entries` is the one place a build reads the store: it loads and summarises each
+run once, and the index and the site data are both views of the :class:`LoadedEntry`
+objects it yields. ``leaderboard rebuild`` and ``site build`` tolerate nothing silently: an
+entry outside the layout or the schema, with a damaged run or one on a manifest this store
+has not frozen, is refused with one :class:`~fewtrans_board.core.errors.SubmissionError`
+naming the entry. What the site shows of a run's dataset and manifest comes from the frozen
+manifest, not the run.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from fewtrans_board.core.errors import SubmissionError, describe
 from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.columns import check_columns
 from fewtrans_board.leaderboard.label_index import LabelIndex, frozen_labels
-from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
+from fewtrans_board.leaderboard.meta import SubmissionMeta
 from fewtrans_board.leaderboard.rows import check_rows
 from fewtrans_board.leaderboard.runs import GIT_ONLY, fetching, load_checked_run
 from fewtrans_board.leaderboard.store import LeaderboardStore
@@ -121,15 +119,9 @@ def _entry_shell(store: LeaderboardStore, ident: str) -> tuple[StoredEntry, Bund
 def _frozen_of(
     frozen_manifests: Mapping[str, tuple[str, Any]], run: RunView, where: str
 ) -> tuple[str, Any]:
-    """The frozen manifest a run names: ``(file name, manifest)``, its dataset the run's.
+    """``(file name, manifest or label index)`` of the frozen manifest ``run`` names, by sha256.
 
-    Args:
-        frozen_manifests: ``{sha256: (file name, manifest or label index)}``.
-        run: the run.
-        where: how messages name the run.
-
-    Raises:
-        SubmissionError: ``unknown-manifest``, ``dataset-mismatch``.
+    Refused (``unknown-manifest``, ``dataset-mismatch``) unless frozen and of the run's dataset.
     """
     frozen = frozen_manifests.get(run.provenance.manifest.sha256)
     if frozen is None:
@@ -150,12 +142,8 @@ def _frozen_of(
 
 def _checked_run(
     store: LeaderboardStore, path: Path, where: str, with_logits: bool
-) -> tuple[RunResults, str, Any]:
-    """Load one stored run and check it against its frozen manifest.
-
-    Returns:
-        ``(run, manifest file name, manifest)``.
-    """
+) -> tuple[RunResults, StoredRun]:
+    """A stored run loaded and checked against its frozen manifest, and what builds keep."""
     run = load_checked_run(
         path, where, intake=False, logits=fetching(store.blobs) if with_logits else GIT_ONLY
     )
@@ -164,7 +152,7 @@ def _checked_run(
     # Every reader recomputes what it shows: accuracies and ensembles from the
     # stored predictions (and, with the blobs, logits) against the frozen labels.
     check_rows(run, manifest, list(run.provenance.identity.grid))
-    return run, filename, manifest
+    return run, StoredRun(RunDigest.of(run), filename, manifest.dataset, manifest.meta)
 
 
 def read_entry(store: LeaderboardStore, ident: str, with_logits: bool = False) -> StoredEntry:
@@ -183,10 +171,7 @@ def read_entry(store: LeaderboardStore, ident: str, with_logits: bool = False) -
     with entry_errors(ident):
         entry, contents = _entry_shell(store, ident)
         for path in contents.runs:
-            run, filename, manifest = _checked_run(store, path, contents.name(path), with_logits)
-            entry.runs.append(
-                StoredRun(RunDigest.of(run), filename, manifest.dataset, manifest.meta)
-            )
+            entry.runs.append(_checked_run(store, path, contents.name(path), with_logits)[1])
         return entry
 
 
@@ -220,11 +205,7 @@ class LoadedEntry:
 
 
 def _superseded(metas: dict[str, SubmissionMeta]) -> dict[str, str]:
-    """``{superseded id: superseding id}``; each entry superseded once, by a stored entry, no cycle.
-
-    Raises:
-        SubmissionError: ``bad-store-entry`` naming the entries.
-    """
+    """``{superseded id: superseding id}``; each superseded once, by a stored entry, no cycle."""
     superseded: dict[str, str] = {}
     for ident, meta in metas.items():
         old = meta.supersedes
@@ -287,13 +268,13 @@ def summarise_runs(
     ddof = SUB_BENCHMARKS[entry.meta.benchmark].statistic_ddof
     summaries = []
     for path in contents.runs:
-        run, filename, manifest = _checked_run(store, path, contents.name(path), with_logits)
-        summaries.append(summarize(run, ddof=ddof, manifest=manifest.meta))
-        entry.runs.append(StoredRun(RunDigest.of(run), filename, manifest.dataset, manifest.meta))
+        run, stored = _checked_run(store, path, contents.name(path), with_logits)
+        summaries.append(summarize(run, ddof=ddof, manifest=stored.manifest_meta))
+        entry.runs.append(stored)
     return summaries
 
 
-def _cache_key(store: LeaderboardStore, entry: StoredEntry, contents: BundleContents) -> str | None:
+def _cache_key(entry: StoredEntry, contents: BundleContents) -> str | None:
     """The entry's summary key (:func:`entry_key`); ``None`` if its files cannot be hashed."""
     try:
         return entry_key(
@@ -314,7 +295,7 @@ def entry_cache_key(store: LeaderboardStore, ident: str) -> str | None:
     """
     with entry_errors(ident):
         entry, contents = _entry_shell(store, ident)
-        return _cache_key(store, entry, contents)
+        return _cache_key(entry, contents)
 
 
 def _cached_runs(
@@ -325,9 +306,7 @@ def _cached_runs(
 ) -> list[dict[str, Any]] | None:
     """The entry's runs and summaries from a cached payload (``None``: unusable, recompute).
 
-    The checks that depend on more than the key (which frozen manifest each run names, and
-    that it is still frozen, with the run's dataset) are made again, as an uncached read
-    makes them.
+    What depends on more than the key (each run's frozen manifest) is checked again.
     """
     try:
         digests, summaries = digest_of_bytes(payload, list(contents.runs))
@@ -370,9 +349,7 @@ def load_entries(
     metas = {}
     for ident in idents:
         with entry_errors(ident):
-            metas[ident] = read_meta(
-                (store.submissions_dir / ident / "submission.toml").read_bytes()
-            )
+            metas[ident] = store.meta(ident)
     superseded = _superseded(metas)
     labels: dict[str, tuple[str, LabelIndex]] | None = None
     for ident in idents:
@@ -380,7 +357,7 @@ def load_entries(
             if labels is None:  # read once, where an uncached read first reads them
                 labels = frozen_labels(store.manifests_dir, cache)
             stored, contents = _entry_shell(store, ident)
-            key = _cache_key(store, stored, contents) if cache.enabled and not with_logits else None
+            key = _cache_key(stored, contents) if cache.enabled and not with_logits else None
             payload = cache.get(key) if key is not None else None
             summaries = (
                 _cached_runs(labels, stored, contents, payload) if payload is not None else None

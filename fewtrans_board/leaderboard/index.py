@@ -16,15 +16,8 @@ from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 from fewtrans_board.leaderboard.summary_cache import SummaryCache
 
 VERIFIED_FIELDS = (
-    "dataset",
-    "mode",
-    "rerun_episodes",
-    "episodes",
-    "catch_probability",
-    "claimed",
-    "claimed_on_rerun_episodes",
-    "rerun_accuracy",
-    "difference_bound",
+    *("dataset", "mode", "rerun_episodes", "episodes", "catch_probability", "claimed"),
+    *("claimed_on_rerun_episodes", "rerun_accuracy", "difference_bound"),
 )
 """What the index repeats of each dataset's verification (the full report is in status.json)."""
 
@@ -133,15 +126,13 @@ def index_difference(committed: Any, rebuilt: Any, path: str = "index") -> str |
             if found:
                 return found
         return None
-    numbers = (int, float)
-    if (
-        isinstance(committed, numbers)
-        and isinstance(rebuilt, numbers)
-        and not isinstance(committed, bool)
-        and not isinstance(rebuilt, bool)
-    ):
+    if _is_number(committed) and _is_number(rebuilt):
         if math.isclose(committed, rebuilt, rel_tol=INDEX_REL_TOL, abs_tol=1e-12):
             return None
     elif committed == rebuilt and type(committed) is type(rebuilt):
         return None
     return f"{path}: {committed!r} != {rebuilt!r}"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

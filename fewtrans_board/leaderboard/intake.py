@@ -1,12 +1,9 @@
 """The submission pipelines: pack, validate, verify, add, check (the CLI only prints).
 
 Every function here runs without third-party plugins: validation reads data only, and
-verification drives the plugin in a separate worker process.
-
-Reading and validating untrusted data fails closed: a refusal is a
-:class:`~fewtrans_board.core.errors.SubmissionError` with a code, and an error the
-checks did not anticipate is refused as ``unexpected-fault`` (naming the exception) rather
-than escaping as a traceback; the store is never touched before validation has passed.
+verification drives the plugin in a separate worker process. Reading untrusted data fails
+closed (:mod:`~fewtrans_board.leaderboard.fail_closed`), and the store is never touched
+before validation has passed.
 """
 
 from __future__ import annotations
@@ -106,10 +103,7 @@ def pack_checked(
         except SubmissionError as exc:  # name the file the user gave, not "submission.toml"
             raise SubmissionError(exc.code, f"--meta {meta}: {exc.message}") from exc
         contents = BundleContents(
-            parsed,
-            record,
-            list(runs),
-            {run: f"results/{run.name}" for run in runs},
+            parsed, record, list(runs), {run: f"results/{run.name}" for run in runs}
         )
         report = validate_contents(contents, store)
     pack_bundle(runs, meta, out, centre)
@@ -277,14 +271,12 @@ def fetch_pull_request_plugins(
     from fewtrans_board.leaderboard.pr import blob_folder_of, classify
     from fewtrans_board.leaderboard.wheels import install_pins
 
-    changes = classify(
-        changed_paths(repo, base, head), leaderboard, blob_folder_of(repo / leaderboard)
-    )
     store = LeaderboardStore(repo / leaderboard)
+    changes = classify(changed_paths(repo, base, head), leaderboard, blob_folder_of(store.root))
     installed = {}
     for ident in changes.ids:
         with fail_closed(f"entry {ident}"):
-            meta = read_meta((store.submissions_dir / ident / "submission.toml").read_bytes())
+            meta = store.meta(ident)
         installed[ident] = install_pins(meta, into / ident, pip_options)
     return installed
 
@@ -317,7 +309,6 @@ def check_pull_request(
     Raises:
         SubmissionError: the pull request changes anything but new entries' data.
     """
-    from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.blob_flow import source_of
     from fewtrans_board.leaderboard.git import changed_paths
     from fewtrans_board.leaderboard.pr import (
@@ -337,13 +328,9 @@ def check_pull_request(
     for ident in changes.ids:
         entry_verification = verification
         if plugins_root is not None and (plugins_root / ident).is_dir():
-            options = verification.options
-            entry_verification = Verification(
-                verification.enabled,
-                dataclasses.replace(
-                    options, plugin_dirs=(*options.plugin_dirs, plugins_root / ident)
-                ),
-            )
+            dirs = (*verification.options.plugin_dirs, plugins_root / ident)
+            options = dataclasses.replace(verification.options, plugin_dirs=dirs)
+            entry_verification = dataclasses.replace(verification, options=options)
         try:
             source = blobs_from if blob_folder is not None else source_of(store, ident, blobs_from)
             report.results[ident] = check_entry(

@@ -22,6 +22,7 @@ from fewtrans_board.leaderboard.summary_cache import SummaryCache, file_digest
 
 LABEL_INDEX_VERSION = 1
 """Version of the cached label index (bump when its fields change)."""
+_ARRAYS = ("index", "stream_index", "ways", "support", "queries", "labels")
 
 
 @dataclass
@@ -81,16 +82,8 @@ class LabelIndex:
         buffer = io.BytesIO()
         head = json.dumps({"sha256": self.sha256, "meta": self.meta}).encode("utf-8")
         save: Any = np.savez  # its stubs type keyword arrays as its own options
-        save(
-            buffer,
-            head=np.frombuffer(head, dtype=np.uint8),
-            index=self.index,
-            stream_index=self.stream_index,
-            ways=self.ways,
-            support=self.support,
-            queries=self.queries,
-            labels=self.labels,
-        )
+        arrays = {name: getattr(self, name) for name in _ARRAYS}
+        save(buffer, head=np.frombuffer(head, dtype=np.uint8), **arrays)
         return buffer.getvalue()
 
     @classmethod

@@ -9,14 +9,10 @@ Layout (nothing else is extracted, validated or stored)::
 
 plus, optionally, the folder entries ``results/``, ``results/<run>/`` and
 ``results/<run>/shards/``. ``<run>`` is up to 100 letters, digits, ``.``, ``_`` or ``-``
-(not starting with ``.``). Member names are normalised before any check (``./a`` and
-``a//b`` are ``a`` and ``a/b``, compared case-insensitively), so two spellings of one path
-are a duplicate instead of one silently replacing the other.
-
-The zip itself is untrusted too: every member's local header must agree with the central
-directory, members may not overlap, be encrypted or use a compression other than stored or
-deflate, and a member whose data does not match its declared size or CRC is refused. All
-of this is checked before the first byte is written.
+(not starting with ``.``). Member names are normalised before any check (two spellings of
+one path are a duplicate, compared case-insensitively), and the zip itself is checked
+(headers, overlaps, encryption, compression, sizes and CRCs; README.md lists the refusals)
+before the first byte is written.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -65,21 +66,7 @@ class SubmissionMeta:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
-        return {
-            "id": self.id,
-            "method": self.method,
-            "model": self.model,
-            "adapter": self.adapter,
-            "benchmark": self.benchmark,
-            "hpe_protocol": self.hpe_protocol,
-            "authors": list(self.authors),
-            "hardware": self.hardware,
-            "plugins": dict(self.plugins),
-            "wheels": dict(self.wheels),
-            "paper": self.paper,
-            "code": self.code,
-            "supersedes": self.supersedes,
-        }
+        return {**dataclasses.asdict(self), "authors": list(self.authors)}
 
 
 def _text(data: dict[str, Any], key: str, limit: int = MAX_TEXT, required: bool = False) -> str:

@@ -1,13 +1,10 @@
 """``leaderboard migrate-blobs``: move the logits of an existing store's entries into blobs.
 
-Each entry is migrated on its own, atomically as far as a reader can see: its results
-folder is copied to a staging folder in the store, every shard there is read (checksum
-verified), split (:func:`~fewtrans_board.results.blobs.split_shard_file`: the blob is
-stored and read back before the shard is rewritten), the staged runs are read back with
-their blobs and checked against the seals they were split from, and only then is the
-staged folder swapped in for the old one. An interrupted migration leaves either the old
-folder or the new one in place (a leftover is recovered on the next run); running the
-command again migrates what is left and changes nothing else.
+Each entry is migrated on its own, atomically as far as a reader can see: its results are
+split in a staging copy (each blob stored and read back, each run then read back with its
+blobs against the seals it was split from) that only then replaces the old folder. An
+interrupted migration leaves the old folder or the new one (a leftover is recovered on the
+next run); running again migrates what is left and changes nothing else.
 """
 
 from __future__ import annotations
@@ -15,16 +12,10 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.leaderboard.store import LeaderboardStore
-from fewtrans_board.results.blobs import (
-    BlobError,
-    SplitReport,
-    read_record,
-    split_results_folder,
-)
+from fewtrans_board.results.blobs import BlobError, SplitReport, read_record, split_results_folder
 from fewtrans_board.results.load import find_runs, load_run
 from fewtrans_board.results.shards import ResultsError
 
@@ -66,11 +57,6 @@ def _recover(store: LeaderboardStore, ident: str) -> None:
     shutil.rmtree(store.root / f"{STAGING}{ident}", ignore_errors=True)
 
 
-def _all_split(folder: Path) -> bool:
-    shards = sorted(folder.rglob("shards/shard-*.parquet"))
-    return all(read_record(path).get("sha256") for path in shards)
-
-
 def migrate_entry(store: LeaderboardStore, ident: str) -> EntryMigration:
     """Split every shard of one stored entry into git side and blob (idempotent).
 
@@ -82,7 +68,8 @@ def migrate_entry(store: LeaderboardStore, ident: str) -> EntryMigration:
     target = store.results_dir / ident
     if not target.is_dir():
         raise SubmissionError("unknown-submission", f"stored entry {ident} has no results folder")
-    if _all_split(target):  # checked below by reading, like any other entry
+    # Already split: checked below by reading, like any other entry.
+    if all(read_record(path).get("sha256") for path in target.rglob("shards/shard-*.parquet")):
         return EntryMigration(ident, split_results_folder(target, store.blobs))
     staging = store.root / f"{STAGING}{ident}"
     shutil.copytree(target, staging)

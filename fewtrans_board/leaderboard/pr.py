@@ -1,18 +1,12 @@
 """What a submission pull request may change: its own new entry's data, nothing else.
 
-CI accepts data, not code. A pull request may only add files under
-``leaderboard/submissions/<id>/`` and ``leaderboard/results/<id>/`` for new ids, the logits
-blobs their shards name when the store keeps its blobs in its own folder
-(``leaderboard/blobs/<aa>/<sha256>``; each must be named by a new entry and hash to its name)
-(and update the derived ``index.json``, which must then equal a rebuild); when the store keeps
-its blobs at a URL, a pull request adds none but may name where its entries' blobs are staged
-(``leaderboard/blob-sources/<id>.txt``, one URL per new entry). Any other path (code,
-workflows, manifests, ``blobs.toml``, another entry) is refused by name, and entries already
-on the base branch are immutable. Nor may it carry an entry's ``status.json``: the status is
-CI's, written from the report of the check CI ran (``check-pr --status-out``, installed by
-``leaderboard record-status``), never the submitter's claim. The caller (``fewtrans-board
-leaderboard check-pr``) runs this code from the base branch's installation and validates
-the new entries from the pull request's data.
+A pull request may add ``submissions/<id>/`` and ``results/<id>/`` for new ids, the blobs
+their shards name (a store keeping blobs in its folder) or one ``blob-sources/<id>.txt``
+per new entry (a store keeping them at a URL), and an ``index.json`` equal to a rebuild.
+Anything else (code, workflows, manifests, ``blobs.toml``, another entry, a ``status.json``,
+which is CI's) is refused by name (SECURITY.md). ``leaderboard check-pr`` runs this code
+from the base branch's installation and validates the new entries from the pull request's
+data.
 """
 
 from __future__ import annotations

@@ -11,9 +11,7 @@ from fewtrans_board.leaderboard.sub_benchmarks import SubBenchmark
 from fewtrans_board.results.load import RunResults
 
 
-def check_recipe(
-    run: RunResults, schema: dict[str, Any], benchmark: SubBenchmark, first: RunResults | None
-) -> None:
+def check_recipe(run: RunResults, schema: dict[str, Any], benchmark: SubBenchmark) -> None:
     """A ``published`` run evaluates the benchmark's recipe, as the recorded schema declares it.
 
     The configuration must be the schema's defaults with the recipe's values (and its
@@ -60,12 +58,4 @@ def check_recipe(
             f"{run.dataset}: the configuration differs from recipe {name!r} in "
             f"{', '.join(differing)}: {[centre.get(k) for k in differing]} vs "
             f"{[expected[k] for k in differing]}",
-        )
-    if first is not None and canonical_json(first.provenance.adapter.schema) != canonical_json(
-        schema
-    ):
-        raise SubmissionError(
-            "config-varies",
-            f"{first.dataset} and {run.dataset} were produced by adapters with different "
-            "schemas; evaluate every dataset with one version of the plugin",
         )

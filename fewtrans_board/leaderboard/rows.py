@@ -29,11 +29,8 @@ from fewtrans_board.results.row_schema import (
     accuracy_percent,
 )
 
-
-def _list_column(table: Any, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Flattened values and offsets of a list column."""
-    column = table.column(name).combine_chunks()
-    return column.flatten().to_numpy(zero_copy_only=False), column.offsets.to_numpy()
+_ROW_COLUMNS = "episode split kind aggregation config_index config n_way n_query accuracy"
+"""The scalar columns the checks read (as arrays)."""
 
 
 @dataclass
@@ -49,26 +46,15 @@ class _Columns:
 
     @classmethod
     def of(cls, run: RunResults) -> _Columns:
-        names = (
-            "episode",
-            "split",
-            "kind",
-            "aggregation",
-            "config_index",
-            "config",
-            "n_way",
-            "n_query",
-            "accuracy",
-        )
-        logit_column = run.table.column("logits").combine_chunks()
-        predictions, pred_offsets = _list_column(run.table, "predictions")
+        predictions = run.table.column("predictions").combine_chunks()
+        logits = run.table.column("logits").combine_chunks()
         return cls(
-            rows={name: run.column(name) for name in names},
-            predictions=predictions,
-            pred_offsets=pred_offsets,
-            logits=logit_column.flatten().to_numpy(zero_copy_only=False),
-            logit_offsets=logit_column.offsets.to_numpy(),
-            logit_valid=~logit_column.is_null().to_numpy(zero_copy_only=False),
+            rows={name: run.column(name) for name in _ROW_COLUMNS.split()},
+            predictions=predictions.flatten().to_numpy(zero_copy_only=False),
+            pred_offsets=predictions.offsets.to_numpy(),
+            logits=logits.flatten().to_numpy(zero_copy_only=False),
+            logit_offsets=logits.offsets.to_numpy(),
+            logit_valid=~logits.is_null().to_numpy(zero_copy_only=False),
         )
 
     def prediction(self, i: int) -> np.ndarray:
@@ -122,21 +108,12 @@ def check_rows(run: RunResults, manifest: Manifest, grid: list[dict[str, Any]]) 
         pairs = episode.novel_query if split == "novel" else episode.query
         labels = np.array([label for _, label in pairs])
         ways = len(episode.novel_classes) if split == "novel" else episode.ways
-        _check_group(
-            run.dataset,
-            f"episode {index} ({split})",
-            columns,
-            row_ids,
-            labels,
-            ways,
-            expected_configs,
-            with_logits,
-        )
+        name = f"{run.dataset}: episode {index} ({split})"
+        _check_group(name, columns, row_ids, labels, ways, expected_configs, with_logits)
     return with_logits
 
 
 def _check_group(
-    dataset: str,
     name: str,
     columns: _Columns,
     row_ids: list[int],
@@ -156,11 +133,11 @@ def _check_group(
     ensemble_rows = {str(rows["aggregation"][i]): i for i in ensemble_ids}
     indices = sorted(int(rows["config_index"][i]) for i in config_rows)
     if len(indices) != len(set(indices)) or len(ensemble_ids) != len(ensemble_rows):
-        raise SubmissionError("duplicate-episode", f"{dataset}: {name} appears more than once")
+        raise SubmissionError("duplicate-episode", f"{name} appears more than once")
     if indices != list(range(len(expected_configs))) or set(ensemble_rows) != set(ENSEMBLES):
         raise SubmissionError(
             "incomplete",
-            f"{dataset}: {name} has configurations {indices[:5]}..., ensembles "
+            f"{name} has configurations {indices[:5]}..., ensembles "
             f"{sorted(ensemble_rows)}; expected all {len(expected_configs)} and "
             f"{', '.join(ENSEMBLES)}",
         )
@@ -168,7 +145,7 @@ def _check_group(
     member_logits: list[np.ndarray] = [np.zeros(0)] * len(expected_configs)
     member_predictions: list[np.ndarray] = [np.zeros(0)] * len(expected_configs)
     for i in [*config_rows, *ensemble_rows.values()]:
-        where = f"{dataset}: {name}, row {rows['kind'][i]} {rows['aggregation'][i] or rows['config_index'][i]}"
+        where = f"{name}, row {rows['kind'][i]} {rows['aggregation'][i] or rows['config_index'][i]}"
         pred = _checked_predictions(columns, i, where, labels, w)
         if rows["kind"][i] != CONFIG_KIND:
             continue
@@ -190,7 +167,7 @@ def _check_group(
         if not np.array_equal(columns.prediction(ensemble_rows[aggregation]), recomputed):
             raise SubmissionError(
                 "ensemble-mismatch",
-                f"{dataset}: {name}, {aggregation} predictions differ from the ones recomputed "
+                f"{name}, {aggregation} predictions differ from the ones recomputed "
                 f"from the stored member {'logits' if aggregation == 'logit-mean' else 'predictions'}",
             )
 

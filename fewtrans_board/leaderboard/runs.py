@@ -80,12 +80,8 @@ def _load(path: Path, where: str, logits: LogitSource) -> RunResults:
     try:
         run = load_run(path, logits.blobs)
     except ShardBlobError as exc:
-        blob = exc.blob
-        raise SubmissionError(
-            "missing-blob" if blob.missing else "corrupt-blob",
-            f"{where}/shards/{exc.path.name}: logits blob {blob.sha256} {blob.problem} "
-            f"(looked for at {blob.where})",
-        ) from exc
+        code = "missing-blob" if exc.blob.missing else "corrupt-blob"
+        raise SubmissionError(code, f"{where}/shards/{exc.path.name}: {exc.blob}") from exc
     except CorruptShardError as exc:
         raise SubmissionError(
             "corrupt-shard", f"{where}/shards/{exc.path.name} is corrupt: {exc.reason}"

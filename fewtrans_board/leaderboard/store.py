@@ -1,20 +1,12 @@
 """The leaderboard store on disk.
 
-Layout (under ``leaderboard/``)::
-
-    manifests/<file>.parquet (+ .sha256)      frozen episode manifests
-    submissions/<id>/submission.toml          metadata with pinned plugins
-    submissions/<id>/centre-search.json       the HPE centre search log
-    submissions/<id>/status.json              validated / verified, verification report
-    results/<id>/<dataset>/run.json, shards/  per-episode Parquet rows, logits split out
-    blobs.toml                                where logits blobs live (default: blobs/)
-    blobs/<aa>/<sha256>                       the local blob folder, one blob per shard
-    reported/*.json                           numbers transcribed from papers
-    index.json                                derived by 'leaderboard rebuild'
-
-Entries are immutable: a new submission may supersede an old one, never overwrite it.
-A stored shard keeps everything but its logits, which go to a content-addressed blob its
-sealed metadata names by sha256 (:mod:`fewtrans_board.results.blobs`).
+Its layout (``manifests/`` with ``.sha256`` sidecars, ``submissions/<id>/``,
+``results/<id>/``, ``blobs.toml``, the blob folder, ``index.json``) is drawn in
+CONTRIBUTING.md, "The leaderboard store and its blobs"; ``reported/*.json`` holds numbers
+transcribed from papers. Entries are immutable: a new submission may supersede an old one,
+never overwrite it. A stored shard keeps everything but its logits, which go to a
+content-addressed blob its sealed metadata names by sha256
+(:mod:`fewtrans_board.results.blobs`).
 """
 
 from __future__ import annotations
@@ -30,8 +22,13 @@ from fewtrans_board.core.atomic import write_bytes_atomic
 from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.leaderboard.bundle import BundleContents, read_contents
-from fewtrans_board.leaderboard.meta import read_meta
-from fewtrans_board.results.blobs import BlobStore
+from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
+from fewtrans_board.results.blobs import BlobError, BlobStore, split_results_folder
+
+
+def status_text(record: dict[str, Any]) -> str:
+    """The text of a ``status.json``, as ``leaderboard add`` and ``record-status`` write it."""
+    return json.dumps(record, indent=2, sort_keys=True) + "\n"
 
 
 class LeaderboardStore:
@@ -79,6 +76,14 @@ class LeaderboardStore:
         return sorted(
             p.name for p in self.submissions_dir.iterdir() if (p / "submission.toml").is_file()
         )
+
+    def meta(self, ident: str) -> SubmissionMeta:
+        """The checked ``submission.toml`` of a stored entry.
+
+        Raises:
+            SubmissionError: it is malformed (its code).
+        """
+        return read_meta((self.submissions_dir / ident / "submission.toml").read_bytes())
 
     def entry_contents(self, ident: str) -> BundleContents:
         """Read a stored entry as bundle contents (for re-validation), in place.
@@ -130,12 +135,7 @@ class LeaderboardStore:
                 "meta-bad-value", f"supersedes = {supersedes!r} names no stored submission"
             )
         for other in self.submission_ids() if supersedes else []:
-            if (
-                read_meta(
-                    (self.submissions_dir / other / "submission.toml").read_bytes()
-                ).supersedes
-                == supersedes
-            ):
+            if self.meta(other).supersedes == supersedes:
                 raise SubmissionError(
                     "meta-bad-value",
                     f"{supersedes!r} is already superseded by {other!r}; supersede {other!r} "
@@ -150,13 +150,16 @@ class LeaderboardStore:
             for name in ("submission.toml", "centre-search.json"):
                 if (extracted / name).is_file():
                     shutil.copy2(extracted / name, meta_dir / name)
-            (meta_dir / "status.json").write_text(
-                json.dumps(status, indent=2, sort_keys=True) + "\n"
-            )
+            (meta_dir / "status.json").write_text(status_text(status))
             shutil.copytree(extracted / "results", staging / "results")
             if expected is not None:
                 _check_staged(staging, expected)
-            split_staged(staging / "results", self.blobs)
+            try:
+                split_results_folder(staging / "results", self.blobs)
+            except BlobError as exc:
+                raise SubmissionError(
+                    "blob-store", f"the logits could not be stored, nothing was stored: {exc}"
+                ) from exc
             # Results first: an entry is visible only once its submission folder appears.
             (staging / "results").rename(self.results_dir / ident)
             meta_dir.rename(self.submissions_dir / ident)
@@ -178,28 +181,8 @@ class LeaderboardStore:
         write_bytes_atomic(self.index_path, index_text(index).encode())
 
 
-def split_staged(results: Path, blobs: BlobStore) -> None:
-    """Split every shard of a staged (checked) results folder into git side and blob.
-
-    Raises:
-        SubmissionError: ``blob-store`` naming the blob and where it was to go.
-    """
-    from fewtrans_board.results.blobs import BlobError, split_results_folder
-
-    try:
-        split_results_folder(results, blobs)
-    except BlobError as exc:
-        raise SubmissionError(
-            "blob-store", f"the logits could not be stored, nothing was stored: {exc}"
-        ) from exc
-
-
 def _check_staged(staging: Path, expected: dict[str, str]) -> None:
-    """The staged copy holds exactly the validated files (names and bytes).
-
-    Raises:
-        SubmissionError: ``changed-during-check``.
-    """
+    """The staged copy holds exactly the validated files (names and bytes), or is refused."""
     import hashlib
 
     staged = {}

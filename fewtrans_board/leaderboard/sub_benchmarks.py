@@ -120,6 +120,12 @@ CLIP_SETTINGS = {
 }
 
 
+def _clip(**fields: Any) -> SubBenchmark:
+    """A few-shot CLIP benchmark: the CLIP protocols and recipe, reported per K."""
+    shared = {"hpe_protocols": CLIP_PROTOCOLS, "recipe": INDUCTIVE_CLIP_RECIPE}
+    return SubBenchmark(**{**shared, "held_out": CLIP_HELD_OUT, "reporting": "per-shot", **fields})
+
+
 SUB_BENCHMARKS: dict[str, SubBenchmark] = {
     b.name: b
     for b in (
@@ -188,7 +194,7 @@ SUB_BENCHMARKS: dict[str, SubBenchmark] = {
             statistic_ddof=0,
             recipe="bscd",
         ),
-        SubBenchmark(
+        _clip(
             name="clip-partially-transductive",
             title="CLIP few-shot (partially transductive)",
             description=(
@@ -199,60 +205,42 @@ SUB_BENCHMARKS: dict[str, SubBenchmark] = {
                 "the average over shots and datasets."
             ),
             manifests=CLIP_KSHOT_MANIFESTS,
-            hpe_protocols=CLIP_PROTOCOLS,
-            recipe=INDUCTIVE_CLIP_RECIPE,
-            held_out=CLIP_HELD_OUT,
             reference_adapter="finetune-clip-both",
-            reporting="per-shot",
             model_rule="original",
             paired_with="clip-inductive",
         ),
-        SubBenchmark(
+        _clip(
             name="clip-inductive",
             title="CLIP few-shot: inductive (per-target unlearned CLIP)",
             description="K in 1/2/4/8/16, seeds 1-3, on the seven forget datasets. "
             + CLIP_SETTINGS["unlearned-target"],
             manifests=FORGET_MANIFESTS,
-            hpe_protocols=CLIP_PROTOCOLS,
-            recipe=INDUCTIVE_CLIP_RECIPE,
-            held_out=CLIP_HELD_OUT,
             reference_adapter="coop",
-            reporting="per-shot",
             model_rule="unlearned-target",
             paired_with="clip-partially-transductive",
         ),
-        SubBenchmark(
+        _clip(
             name="demo-clip-partially-transductive",
             title="Demo: digits 5-9 with the original demo CLIP",
             description="The inductive miniature, K in 1/2/4/8/16: demo-clip.digits has seen the digits 5-9.",
             manifests=MINIATURE_MANIFESTS,
-            hpe_protocols=CLIP_PROTOCOLS,
-            recipe=INDUCTIVE_CLIP_RECIPE,
             held_out=("digits",),
             reference_adapter="coop",
-            reporting="per-shot",
             model_rule="original",
             paired_with="demo-clip-inductive",
         ),
-        SubBenchmark(
+        _clip(
             name="demo-clip-inductive",
             title="Demo: digits 5-9 with the digits 5-9 unlearned",
             description="The inductive miniature: demo-clip.digits+unlearn:digits-5-9 (SSD, retain digits 0-4).",
             manifests=MINIATURE_MANIFESTS,
-            hpe_protocols=CLIP_PROTOCOLS,
-            recipe=INDUCTIVE_CLIP_RECIPE,
             held_out=("digits",),
             reference_adapter="coop",
-            reporting="per-shot",
             model_rule="unlearned-target",
             paired_with="demo-clip-partially-transductive",
         ),
     )
 }
-
-
-def _protocol_of(filename: str) -> str | None:
-    return next((m.protocol for m in FROZEN if m.filename == filename), None)
 
 
 def benchmark_of_run(manifest: dict[str, Any]) -> SubBenchmark | None:
@@ -269,8 +257,9 @@ def benchmark_of_run(manifest: dict[str, Any]) -> SubBenchmark | None:
         if filename in benchmark.manifests:
             return benchmark
     protocol = manifest.get("protocol", {}).get("name")
+    protocols = {m.filename: m.protocol for m in FROZEN}
     for benchmark in SUB_BENCHMARKS.values():
-        if any(_protocol_of(m) == protocol for m in benchmark.manifests):
+        if any(protocols.get(m) == protocol for m in benchmark.manifests):
             return benchmark
     return None
 

@@ -1,18 +1,11 @@
 """A build cache of per-entry summaries, keyed by the content they were derived from.
 
-``leaderboard rebuild`` and ``site build`` summarise every stored entry; an entry's summary
-depends only on its files, the frozen manifests its runs name, the benchmark's ``ddof`` and
-this code's summary format, so it is cached under a key that hashes all of them
-(:func:`entry_key`) and reused while that key holds. Adding one entry to a store of a
-thousand then costs about one entry's work.
-
-The cache is a derived artefact outside the store (the user's cache folder,
-``$XDG_CACHE_HOME/fewtrans-board/build`` or ``~/.cache/fewtrans-board/build``, or
-``$FEWTRANS_BUILD_CACHE``): a build never writes into a store, whose folder is a git checkout
-that a pull request must change only by its entry. Keys do not depend on where a store is,
-so stores on one machine share it. It is trusted no further than its key: each file records the
-sha256 of its payload, checked on every read, so a damaged or edited file is recomputed,
-never used. A read never raises: anything wrong with the cache is a miss.
+An entry's summary depends only on its files, the frozen manifests its runs name, the
+benchmark's ``ddof`` and this code's summary format, so it is cached under a key that hashes
+all of them (:func:`entry_key`; README.md says where the cache lives and how to move or
+disable it). A build never writes into a store (a git checkout that a pull request must
+change only by its entry), keys do not depend on where a store is, and each file records the
+sha256 of its payload, checked on every read: a read never raises, anything wrong is a miss.
 """
 
 from __future__ import annotations
@@ -25,12 +18,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 SUMMARY_VERSION = 2
-"""Version of what is cached (the summary's fields, the digest's arrays, the key's inputs).
-
-Bump it whenever :func:`~fewtrans_board.results.summary.summarize`,
-:class:`~fewtrans_board.results.digest.RunDigest` or the checks a stored run passes change:
-every cached entry is then recomputed.
-"""
+"""Version of what is cached: bump it whenever :func:`~fewtrans_board.results.summary.summarize`,
+:class:`~fewtrans_board.results.digest.RunDigest` or the checks a stored run passes change
+(every cached entry is then recomputed)."""
 
 CACHE_ENV = "FEWTRANS_BUILD_CACHE"
 """Environment variable naming the cache folder (``off`` disables the cache)."""
@@ -134,10 +124,8 @@ class SummaryCache:
             data = self.path(key).read_bytes()
         except OSError:
             return None
-        if not data.startswith(MAGIC):
-            return None
         header, sep, payload = data[len(MAGIC) :].partition(b"\n")
-        if not sep:
+        if not data.startswith(MAGIC) or not sep:
             return None
         try:
             record = json.loads(header)

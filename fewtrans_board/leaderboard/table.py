@@ -5,14 +5,12 @@ root; :func:`leaderboard_table` computes it from a store without building the si
 :func:`load_leaderboard` (exported as ``fewtrans_board.load_leaderboard``) reads it from a
 store, a built site, either file, or a URL of the Parquet file.
 
-Each row carries its provenance: the entry, its benchmark, HPE protocol and status, the
-method, model and adapter, the frozen manifest (file and sha256), the run id, the plugin
-pins and the version of fewtrans-board that wrote the table. ``mean`` and ``ci95`` are the
+Each row carries its provenance (:data:`COLUMNS`: entry, benchmark, protocol, status,
+manifest, run id, plugin pins, the version that wrote it). ``mean`` and ``ci95`` are the
 site's cells: :func:`~fewtrans_board.stats.intervals.mean_ci` of the run's per-episode
-accuracy under the aggregation, with the benchmark's ``ddof``. Base-to-novel runs add the
-novel classes' and the harmonic mean's ``mean``/``ci95``; k-shot (CLIP) runs add the
-site's headline, the average over shots (``shot_average``, ± ``shot_average_std`` over
-seeds). Stored entries only: local runs a site shows beside them are not entries.
+accuracy under the aggregation, with the benchmark's ``ddof``; base-to-novel runs add the
+novel and harmonic-mean ones, k-shot (CLIP) runs the average over shots (± over seeds).
+Stored entries only: local runs a site shows beside them are not entries.
 
 CSV cells of text that a spreadsheet would run as a formula (beginning with ``=``, ``+``,
 ``-``, ``@``, a tab or a carriage return) or that begin with ``'`` get a leading ``'``;
@@ -45,34 +43,19 @@ CSV_NAME = "leaderboard.csv"
 AGGREGATIONS = ("hpe", "vote", "oracle")
 """The aggregations of the table, as the site's column sets."""
 
+
+def _typed(kind: str, names: str) -> tuple[tuple[str, str], ...]:
+    return tuple((name, kind) for name in names.split())
+
+
 COLUMNS: tuple[tuple[str, str], ...] = (
-    ("entry_id", "string"),
-    ("benchmark", "string"),
-    ("hpe_protocol", "string"),
-    ("status", "string"),
-    ("superseded_by", "string"),
-    ("method", "string"),
-    ("model", "string"),
-    ("adapter", "string"),
-    ("column", "string"),
-    ("dataset", "string"),
-    ("manifest", "string"),
-    ("manifest_sha256", "string"),
-    ("aggregation", "string"),
-    ("episodes", "int64"),
-    ("mean", "float64"),
-    ("ci95", "float64"),
-    ("ddof", "int64"),
-    ("n", "int64"),
-    ("novel_mean", "float64"),
-    ("novel_ci95", "float64"),
-    ("hm_mean", "float64"),
-    ("hm_ci95", "float64"),
-    ("shot_average", "float64"),
-    ("shot_average_std", "float64"),
-    ("plugins", "string"),
-    ("run_id", "string"),
-    ("fewtrans_board_version", "string"),
+    *_typed("string", "entry_id benchmark hpe_protocol status superseded_by method model adapter"),
+    *_typed("string", "column dataset manifest manifest_sha256 aggregation"),
+    *_typed("int64", "episodes"),
+    *_typed("float64", "mean ci95"),
+    *_typed("int64", "ddof n"),
+    *_typed("float64", "novel_mean novel_ci95 hm_mean hm_ci95 shot_average shot_average_std"),
+    *_typed("string", "plugins run_id fewtrans_board_version"),
 )
 """The table's columns and their Arrow types, in order (the float columns after ``ci95``
 are empty where a run has no such number)."""
@@ -91,11 +74,6 @@ def schema() -> pa.Schema:
     return pa.schema([(name, pa.type_for_alias(kind)) for name, kind in COLUMNS])
 
 
-def _manifest_dataset(filename: str) -> str:
-    """The dataset of a ``<variant>--<dataset>.parquet`` file name (frozen naming)."""
-    return filename.removesuffix(".parquet").rsplit("--", 1)[-1]
-
-
 def column_keys(benchmark: SubBenchmark, datasets: dict[str, str]) -> dict[str, str]:
     """The column key of each of a benchmark's manifests.
 
@@ -111,14 +89,13 @@ def column_keys(benchmark: SubBenchmark, datasets: dict[str, str]) -> dict[str, 
     Returns:
         ``{manifest file name: column key}``.
     """
-    of = {m: datasets.get(m) or _manifest_dataset(m) for m in benchmark.manifests}
+    stems = {m: m.removesuffix(".parquet") for m in benchmark.manifests}
+    of = {m: datasets.get(m) or stem.rsplit("--", 1)[-1] for m, stem in stems.items()}
     counts = Counter(of.values())
     keys = {}
     for manifest, dataset in of.items():
-        stem = manifest.removesuffix(".parquet")
-        keys[manifest] = (
-            dataset if counts[dataset] == 1 else f"{dataset}@{stem.removesuffix('--' + dataset)}"
-        )
+        variant = stems[manifest].removesuffix("--" + dataset)
+        keys[manifest] = dataset if counts[dataset] == 1 else f"{dataset}@{variant}"
     return keys
 
 
@@ -206,22 +183,14 @@ def leaderboard_table(
 
     if dataset_of is None:
         dataset_of = {name: manifest.dataset for name, manifest in store.frozen.values()}
-    of_manifest = dataset_of
     rows = [
         row
         for entry in (load_entries(store) if entries is None else entries)
-        for row in entry_rows(entry, of_manifest)
+        for row in entry_rows(entry, dataset_of)
     ]
     order = {a: i for i, a in enumerate(AGGREGATIONS)}
-    rows.sort(
-        key=lambda r: (
-            r["benchmark"],
-            r["hpe_protocol"],
-            r["entry_id"],
-            r["column"],
-            order[r["aggregation"]],
-        )
-    )
+    keys = ("benchmark", "hpe_protocol", "entry_id", "column")
+    rows.sort(key=lambda r: (*(r[k] for k in keys), order[r["aggregation"]]))
     return pa.Table.from_pylist(rows, schema=schema())
 
 

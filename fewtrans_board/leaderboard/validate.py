@@ -97,10 +97,6 @@ def _check_unlearning(run: RunResults, record: object) -> None:
         )
 
 
-def _norm(distribution: str) -> str:
-    return distribution.lower().replace("_", "-")
-
-
 def _check_provenance(meta: SubmissionMeta, run: RunResults, benchmark: SubBenchmark) -> None:
     record = run.provenance
     try:
@@ -133,7 +129,7 @@ def _check_provenance(meta: SubmissionMeta, run: RunResults, benchmark: SubBench
                 f"the {role} came from an unpackaged plugin ({ref.extra.get('plugin')}); "
                 "publish it as a distribution and pin it",
             )
-        pinned = meta.plugins.get(_norm(distribution))
+        pinned = meta.plugins.get(distribution.lower().replace("_", "-"))
         if pinned is None:
             raise SubmissionError(
                 "unpinned-plugin",
@@ -294,11 +290,11 @@ def _recorded_schema(run: RunResults, meta: SubmissionMeta) -> dict[str, Any]:
     return dict(schema)
 
 
-def _check_same_configuration(first: RunResults, run: RunResults) -> None:
-    """Every dataset of a submission uses one configuration (no per-dataset tuning)."""
+def _check_same_configuration(first: RunResults, run: RunResults, centre: bool) -> None:
+    """Every dataset of a submission uses one adapter schema and (``centre``) one centre."""
     a, b = first.provenance.adapter.centre, run.provenance.adapter.centre
     differing = sorted(k for k in a if canonical_json(a.get(k)) != canonical_json(b.get(k)))
-    if differing:
+    if centre and differing:
         raise SubmissionError(
             "config-varies",
             f"{first.dataset} and {run.dataset} use different values of "
@@ -373,11 +369,7 @@ def _check_run(
     manifest: Manifest,
     protocol: HpeProtocol,
 ) -> list[dict[str, Any]]:
-    """Check one run of a submission against its frozen manifest and the protocol's grid.
-
-    Returns:
-        The grid the protocol derives from the stored centre and the recorded schema.
-    """
+    """Check one run against its frozen manifest; return the grid the protocol derives."""
     meta = contents.meta
     benchmark = SUB_BENCHMARKS[meta.benchmark]
     check_columns(run, where, manifest.dataset)
@@ -400,10 +392,10 @@ def _check_run(
             f"{run.dataset}: the recorded HPE hash is not the {protocol.name} hash of the "
             "grid around the stored centre",
         )
-    if protocol.centre_rule == "recipe":
-        check_recipe(run, schema, benchmark, report.loaded[0] if report.loaded else None)
-    elif report.loaded:
-        _check_same_configuration(report.loaded[0], run)
+    if protocol.centre_rule == "recipe":  # one recipe, whose values may vary per dataset
+        check_recipe(run, schema, benchmark)
+    if report.loaded:
+        _check_same_configuration(report.loaded[0], run, protocol.centre_rule != "recipe")
     report.logits_checked &= check_rows(run, manifest, grid)
     if protocol.centre_rule != "recipe":
         _check_centre_search(meta, benchmark, contents.centre_search, run, roles, store)

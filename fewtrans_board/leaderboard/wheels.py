@@ -1,12 +1,9 @@
 """Install a submission's pinned plugins as inert files: wheels only, hashes checked.
 
-CI accepts data, not code. A pull request's pins are installed by the judge's own pip with
-``--only-binary :all:`` (no source distribution is built, so no ``setup.py`` runs),
-``--require-hashes`` (each wheel must have the sha256 ``submission.toml`` records) and
-``--no-deps``, into a fresh folder per entry that is then made read-only. The folder is no
-site directory of any interpreter, so a ``.pth`` file inside it never runs; verification
-shows it read-only to the sandboxed plugin worker (``--plugin-dir``), the only process
-that imports it.
+The judge's own pip installs each pull request's pins with :data:`PIP_FLAGS` into a fresh
+folder per entry, then made read-only: no ``setup.py`` runs, no site directory holds it (so
+no ``.pth`` file runs), and only the sandboxed plugin worker imports it (``--plugin-dir``).
+SECURITY.md ("CI installs no code where it judges") gives the tests.
 """
 
 from __future__ import annotations
@@ -20,6 +17,12 @@ from pathlib import Path
 
 from fewtrans_board.core.errors import SubmissionError
 from fewtrans_board.leaderboard.meta import SubmissionMeta
+
+PIP_FLAGS = (
+    "--no-deps --only-binary :all: --require-hashes --no-compile --disable-pip-version-check "
+    "--no-input"
+)
+"""Wheels only (no ``setup.py`` runs), each checked against its hash, no dependencies."""
 
 
 def requirements(meta: SubmissionMeta) -> list[str]:
@@ -73,24 +76,8 @@ def install_pins(meta: SubmissionMeta, target: Path, pip_options: Sequence[str] 
     if lines:
         requirement_file = target.parent / f".{target.name}.requirements.txt"
         requirement_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        command = [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--target",
-            str(target),
-            "--no-deps",
-            "--only-binary",
-            ":all:",
-            "--require-hashes",
-            "--no-compile",
-            "--disable-pip-version-check",
-            "--no-input",
-            *pip_options,
-            "-r",
-            str(requirement_file),
-        ]
+        command = [sys.executable, "-m", "pip", "install", "--target", str(target)]
+        command += [*PIP_FLAGS.split(), *pip_options, "-r", str(requirement_file)]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         requirement_file.unlink(missing_ok=True)
         if done.returncode != 0:

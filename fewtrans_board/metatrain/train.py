@@ -34,7 +34,7 @@ import numpy as np
 from fewtrans_board.api.backbone import Preprocessing
 from fewtrans_board.core.errors import FewtransError, UnknownNameError
 from fewtrans_board.core.version import __version__
-from fewtrans_board.metatrain.episodes import SourceEpisodes, TrainingEpisode
+from fewtrans_board.metatrain.episodes import SourceEpisodes, TrainingEpisode, source_classes
 from fewtrans_board.methods.meta.checkpoint import check_checkpoint_path, write_checkpoint
 from fewtrans_board.methods.meta.maml import maml_adapt
 from fewtrans_board.methods.meta.methods import METHODS, METHODS_REVISION, MetaMethod
@@ -160,24 +160,19 @@ def _maml_step(
         logits = fast(episode.query.to(spec.device)).float() @ rows["weight"].T + rows["bias"]
         loss = F.cross_entropy(logits, episode.query_labels.to(spec.device))
         loss.backward()  # type: ignore[no-untyped-call]
-        for param, fast_param in zip(encoder.parameters(), fast.parameters(), strict=True):
-            if fast_param.grad is not None:
-                share = fast_param.grad / len(episodes)
-                param.grad = share if param.grad is None else param.grad + share
-        for key, init in head.items():
-            grad = rows[key].grad
-            if grad is not None:
-                share = grad / len(episodes)
-                init.grad = share if init.grad is None else init.grad + share
+        # Each initial tensor gets the gradient of its adapted copy (the encoder, the head).
+        encoders = zip(encoder.parameters(), fast.parameters(), strict=True)
+        heads = ((init, rows[key]) for key, init in head.items())
+        for initial, adapted in [*encoders, *heads]:
+            if adapted.grad is not None:
+                share = adapted.grad / len(episodes)
+                initial.grad = share if initial.grad is None else initial.grad + share
         losses.append(float(loss.detach()))
     return float(np.mean(losses))
 
 
 def meta_train(
-    spec: MetaTrainSpec,
-    registry: Registry,
-    out: Path,
-    progress: ProgressCallback | None = None,
+    spec: MetaTrainSpec, registry: Registry, out: Path, progress: ProgressCallback | None = None
 ) -> dict[str, Any]:
     """Meta-train ``spec.model`` on source episodes and write the checkpoint ``out``.
 
@@ -224,7 +219,7 @@ def meta_train(
         "method_paper": method.paper,
         "base_weights_id": backbone.weights_id,
         "method_title": method.title + ("+FWT" if spec.fwt else ""),
-        "source_classes": [dataset.obj.class_ids[c] for c in _source_ids(dataset.obj)],
+        "source_classes": [dataset.obj.class_ids[c] for c in source_classes(dataset.obj)],
         "losses": losses,
         "seconds": round(time.time() - started, 3),
         "package": {"name": "fewtrans-board", "version": __version__},
@@ -264,11 +259,7 @@ def _train_epochs(
     source: SourceEpisodes,
     progress: ProgressCallback | None,
 ) -> list[float]:
-    """Adam over ``spec.epochs`` epochs of episodes (FWT hooks on while it trains).
-
-    Returns:
-        The mean loss of every epoch.
-    """
+    """Each epoch's mean loss of Adam over ``spec.epochs`` epochs of episodes (FWT hooks on)."""
     import torch
 
     from fewtrans_board.methods.meta.fwt import fwt_hooks
@@ -337,9 +328,3 @@ def epoch_progress(spec: MetaTrainSpec, show: bool) -> Iterator[ProgressCallback
         yield progress
     finally:
         bar.close()
-
-
-def _source_ids(spec: Any) -> tuple[int, ...]:
-    from fewtrans_board.metatrain.episodes import source_classes
-
-    return source_classes(spec)

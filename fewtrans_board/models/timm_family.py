@@ -66,11 +66,7 @@ def load_timm_backbone(
 def _create_model(
     architecture: str, weights: Path | None, kwargs: dict[str, Any], random_init: bool
 ) -> Any:
-    """The timm model: seeded random init, pretrained from the hub, or empty for ``weights``.
-
-    Raises:
-        FewtransError: an unknown architecture, or a failed download (with the offline hint).
-    """
+    """The timm model: seeded random init, pretrained from the hub, or empty for ``weights``."""
     import timm
     import torch
 
@@ -100,13 +96,7 @@ def _create_model(
 def _load_weights(
     model: Any, architecture: str, weights: Path | None, random_init: bool
 ) -> tuple[str, str]:
-    """The weights id and where the weights came from, a local checkpoint loaded first.
-
-    A checkpoint's classifier may differ from the model's (it is reset afterwards).
-
-    Raises:
-        FewtransError: a checkpoint whose keys do not match the architecture.
-    """
+    """The weights id and source, a local checkpoint loaded first (its classifier may differ)."""
     if weights is not None:
         head = model.pretrained_cfg.get("classifier") or ""
         heads = head if isinstance(head, (list, tuple)) else [head]

@@ -1,13 +1,11 @@
 """A digest of a distribution's installed code: what a ``name==version`` pin cannot see.
 
-A pin names a release, so code edited in place (an editable install, a patched
-``site-packages``) keeps its pin. ``evaluate`` records :func:`files_sha256` of the
-distributions that provided the run's model and adapter (built-ins: ``fewtrans-board``), and
-verification compares it with the same digest taken inside the plugin worker that re-runs
-them. The digest covers the files of the distribution's import packages (found the way
-Python imports them), and the files it lists beside a single-file module (its data files,
-which the worker sees too), so a wheel install and an editable install of the same sources
-agree; byte-code caches are left out.
+Code edited in place (an editable install, a patched ``site-packages``) keeps its pin, so
+``evaluate`` records :func:`files_sha256` of the distributions that provided the model and
+adapter (built-ins: ``fewtrans-board``); verification compares the plugin worker's digest.
+It covers the files of the import packages (found the way Python imports them) and those
+the distribution lists beside a single-file module (its data files, which the worker sees
+too), without byte-code caches, so a wheel and an editable install of one source agree.
 """
 
 from __future__ import annotations

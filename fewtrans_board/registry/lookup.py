@@ -104,11 +104,7 @@ class Registered(Generic[T]):
 
     def provenance(self) -> dict[str, str | None]:
         """Return the provenance fields stored next to every result."""
-        return {
-            "plugin": self.plugin,
-            "distribution": self.distribution,
-            "version": self.version,
-        }
+        return {"plugin": self.plugin, "distribution": self.distribution, "version": self.version}
 
 
 class Catalog(Generic[T]):

@@ -266,14 +266,9 @@ def _iter_entry_points() -> Iterable[importlib.metadata.EntryPoint]:
 
 
 def _load_entry_point(pm: PluginManager, ep: importlib.metadata.EntryPoint) -> None:
-    dist = ep.dist
-    source = PluginSource(
-        name=ep.name,
-        distribution=dist.metadata["Name"] if dist is not None else None,
-        version=dist.version if dist is not None else None,
-        builtin=False,
-        module=ep.value.partition(":")[0].strip(),
-    )
+    version = ep.dist.version if ep.dist is not None else None
+    module = ep.value.partition(":")[0].strip()
+    source = PluginSource(ep.name, _dist_name(ep), version, builtin=False, module=module)
     try:
         plugin = ep.load()
     except Exception as exc:
@@ -305,9 +300,7 @@ def _new_manager(env: Mapping[str, str]) -> PluginManager:
 
 
 def _finish(
-    pm: PluginManager,
-    loaded: list[importlib.metadata.EntryPoint],
-    extra_plugins: Mapping[str, Any],
+    pm: PluginManager, loaded: list[importlib.metadata.EntryPoint], extra_plugins: Mapping[str, Any]
 ) -> PluginManager:
     """Register the extra plugins, check every hook and record the selection."""
     extras = []

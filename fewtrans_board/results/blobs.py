@@ -1,25 +1,13 @@
 """Logits outside the shards: content-addressed blobs, and shards split from and joined to them.
 
-A stored shard is *split*: its ``logits`` column (the float16 logits of every configuration
-row and of the logit-mean row: nearly all of a shard's bytes) moves to a blob, a Parquet
-file holding that one column, named by the sha256 of its bytes; the shard keeps every
-other column (accuracies, the predictions of members and ensembles, seconds, seeds), its
-``logits`` column all null, and records in its metadata (:data:`LOGITS_BLOB_KEY`):
-
-- ``sha256`` and ``bytes`` of the blob, so a blob cannot be swapped or truncated without
-  breaking the shard's seal (the content checksum covers the metadata);
-- ``content``: the seal of the shard as it was validated (its checksum record before the
-  split), so a reader that fetches the blob rebuilds that shard and checks it against the
-  seal it had (:func:`join_shard`): the git side and the blob together are exactly what
-  was validated, not merely consistent with each other;
-- ``source_sha256``: the sha256 of the validated shard file's bytes (what a bundle's
-  digest was taken over, so verification draws the same sample after the split).
-
-Where blobs live is the store's configuration, not the shard's (:class:`BlobStore`): a
-local folder (default ``blobs/`` beside ``results/``) or any fsspec URL (``file://``,
-``s3://``, ``hf://`` ...). Every read checks the blob's size and sha256 before decoding it;
-a missing or damaged blob is one :class:`BlobError` line naming the blob and where it was
-looked for.
+A stored shard is *split*: its ``logits`` column (nearly all of its bytes) moves to a blob, a
+Parquet file of that one column named by the sha256 of its bytes; the shard keeps every other
+column, its ``logits`` all null, and records in its sealed metadata (:data:`LOGITS_BLOB_KEY`)
+the blob's ``sha256`` and ``bytes``, ``content`` (the seal of the shard as validated, which
+:func:`join_shard` checks the rebuilt shard against) and ``source_sha256`` (the sha256 of the
+validated shard file, what a bundle's digest covers). Where blobs live is the store's
+configuration (:class:`BlobStore`: a folder or an fsspec URL); every read checks a blob's size
+and sha256 before decoding it. SECURITY.md ("The store") explains why this keeps every number.
 """
 
 from __future__ import annotations
@@ -56,6 +44,8 @@ DEFAULT_FOLDER = "blobs"
 MAX_BLOB_BYTES = 8 << 30
 """A recorded blob size above this is refused before anything is fetched."""
 _HEX = frozenset("0123456789abcdef")
+RECORD_KEYS = frozenset({"sha256", "bytes", "format", "rows", "content", "source_sha256"})
+"""The keys of a split shard's blob record (:func:`split_shard` writes them)."""
 LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
 """How a git LFS pointer file starts (a blob folder tracked by LFS, cloned without it)."""
 
@@ -116,11 +106,8 @@ class BlobStore:
     def for_store(cls, root: Path) -> BlobStore:
         """The blob store a leaderboard store configures in ``blobs.toml`` (default ``blobs/``).
 
-        ``blobs.toml`` holds one table::
-
-            [blobs]
-            url = "blobs"          # a folder relative to the store, or an fsspec URL
-            # options = { anon = true }   # fsspec options (no credentials)
+        Its one table ``[blobs]`` holds ``url`` (a folder relative to the store, or an fsspec
+        URL) and optionally fsspec ``options`` (no credentials); CONTRIBUTING.md shows one.
 
         Raises:
             ResultsError: an unreadable or malformed ``blobs.toml``.
@@ -274,14 +261,7 @@ def check_split(table: Any, meta: dict[str, Any], path: Path) -> dict[str, Any] 
     record = meta[LOGITS_BLOB_KEY]
     content = record.get("content") if isinstance(record, dict) else None
     problem = None
-    if not isinstance(record, dict) or set(record) != {
-        "sha256",
-        "bytes",
-        "format",
-        "rows",
-        "content",
-        "source_sha256",
-    }:
+    if not isinstance(record, dict) or set(record) != RECORD_KEYS:
         problem = "a malformed logits_blob record"
     elif record["format"] != BLOB_FORMAT:
         problem = f"logits blob format {record['format']!r}, expected {BLOB_FORMAT!r}"

@@ -1,21 +1,11 @@
 """What the metadata documents are made of: a frozen model base, leaf types, one-line refusals.
 
 Every JSON document a submission or a store holds is one pydantic model
-(:mod:`fewtrans_board.results.documents`) built from these parts:
-
-- :class:`Text`, :class:`Number`, :class:`OneOf` and :data:`Scalar` are annotated types:
-  their constraints live in the core schema (so in the published JSON Schema) and they word
-  their own refusal (``must be a sha256 hex digest, got 'x'``). Types are strict whatever
-  pydantic's defaults: no ``"1"`` or ``1.0`` for ``1``, no ``True`` for ``1``, and a number
-  keeps its type (``1`` stays an ``int``);
-- :data:`Omittable` is a key that may be left out but, where present, is never ``null``;
-- :class:`Document` is the base: frozen, unknown keys kept verbatim (:attr:`Document.extra`)
-  unless a model says ``extra="forbid"``;
-- :func:`checked` bounds the whole document first (depth, finite numbers, JSON values only:
-  :func:`~fewtrans_board.results.strict_json.json_fault`), validates it, and turns pydantic's
-  :class:`~pydantic.ValidationError` into the one-line
-  :class:`~fewtrans_board.core.errors.SubmissionError` ``[code] where: key.path problem`` of
-  the first fault in document order (missing keys first, as a reader meets them).
+(:mod:`fewtrans_board.results.documents`) built from these parts: the annotated leaf types
+:class:`Text`, :class:`Number`, :class:`OneOf` and :data:`Scalar` (strict whatever pydantic's
+defaults, their constraints in the published JSON Schema, each wording its own refusal),
+:data:`Omittable` keys, the :class:`Document` base, and :func:`checked`, which turns the first
+fault of a document into one :class:`~fewtrans_board.core.errors.SubmissionError` line.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The metadata documents of runs and entries: one pydantic model per JSON document.
 
-Each model says what a document holds, key for key (the same keys, the same nesting): the
-runner builds them, shards and bundles store their :meth:`~Document.to_json`, and intake,
-the index, the site, analyses and verification read them back with ``from_json(obj,
-where)``, which refuses a document with one line ``[code] where: key.path problem``
-(:mod:`fewtrans_board.results.document_types`). Their JSON Schemas are published for
-submitters in ``docs/schemas/`` (:data:`PUBLISHED`, written by ``make docs``).
-
-- :class:`RunRecord`: ``results/<run>/run.json``;
-- :class:`RunProvenance`: the provenance every result shard carries in its Parquet
-  metadata; :class:`IntakeProvenance` adds what a submitted run must carry (the adapter
-  schema recorded at evaluate time, from which validation derives the grid);
-- :class:`CentreSearch`: ``centre-search.json``;
-- :class:`EntryStatus`: ``status.json`` of a stored entry (the store's, never a bundle's).
+Each model holds a document key for key: the runner builds them, shards and bundles store
+their :meth:`~Document.to_json`, and readers check them with ``from_json(obj, where)``,
+which refuses a document in one line ``[code] where: key.path problem``
+(:mod:`~fewtrans_board.results.document_types`). :data:`PUBLISHED` lists those whose JSON
+Schemas ``make docs`` writes to ``docs/schemas/`` (CONTRIBUTING.md, "The leaderboard store
+and its blobs", names the files each describes).
 """
 
 from __future__ import annotations
@@ -327,15 +320,8 @@ class IntakeProvenance(RunProvenance):
 
 
 SHARED_PROVENANCE = (
-    "run_id",
-    "schema_version",
-    "package",
-    "manifest",
-    "model",
-    "adapter",
-    "hpe",
-    "identity",
-    "preprocessing",
+    *("run_id", "schema_version", "package", "manifest", "model", "adapter", "hpe"),
+    *("identity", "preprocessing"),
 )
 """Provenance that every shard of one run must repeat exactly (the rest is per shard)."""
 

@@ -45,31 +45,23 @@ COLUMNS = (
 
 
 def arrow_schema() -> Any:
-    """The pyarrow schema of result shards."""
+    """The pyarrow schema of result shards (:data:`COLUMNS`; text dictionary-encoded)."""
     import pyarrow as pa
 
-    dict_str = pa.dictionary(pa.int32(), pa.string())
-    return pa.schema(
-        [
-            pa.field("run_id", dict_str),
-            pa.field("dataset", dict_str),
-            pa.field("manifest_sha256", dict_str),
-            pa.field("episode", pa.int32()),
-            pa.field("stream_index", pa.int32()),
-            pa.field("split", dict_str),
-            pa.field("kind", dict_str),
-            pa.field("aggregation", dict_str),
-            pa.field("config_index", pa.int16()),
-            pa.field("config", dict_str),
-            pa.field("n_way", pa.int16()),
-            pa.field("n_query", pa.int32()),
-            pa.field("accuracy", pa.float64()),
-            pa.field("predictions", pa.list_(pa.int16())),
-            pa.field("logits", pa.list_(pa.float16())),
-            pa.field("seconds", pa.float32()),
-            pa.field("seed", pa.int64()),
-        ]
-    )
+    types = {
+        "episode": pa.int32(),
+        "stream_index": pa.int32(),
+        "config_index": pa.int16(),
+        "n_way": pa.int16(),
+        "n_query": pa.int32(),
+        "accuracy": pa.float64(),
+        "predictions": pa.list_(pa.int16()),
+        "logits": pa.list_(pa.float16()),
+        "seconds": pa.float32(),
+        "seed": pa.int64(),
+    }
+    text = pa.dictionary(pa.int32(), pa.string())
+    return pa.schema([pa.field(name, types.get(name, text)) for name in COLUMNS])
 
 
 def storable_logits(logits: np.ndarray) -> np.ndarray:

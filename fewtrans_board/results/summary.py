@@ -42,6 +42,10 @@ def adapter_configuration(adapter: AdapterRef) -> dict[str, Any]:
     }
 
 
+def _shard_refs(run: RunResults) -> list[ShardRef]:
+    return [ShardRef.of(m["shard"]) for m in run.shard_meta if isinstance(m.get("shard"), dict)]
+
+
 def peak_memory(run: RunResults) -> dict[str, Any] | None:
     """The largest peak memory any shard of the run recorded (FewTrans Table IX).
 
@@ -54,12 +58,7 @@ def peak_memory(run: RunResults) -> dict[str, Any] | None:
         where its measure has no baseline); ``None`` when no shard recorded one (runs
         evaluated before peaks were measured).
     """
-    recorded = [
-        ShardRef.of(meta["shard"]).peak_memory
-        for meta in run.shard_meta
-        if isinstance(meta.get("shard"), dict)
-    ]
-    peaks = [p for p in recorded if p is not None]
+    peaks = [s.peak_memory for s in _shard_refs(run) if s.peak_memory is not None]
     if not peaks:
         return None
     top = max(peaks, key=lambda p: p.bytes)
@@ -89,12 +88,8 @@ def trainable_parameters(run: RunResults) -> dict[str, Any] | None:
         ``largest`` the largest of all. ``None`` when no shard counted (runs evaluated before
         counts were recorded). See :mod:`fewtrans_board.runner.worker.trainable`.
     """
-    recorded = [
-        ShardRef.of(meta["shard"]).trainable_parameters
-        for meta in run.shard_meta
-        if isinstance(meta.get("shard"), dict)
-    ]
-    counts = [c for c in recorded if c is not None]
+    refs = _shard_refs(run)
+    counts = [s.trainable_parameters for s in refs if s.trainable_parameters is not None]
     sizes = {len(c.total) for c in counts}
     if not counts or len(sizes) != 1:
         return None

@@ -44,13 +44,9 @@ def run_centre_search(
             per_episode = []
             for episode in plan.episodes:
                 inputs = session.inputs(episode)
+                labels = inputs.query_labels
                 outcomes = session.outcomes(inputs, adapter, configs)
-                per_episode.append(
-                    [
-                        accuracy_percent(o.logits.argmax(axis=1), inputs.query_labels)
-                        for o in outcomes
-                    ]
-                )
+                per_episode.append([accuracy_percent(o.logits.argmax(1), labels) for o in outcomes])
             bar.update(len(configs))
             return [float(v) for v in np.mean(np.array(per_episode), axis=0)]
 

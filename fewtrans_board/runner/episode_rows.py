@@ -57,28 +57,25 @@ def _split_rows(
     members: list[tuple[ConfigOutcome, np.ndarray]],
 ) -> list[dict[str, Any]]:
     common = {**base, "split": split, "n_way": n_way, "n_query": len(labels)}
-    rows = []
-    stored = []
-    member_predictions = []
-    for outcome, logits in members:
-        logits16 = storable_logits(logits)
-        stored.append(logits16)
-        predictions = logits.argmax(axis=1)
-        member_predictions.append(predictions)
-        rows.append(
-            {
-                **common,
-                "kind": CONFIG_KIND,
-                "aggregation": "",
-                "config_index": outcome.index,
-                "config": canonical_json(outcome.config.to_dict()),
-                "accuracy": accuracy_percent(predictions, labels),
-                "predictions": predictions.astype(np.int16).tolist(),
-                "logits": logits16.ravel().tolist(),
-                "seconds": outcome.seconds,
-                "seed": outcome.seed,
-            }
+    stored = [storable_logits(logits) for _, logits in members]
+    member_predictions = [logits.argmax(axis=1) for _, logits in members]
+    rows = [
+        {
+            **common,
+            "kind": CONFIG_KIND,
+            "aggregation": "",
+            "config_index": outcome.index,
+            "config": canonical_json(outcome.config.to_dict()),
+            "accuracy": accuracy_percent(predictions, labels),
+            "predictions": predictions.astype(np.int16).tolist(),
+            "logits": logits16.ravel().tolist(),
+            "seconds": outcome.seconds,
+            "seed": outcome.seed,
+        }
+        for (outcome, _), logits16, predictions in zip(
+            members, stored, member_predictions, strict=True
         )
+    ]
     stacked_logits, stacked_predictions = np.stack(stored), np.stack(member_predictions)
     for name in ENSEMBLES:
         predictions, fused_logits = fuse(

@@ -24,16 +24,12 @@ from fewtrans_board.core.plugin_calls import PluginCallError, accepts_keyword, p
 from fewtrans_board.runner.presentation import EpisodeInputs, in_manifest_order
 
 if TYPE_CHECKING:
-    from fewtrans_board.api.adapter import Predictor
     from fewtrans_board.api.episode_data import ImageSet, SupportSet
     from fewtrans_board.api.fit_options import FitOptions
 
 Observer = Callable[[int, AdapterConfig, Any], None]
-"""``observe(config index, config, predictor)``: an opt-in look at each fitted predictor.
-
-Analyses that need adapted weights (``analyze delta-w``, ``analyze cka``) pass one for the
-episodes they sample; normal runs pass none and keep nothing.
-"""
+"""``observe(config index, config, predictor)``: an opt-in look at each fitted predictor, for
+analyses that need adapted weights (``analyze delta-w``, ``analyze cka``)."""
 
 
 class EvaluationError(FewtransError):
@@ -143,25 +139,6 @@ def predict_logits(
         return _checked(logits, (len(query), len(class_names)), f"{where} (novel classes)")
 
 
-def call_fit_many(
-    adapter: Adapter,
-    backbone: Backbone,
-    support: SupportSet,
-    class_names: Sequence[str],
-    configs: Sequence[AdapterConfig],
-    seeds: Sequence[int],
-    options: FitOptions | None,
-) -> list[Predictor]:
-    """``adapter.fit_many(...)``, with ``options=`` only where the adapter declares it.
-
-    A ``fit_many`` written before ``options`` existed keeps its five-argument signature
-    and is called as before (with the defaults it always had).
-    """
-    if options is not None and accepts_keyword(adapter.fit_many, "options"):
-        return adapter.fit_many(backbone, support, class_names, configs, seeds, options=options)
-    return adapter.fit_many(backbone, support, class_names, configs, seeds)
-
-
 def fit_predictors(
     adapter: Adapter,
     backbone: Backbone,
@@ -192,10 +169,9 @@ def fit_predictors(
         loop: call ``fit`` per configuration even if the adapter batches with
             ``fit_many`` (whose results must equal the loop's).
         options: the run's batching settings, for a ``fit_many`` that declares ``options``
-            (see :func:`call_fit_many`).
-        trainable: a list as long as ``configs`` to fill, before each configuration is
-            yielded, with its trainable parameter count (display-only provenance: see
-            :mod:`~fewtrans_board.runner.worker.trainable`); ``None`` counts nothing.
+            (one written before ``options`` existed is called with its five arguments).
+        trainable: a list as long as ``configs``, filled with each configuration's trainable
+            parameter count before it is yielded (:mod:`.worker.trainable`; ``None``: none).
 
     Raises:
         EvaluationError: the adapter raised a :class:`FewtransError`.
@@ -224,11 +200,25 @@ class _Fit:
         """Names the adapter in errors."""
         return f"adapter {getattr(self.adapter, 'name', type(self.adapter).__name__)!r}"
 
-    def count(self) -> contextlib.AbstractContextManager[Any]:
-        """Count trainable parameters where asked to (else count nothing)."""
+    @contextlib.contextmanager
+    def calling(self, method: str, where: str, suffix: str = "") -> Iterator[Any]:
+        """Run adapter code: count trainable parameters where asked to, name failures.
+
+        A :class:`FewtransError` becomes an :class:`EvaluationError` naming ``where``.
+        """
         from fewtrans_board.runner.worker.trainable import counting
 
-        return counting() if self.trainable is not None else contextlib.nullcontext()
+        count = counting() if self.trainable is not None else contextlib.nullcontext()
+        try:
+            with (
+                count as counter,
+                plugin_code(self.subject, method, where, owner=type(self.adapter)),
+            ):
+                yield counter
+        except (EvaluationError, PluginCallError):
+            raise
+        except FewtransError as exc:
+            raise EvaluationError(f"{where}{suffix}: {exc}") from exc
 
     def together(
         self, configs: Sequence[AdapterConfig], seeds: Sequence[int], options: FitOptions | None
@@ -236,24 +226,12 @@ class _Fit:
         """Every configuration in one ``fit_many`` call; each gets an equal share of time."""
         where = self.where
         start = time.perf_counter()
-        try:
-            with (
-                self.count() as counter,
-                plugin_code(self.subject, "fit_many", where(0), owner=type(self.adapter)),
-            ):
-                predictors = call_fit_many(
-                    self.adapter,
-                    self.backbone,
-                    self.support,
-                    self.class_names,
-                    configs,
-                    seeds,
-                    options,
-                )
-        except (EvaluationError, PluginCallError):
-            raise
-        except FewtransError as exc:
-            raise EvaluationError(f"{where(0)} (fit_many): {exc}") from exc
+        fit_many, args = self.adapter.fit_many, (self.backbone, self.support, self.class_names)
+        with self.calling("fit_many", where(0), " (fit_many)") as counter:
+            if options is not None and accepts_keyword(fit_many, "options"):
+                predictors = fit_many(*args, configs, seeds, options=options)
+            else:
+                predictors = fit_many(*args, configs, seeds)
         if len(predictors) != len(configs):
             raise EvaluationError(
                 f"{where(0)}: fit_many returned {len(predictors)} predictors for "
@@ -271,22 +249,11 @@ class _Fit:
         """Each configuration seeded and fitted with ``fit``; its predictor dropped after."""
         import torch
 
-        owner = type(self.adapter)
         for i, (config, seed) in enumerate(zip(configs, seeds, strict=True)):
             start = time.perf_counter()
             torch.manual_seed(seed)
-            try:
-                with (
-                    self.count() as counter,
-                    plugin_code(self.subject, "fit", self.where(i), owner=owner),
-                ):
-                    predictor = self.adapter.fit(
-                        self.backbone, self.support, self.class_names, config
-                    )
-            except (EvaluationError, PluginCallError):
-                raise
-            except FewtransError as exc:
-                raise EvaluationError(f"{self.where(i)}: {exc}") from exc
+            with self.calling("fit", self.where(i)) as counter:
+                predictor = self.adapter.fit(self.backbone, self.support, self.class_names, config)
             if self.trainable is not None:
                 self.trainable[i] = counter.total
             yield i, predictor, time.perf_counter() - start
@@ -374,11 +341,10 @@ def evaluate_episode(
 def _predict_episode(
     predictor: Any, inputs: EpisodeInputs, probes: Sequence[np.ndarray], where: str
 ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray | None]:
-    """A fitted predictor's logits: probe subsets, the queries, the novel queries.
+    """A fitted predictor's logits: probe subsets (each in its order), queries, novel queries.
 
-    Subsets first: a predictor that remembered the whole set's answers cannot replay them
-    for the parts. Query and novel logits come back in manifest order, probe logits in
-    each subset's order.
+    Subsets first, so a predictor cannot replay the whole set's answers for the parts; query
+    and novel logits come back in manifest order.
     """
     import torch
 

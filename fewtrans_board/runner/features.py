@@ -1,10 +1,9 @@
 """Feature cache for frozen-backbone adapters: each image is embedded once per dataset.
 
 An entry is content-addressed: its file name hashes everything that determines the
-features (backbone weights id, preprocessing, dataset, device, embedding batch size,
-torch threads), and the file repeats those fields next to sha256 checksums of the item
-order and of the feature matrix. An entry that is unreadable, truncated, reordered, or
-made for other inputs is ignored and recomputed (with a warning), never trusted.
+features (:func:`cache_fields`), and the file repeats those fields next to sha256 checksums
+of the item order and of the feature matrix. An entry that is unreadable, truncated,
+reordered, or made for other inputs is ignored and recomputed (with a warning).
 
 Entries are single ``.npz`` files written atomically, so parallel shard workers and
 resumed runs reuse them; a writer holds ``<folder>/.lock`` while it replaces an entry
@@ -190,8 +189,7 @@ class FeatureCache:
         batch_size: int = 256,
         universe: Sequence[str] = (),
     ) -> None:
-        # A worker's embedder returns features to this process (CPU); a backbone keeps them
-        # on its own device.
+        # A worker's features come back to this process (CPU); a backbone's stay on its device.
         if isinstance(backbone, Backbone):
             self.embedder: Embedder = BackboneEmbedder(backbone)
             self.device = str(backbone.device)

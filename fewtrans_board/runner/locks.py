@@ -1,9 +1,8 @@
 """Advisory file locks that name their holder.
 
 The lock is :mod:`filelock`'s (``flock``, or ``msvcrt.locking`` on Windows), so the
-operating system releases it when the holder exits, ``kill -9`` included: a lock file left
-behind by a dead process never blocks anyone. The holder writes its PID, host and start
-time into a note next to the lock file (``<lock>.holder``; the lock file itself belongs to
+operating system releases it when the holder exits, ``kill -9`` included. The holder writes
+its PID, host and start time into ``<lock>.holder`` (the lock file belongs to
 :mod:`filelock`, which may truncate it), so a refused process can say who is in the way.
 """
 
@@ -14,7 +13,6 @@ import os
 import socket
 import time
 from pathlib import Path
-from types import TracebackType
 
 import filelock
 
@@ -99,10 +97,5 @@ class FileLock:
         self.acquire(blocking=True)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         self.release()

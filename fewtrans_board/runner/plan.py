@@ -1,12 +1,7 @@
 """``RunPlan``: everything a run decides before anything runs, resolved once from a ``RunSpec``.
 
-``spec -> plan -> run``: :func:`plan_run` reads the manifest, resolves the dataset, model
-and adapter names in the registry, chooses the HPE protocol, the centre (and the recipe or
-centre search behind it) and the grid, checks the local dataset copy, counts the shards
-and decides where plugin code runs. The plan is frozen and loads nothing heavy: the
-runtime state (plugin worker, backbone, images, feature cache) lives in a
-:class:`~fewtrans_board.runner.session.RunSession` made from it, and the run's identity
-and provenance are functions of it (:mod:`fewtrans_board.runner.provenance`).
+The plan is frozen and loads nothing heavy; a :class:`~fewtrans_board.runner.session.RunSession`
+computes from it (CONTRIBUTING.md, "The runner: spec, plan, session").
 """
 
 from __future__ import annotations
@@ -92,19 +87,12 @@ class RunPlan:
 
     def providers(self) -> list[str]:
         """The distributions that provide the run's model and adapter (its pins)."""
-        dists = {"fewtrans-board"}
-        for entry in (self.adapter_entry, self.model):
-            distribution = entry.provenance().get("distribution")
-            if distribution:
-                dists.add(str(distribution))
-        return sorted(dists)
+        found = (e.provenance().get("distribution") for e in (self.adapter_entry, self.model))
+        return sorted({"fewtrans-board", *(str(d) for d in found if d)})
 
     def image_source(self) -> str:
         """Where this run's images come from: the resolved local copy, or the embedded data."""
-        root = self.root
-        if root is None:
-            return f"embedded:{self.dataset.name}"
-        return str(root.resolve())
+        return f"embedded:{self.dataset.name}" if self.root is None else str(self.root.resolve())
 
 
 def plan_run(spec: RunSpec, registry: Registry, *, check_items: bool = True) -> RunPlan:
@@ -128,9 +116,7 @@ def plan_run(spec: RunSpec, registry: Registry, *, check_items: bool = True) -> 
     hpe = _protocol(spec, adapter_entry.obj)
     centre = decide_centre(spec, adapter_entry.obj, hpe, manifest.dataset)
     grid = tuple(hpe.grid(adapter_entry.obj, centre.config))
-    episodes = manifest.episodes()
-    if spec.limit:
-        episodes = episodes[: spec.limit]
+    episodes = manifest.episodes()[: spec.limit or None]
     if check_items:
         check_dataset_copy(manifest, dataset, spec)
     return RunPlan(
@@ -212,13 +198,10 @@ def _isolation(
     model: Registered[ModelSpec],
     adapter_entry: Registered[type[Adapter]],
 ) -> Isolation:
-    """The run's isolation.
+    """The run's isolation (``inline`` needs no sandbox, so none is probed for).
 
-    ``auto`` runs fewtrans-board's own model and adapter inline: no plugin code runs,
-    and the worker computes the same bits (verification re-runs them in the worker and
-    compares exactly). It also runs plugins made in this process (not importable by a
-    worker) inline; anything else runs in the worker. ``inline`` needs no sandbox, so it
-    is not probed for one.
+    ``auto`` runs built-ins inline (the worker would compute the same bits) and plugins made
+    in this process (a worker cannot import them); anything else in the worker.
     """
     if spec.isolation == "inline":
         return Isolation.INLINE

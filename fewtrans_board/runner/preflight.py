@@ -1,19 +1,12 @@
 """The preflight checks a plugin author runs before evaluating (``fewtrans-board preflight``).
 
-They test plugin code (contract, re-runs, order independence, inductiveness, ``fit_many``
-against ``fit``); ``submission validate`` checks the data of a bundle, ``submission verify``
-re-runs it. The plugin runs in the same kind of worker as in ``evaluate`` and verification
-(a sandbox by default), and every check compares like with like:
-
-- *re-run*: the same requests in a second, fresh worker must give identical logits;
-- *order*: the queries presented in another order (the fit is unchanged) must be
-  predicted alike, up to the last bits batch composition changes;
-- *inductive*: query subsets predicted by a separate episode process, fitted the same
-  way, must get the logits the whole set got;
-- *fit_many*: where an adapter batches its configurations, its accuracy over the episodes
-  must not be significantly above fitting each configuration alone with ``fit``; single
-  episodes may differ (training at a high learning rate is chaotic), so this is a paired
-  statistical test, never a verdict on one episode's logits.
+They test plugin code (contracts, then like against like, in the same kind of worker as
+``evaluate``; ``submission validate`` checks a bundle's data, ``submission verify`` re-runs
+it): a *re-run* in a fresh worker must give identical logits; queries in another *order*
+must be predicted alike, up to the last bits; query subsets asked by a separate episode
+process must get the whole set's logits (*inductive*); ``fit_many`` may not score
+significantly above ``fit`` over the episodes (a paired test: single episodes may differ,
+as training at a high learning rate is chaotic).
 """
 
 from __future__ import annotations
@@ -29,7 +22,7 @@ import numpy as np
 
 from fewtrans_board.core.errors import ContractError, FewtransError
 from fewtrans_board.core.threads import torch_threads
-from fewtrans_board.registry.lookup import Registered, Registry
+from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.runner.episode_rows import episode_rows
 from fewtrans_board.runner.evaluate import ConfigOutcome, evaluate_episode
 from fewtrans_board.runner.inductive import (
@@ -41,11 +34,7 @@ from fewtrans_board.runner.inductive import (
 from fewtrans_board.runner.plan import RunPlan, plan_run
 from fewtrans_board.runner.session import RunSession
 from fewtrans_board.runner.spec import RunSpec
-from fewtrans_board.testing.contract import (
-    check_adapter,
-    check_backbone,
-    check_import_is_light,
-)
+from fewtrans_board.testing.contract import check_adapter, check_backbone, check_import_is_light
 from fewtrans_board.testing.fit_many import (
     FIT_MANY_CONFIDENCE,
     FIT_MANY_MARGIN,
@@ -242,16 +231,13 @@ def _check_rerun(session: RunSession, first: Logits, tick: Tick) -> None:
     """The same requests in a fresh worker (another process state) give the same logits."""
     plan = session.plan
     second: Logits = []
-    if session.inline:
-        adapter = plan.adapter_cls()
+    # Inline: a fresh adapter in this session; else the same plan in a fresh worker.
+    again = session if session.inline else RunSession(plan)
+    with contextlib.nullcontext() if again is session else again:
+        adapter = again.inline_adapter()
         for episode in plan.episodes:
-            second.append(_logits(session.outcomes(session.inputs(episode), adapter)))
+            second.append(_logits(again.outcomes(again.inputs(episode), adapter)))
             tick()
-    else:
-        with RunSession(plan) as again:  # the same plan, a fresh worker
-            for episode in plan.episodes:
-                second.append(_logits(again.outcomes(again.inputs(episode), None)))
-                tick()
     mismatch = _first_mismatch(first, second)
     if mismatch is not None:
         e, i, gap = mismatch
@@ -284,14 +270,7 @@ def _check_order(session: RunSession, adapter: Any, first: Logits, tick: Tick) -
 
 
 def _check_inductive(session: RunSession, adapter: Any, first: Logits, tick: Tick) -> None:
-    """Predict query subsets on their own and compare with the whole set's logits.
-
-    In a worker the subsets go to a separate episode process (fitted the same way), so
-    nothing the whole set taught a predictor can reach them.
-
-    Raises:
-        PreflightError: a query's logits change with the other queries predicted with it.
-    """
+    """Query subsets predicted on their own (in a worker: by another episode process)."""
     plan = session.plan
     for e, episode in enumerate(plan.episodes):
         probes = inductive_probes(len(episode.query), episode.index)
@@ -330,10 +309,7 @@ def plugin_modules(plan: RunPlan) -> list[str]:
     adapter's own module; built-ins are covered by fewtrans-board's own tests.
     """
     modules: list[str] = []
-    entries: list[tuple[Registered[Any], str | None]] = [
-        (plan.adapter_entry, plan.adapter_cls.__module__),
-        (plan.model, None),
-    ]
+    entries = ((plan.adapter_entry, plan.adapter_cls.__module__), (plan.model, None))
     for entry, own_module in entries:
         if entry.source.builtin or entry.source.distribution is None:
             continue

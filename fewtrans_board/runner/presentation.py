@@ -1,11 +1,10 @@
 """Turn a manifest episode into what an adapter receives (and the labels it never sees).
 
-Manifests list support and query items grouped by class in label order, so the position of
-an item would tell its label. The runner therefore presents both sides in a seeded random
-order derived from the manifest hash and the episode index, hands adapters tensors only
-(pixels or cached features, support labels, class names), and puts logits back into
-manifest order before they are scored and stored. Verification presents the queries in an
-order only it knows (a secret ``salt``), so an adapter cannot precompute it either.
+Manifests list items grouped by class in label order, so an item's position would tell its
+label. Both sides are presented in a seeded random order (manifest hash, episode index;
+verification adds a secret ``salt`` to the queries'), adapters get tensors only (pixels or
+cached features, support labels, class names), and logits go back into manifest order
+before they are scored and stored.
 """
 
 from __future__ import annotations
@@ -82,24 +81,6 @@ class EpisodeInputs:
     novel_class_names: list[str] | None = None
 
 
-class _Loader:
-    """Loads the tensors of a list of items, as pixels or cached features."""
-
-    def __init__(
-        self, images: ImageStore, cache: FeatureCache | None, serve: Serve, memoize: bool
-    ) -> None:
-        self.images = images
-        self.cache = cache
-        self.serve: Serve = serve if cache is not None else "pixels"
-        self.memoize = memoize
-
-    def __call__(self, items: list[str]) -> ImageSet:
-        if self.serve == "features":
-            assert self.cache is not None
-            return ImageSet(features=self.cache.features(items), memoize=self.memoize)
-        return ImageSet(self.images.pixels(items), memoize=self.memoize)
-
-
 def episode_inputs(
     episode: ManifestEpisode,
     spec: DatasetSpec,
@@ -126,7 +107,10 @@ def episode_inputs(
     """
     import torch
 
-    load = _Loader(images, cache, serve, memoize_features)
+    def load(items: list[str]) -> ImageSet:
+        if serve == "features" and cache is not None:
+            return ImageSet(features=cache.features(items), memoize=memoize_features)
+        return ImageSet(images.pixels(items), memoize=memoize_features)
 
     def order(side: Side, size: int) -> np.ndarray:
         return presentation_order(

@@ -1,9 +1,8 @@
 """A run's identity, numeric environment and provenance: functions of its plan.
 
-What defines a run's numbers is decided by its :class:`~fewtrans_board.runner.plan.RunPlan`,
-plus the few facts only a loaded model knows (its weights' identity, input size and
-``info``: :class:`~fewtrans_board.runner.worker.remote.ModelFacts`). ``run.json`` holds the
-identity and the numeric environment; every shard carries the provenance record.
+The plan and the few facts only a loaded model knows
+(:class:`~fewtrans_board.runner.worker.remote.ModelFacts`) decide them. ``run.json`` holds
+the identity and the numeric environment; every shard carries the provenance record.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Run an evaluation into a results folder: shards, resume, executors, progress.
 
-Folder layout::
-
-    OUT/run.json                         the run identity (checked on resume)
-    OUT/shards/shard-00003-of-00012.parquet
-    OUT/features/<key>.npy (+ .json)     frozen-feature cache, reused on resume
-
 A shard file is written atomically when all its episodes and configurations are done, so a
 crash or ``kill -9`` loses at most the shards in flight; running the same command again
 skips finished shards (after verifying their checksums) and produces identical results.
-Locks, ``run.json`` and corrupt-shard handling live in :mod:`fewtrans_board.runner.run_folder`.
+The folder's layout (``run.json``, locks, shards) is :mod:`fewtrans_board.runner.run_folder`'s;
+``OUT/features/`` holds the frozen-feature cache, reused on resume.
 """
 
 from __future__ import annotations
@@ -87,8 +82,6 @@ def _compute_shard(
     """The rows of ``episodes``, and what computing them cost (peak memory, trainables)."""
     adapter = session.inline_adapter()
     rows: list[dict[str, Any]] = []
-    # Peak memory of the fitting (FewTrans Table IX): see runner/worker/memory.py for what it is.
-    # Trainable parameters per configuration (display only): see runner/worker/trainable.py.
     session.trainable = TrainableTally(len(session.plan.grid))
     with PeakMemory(session.device, in_process=session.inline) as memory:
         session.memory = memory
@@ -100,35 +93,13 @@ def _compute_shard(
         finally:
             session.memory = None
     trainable, session.trainable = session.trainable.record(), None
-    cost: dict[str, Any] = {}
-    peak = memory.record()
-    if peak is not None:
-        cost["peak_memory"] = peak
-    if trainable is not None:
-        cost["trainable_parameters"] = trainable
-    return rows, cost
+    cost = {"peak_memory": memory.record(), "trainable_parameters": trainable}
+    return rows, {key: value for key, value in cost.items() if value is not None}
 
 
 def decoded_folder(spec: RunSpec, out: Path) -> Path:
     """Where the run's decoded-image files live (``--image-cache``, else ``OUT/decoded``)."""
     return Path(spec.image_cache) if spec.image_cache else out / "decoded"
-
-
-def worker_plugins(registry: Registry) -> PluginSelection:
-    """The plugins a worker process must load to resolve names as ``registry`` does.
-
-    Raises:
-        FewtransError: the registry was not built from a plugin manager, or one of its
-            extra plugins cannot be sent to another process (named, with what to do).
-    """
-    if registry.plugins is None:
-        raise FewtransError(
-            "the process and ray executors rebuild the registry in each worker, but this "
-            "registry was not built from a plugin manager; build it with "
-            "Registry.from_plugin_manager(get_plugin_manager(...)) or use the inline executor"
-        )
-    registry.plugins.check_portable()
-    return registry.plugins
 
 
 def _worker_run_shard(
@@ -142,10 +113,9 @@ def _worker_run_shard(
 ) -> str:
     """Process-pool / Ray entry point: plan the run in the worker and run one shard.
 
-    The worker loads the caller's plugins (``plugins``), never every installed one, and
-    keeps its session (its loaded model) for the next shard of the same run.
-    Refuses to compute when the worker's numeric environment differs from the run's (a
-    Ray node with another GPU or library version would otherwise mix numbers silently).
+    Loads the caller's ``plugins`` only and keeps the session (its model) for the next shard.
+    Refuses a numeric environment other than the run's (a Ray node with another GPU or
+    library version would otherwise mix numbers silently).
     """
     import socket
 
@@ -264,27 +234,38 @@ class _Execution:
     workers: int
     progress: bool
 
-    def check(self, plan: RunPlan) -> None:
-        """Refuse a shard outside the plan, an unknown executor or no workers."""
+    def check(self, plan: RunPlan) -> PluginSelection | None:
+        """Refuse a bad shard, executor or worker count; the plugins process and Ray workers load.
+
+        Checked before a results folder is made: workers must be able to load the plugins.
+        """
         if self.shard is not None and not 0 <= self.shard < plan.shard_count:
             raise FewtransError(f"--shard {self.shard} is outside 0..{plan.shard_count - 1}")
         if self.executor not in ("inline", "process", "ray"):
             raise FewtransError(f"unknown executor {self.executor!r}; use inline, process or ray")
         if self.workers < 1:
             raise FewtransError(f"--workers must be at least 1, got {self.workers}")
+        plugins = plan.registry.plugins
+        if self.executor == "inline":
+            return None
+        if plugins is None:
+            raise FewtransError(
+                "the process and ray executors rebuild the registry in each worker, but this "
+                "registry was not built from a plugin manager; build it with "
+                "Registry.from_plugin_manager(get_plugin_manager(...)) or use the inline executor"
+            )
+        plugins.check_portable()
+        return plugins
 
 
 def _run(plan: RunPlan, out: Path, how: _Execution, started: float) -> RunReport:
-    how.check(plan)
-    # Checked before a results folder is made: workers must be able to load these plugins.
-    plugins = worker_plugins(plan.registry) if how.executor != "inline" else None
+    plugins = how.check(plan)
     indices = [how.shard] if how.shard is not None else list(range(plan.shard_count))
     session = RunSession(
         plan, feature_folder=out / "features", decoded_folder=decoded_folder(plan.spec, out)
     )
     with session:
-        # The run identity loads the model and adapter: a broken plugin fails here, before
-        # a results folder (and its locks) is created for nothing.
+        # The identity loads the model and adapter: a broken plugin fails before any folder.
         record = FolderRecord(session.run_id(), session.identity(), session.numeric_environment())
         with claim_shards(record, out, indices) as claim:
             job = _Job(session, out, claim.todo, how, plugins, record.environment)
@@ -303,10 +284,9 @@ def _run(plan: RunPlan, out: Path, how: _Execution, started: float) -> RunReport
 
 @dataclass
 class _Job:
-    """The shards ``todo`` of a run (their locks held), how to compute them, what workers load.
+    """The shards ``todo`` of a run (locks held), how to compute them, what workers load.
 
-    ``plugins`` are what process and Ray workers load (required for those executors);
-    ``environment`` is the run's numeric environment, which every worker must share.
+    ``plugins``: what process and Ray workers load; ``environment``: the run's numeric one.
     """
 
     session: RunSession
@@ -317,26 +297,17 @@ class _Job:
     environment: dict[str, Any]
     bar: Any = None
 
-    @property
-    def plan(self) -> RunPlan:
-        """The run."""
-        return self.session.plan
-
-    def pool_plugins(self) -> PluginSelection:
-        """The plugins process and Ray workers load (checked when the job was made)."""
-        assert self.plugins is not None
-        return self.plugins
-
     def episodes(self, index: int) -> int:
         """How many episodes shard ``index`` holds (what the bar advances by)."""
-        return len(self.plan.shard_episodes(index))
+        return len(self.session.plan.shard_episodes(index))
 
 
 def _execute(job: _Job) -> None:
     """Compute the shards ``job.todo``, in this process or in a process pool or Ray."""
     from tqdm import tqdm
 
-    plan, session, todo = job.plan, job.session, job.todo
+    session, todo = job.session, job.todo
+    plan = session.plan
     if todo:
         session.prefetch_features(
             [ep for i in todo for ep in plan.shard_episodes(i)], job.how.progress
@@ -353,21 +324,21 @@ def _execute(job: _Job) -> None:
             for index in todo:
                 run_shard(session, job.out, index, job.bar.update)
         elif job.how.executor == "process":
-            _run_process_pool(job)
+            _run_process_pool(job, job.plugins)
         else:
-            _run_ray(job)
+            _run_ray(job, job.plugins)
     finally:
         job.bar.close()
 
 
-def _run_process_pool(job: _Job) -> None:
+def _run_process_pool(job: _Job, plugins: PluginSelection) -> None:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from fewtrans_board.runner.placement import gpu_count, spreads_over_gpus
     from fewtrans_board.runner.worker.guard import stop_pool
 
-    spec, plugins, environment = job.plan.spec, job.pool_plugins(), job.environment
+    spec, environment = job.session.plan.spec, job.environment
     threads = resolved_threads(spec)
     context = multiprocessing.get_context("spawn")
     gpus = gpu_count() if spreads_over_gpus(spec.device) else 0
@@ -392,7 +363,7 @@ def _run_process_pool(job: _Job) -> None:
     pool.shutdown(wait=True)
 
 
-def _run_ray(job: _Job) -> None:
+def _run_ray(job: _Job, plugins: PluginSelection) -> None:
     try:
         import ray
     except ImportError as exc:
@@ -403,21 +374,20 @@ def _run_ray(job: _Job) -> None:
     if started_here:
         ray.init(num_cpus=job.how.workers, include_dashboard=False, log_to_driver=False)
     try:
-        _run_ray_actors(ray, job)
+        _run_ray_actors(ray, job, plugins)
     finally:
         if started_here:
             ray.shutdown()
 
 
-def _run_ray_actors(ray: Any, job: _Job) -> None:
+def _run_ray_actors(ray: Any, job: _Job, plugins: PluginSelection) -> None:
     """One actor per worker (per GPU for ``--device cuda``), each keeping its loaded model."""
     from ray.util import ActorPool
 
     from fewtrans_board.runner.placement import ray_device, spreads_over_gpus
 
-    # The actor class below captures only these picklable values, never the job's bar or
-    # session.
-    spec, out, plugins, workers = job.plan.spec, str(job.out), job.pool_plugins(), job.how.workers
+    # The actor class captures only these picklable values, never the job's bar or session.
+    spec, out, workers = job.session.plan.spec, str(job.out), job.how.workers
     on_gpus = spec.device.startswith("cuda")
     if on_gpus and spreads_over_gpus(spec.device) and workers <= 1:
         workers = max(1, int(ray.cluster_resources().get("GPU", 1)))

@@ -8,10 +8,9 @@ Layout kept here::
     OUT/shards/shard-00003-of-00012.parquet       a finished, checksummed shard
     OUT/shards/shard-....parquet.corrupt-<time>   a damaged shard set aside by a resume
 
-One writer per shard: a run takes the lock of every shard it will compute (under the
-folder lock, so two runs never split the shards between them) and refuses, naming the
-holder's PID, if another live process holds one. Temporary files of a shard are removed
-only by the process that holds its lock.
+One writer per shard: a run locks every shard it will compute (under the folder lock, so
+two runs never split them) and refuses, naming the holder, if a live process holds one;
+only the holder of a shard's lock removes its temporary files.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """``RunSession``: the runtime side of a run, made lazily from its plan, and its episode work.
 
-A :class:`~fewtrans_board.runner.plan.RunPlan` decides; a session computes. It owns what is
-expensive and made on first use (the plugin worker, the backbone where plugins run inline,
-the image store, the frozen-feature cache), the folders those share between processes, the
-tallies of the shard being computed (peak memory, trainable parameters, adapter records),
-and the operations on one episode: present it (:meth:`RunSession.inputs`), fit and predict
-every configuration wherever plugins run (:meth:`RunSession.outcomes`), and turn that into
-result rows (:meth:`RunSession.episode_rows`). A process makes one session per plan and
-device; a second session of the same plan is a fresh worker (``preflight``'s re-run).
+A plan decides, a session computes (CONTRIBUTING.md, "The runner: spec, plan, session"). A
+process makes one session per plan and device; a second session of the same plan is a fresh
+worker (``preflight``'s re-run).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from fewtrans_board.api.adapter import Adapter, AdapterConfig
@@ -29,12 +23,7 @@ from fewtrans_board.runner import provenance
 from fewtrans_board.runner.episode_rows import episode_rows
 from fewtrans_board.runner.evaluate import ConfigOutcome, evaluate_episode
 from fewtrans_board.runner.features import FeatureCache
-from fewtrans_board.runner.plan import (
-    RunPlan,
-    episode_items,
-    episode_text,
-    lockstep_settings,
-)
+from fewtrans_board.runner.plan import RunPlan, episode_items, episode_text, lockstep_settings
 from fewtrans_board.runner.presentation import EpisodeInputs, Serve, episode_inputs
 from fewtrans_board.runner.spec import resolved_threads
 from fewtrans_board.runner.worker.isolated import PluginWorker
@@ -60,10 +49,9 @@ def worker_settings(plan: RunPlan, device: str) -> WorkerSettings:
     (:func:`fewtrans_board.leaderboard.verification.options.replayed_settings`).
     """
     spec, selection = plan.spec, plan.registry.plugins
-    modules = [e.module for e in selection.extras if e.module] if selection else []
-    modules += (
-        [type(e.plugin).__module__ for e in selection.extras if e.plugin] if selection else []
-    )
+    extras = selection.extras if selection else []
+    modules = [e.module for e in extras if e.module]
+    modules += [type(e.plugin).__module__ for e in extras if e.plugin]
     places = plugin_places(plan.providers(), modules)
     return WorkerSettings(
         model=spec.model,
@@ -110,12 +98,10 @@ class RunSession:
         self.device = device or plan.spec.device
         self.feature_folder = feature_folder
         self.decoded_folder = decoded_folder
-        # Per-episode choices adapters report (``predictor.record``), until a shard stores them.
+        # Per-episode choices adapters report (``predictor.record``), until a shard stores them,
+        # and the peak memory and trainable counts of the shard being computed, if one is.
         self.adapter_records: dict[str, dict[str, Any]] = {}
-        # The peak-memory measurement of the shard being computed (episode processes'
-        # reported peaks are folded into it), if one is.
         self.memory: PeakMemory | None = None
-        # The trainable parameter counts of the shard being computed (display only), if any.
         self.trainable: TrainableTally | None = None
         self._worker: PluginWorker | None = None
         self._backbone: Backbone | None = None
@@ -126,12 +112,7 @@ class RunSession:
     def __enter__(self) -> RunSession:
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         self.close()
 
     @property

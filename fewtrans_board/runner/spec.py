@@ -105,16 +105,19 @@ def resolved_threads(spec: RunSpec) -> int:
     return spec.threads if spec.threads is not None else DEFAULT_THREADS
 
 
-def cpu_model() -> str:
-    """The processor's model name (``/proc/cpuinfo`` on Linux)."""
+def _cpuinfo(key: str) -> str | None:
+    """The value of the first ``/proc/cpuinfo`` line starting with ``key`` (Linux)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
+            return next((line.partition(":")[2] for line in handle if line.startswith(key)), None)
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return None
+
+
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo`` on Linux)."""
+    name = _cpuinfo("model name")
+    return name.strip() if name is not None else platform.processor() or platform.machine()
 
 
 def cpu_flags_digest() -> str:
@@ -125,12 +128,7 @@ def cpu_flags_digest() -> str:
     """
     import hashlib
 
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    flags = " ".join(sorted(line.partition(":")[2].split()))
-                    return hashlib.sha256(flags.encode()).hexdigest()[:16]
-    except OSError:
-        pass
-    return platform.machine()
+    flags = _cpuinfo("flags")
+    if flags is None:
+        return platform.machine()
+    return hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:16]

@@ -10,7 +10,7 @@ product (:func:`resampled_means`) rather than a gather per method.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -29,13 +29,7 @@ class BootstrapCI:
 
     def to_dict(self) -> dict[str, float | int]:
         """JSON-friendly form."""
-        return {
-            "estimate": self.estimate,
-            "low": self.low,
-            "high": self.high,
-            "resamples": self.resamples,
-            "seed": self.seed,
-        }
+        return asdict(self)
 
 
 def cross_dataset_mean(per_dataset: Mapping[str, np.ndarray]) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 from scipy import stats
@@ -35,12 +35,7 @@ class OneSidedBound:
 
     def to_dict(self) -> dict[str, float | int]:
         """JSON-friendly form."""
-        return {
-            "mean": self.mean,
-            "bound": self.bound,
-            "confidence": self.confidence,
-            "n": self.n,
-        }
+        return asdict(self)
 
 
 def _bound(

@@ -27,11 +27,7 @@ def require(condition: bool, subject: str, message: str) -> None:
 
 
 def fit_and_predict(
-    adapter: Adapter,
-    backbone: Backbone,
-    episode: ToyEpisode,
-    config: AdapterConfig,
-    seed: int,
+    adapter: Adapter, backbone: Backbone, episode: ToyEpisode, config: AdapterConfig, seed: int
 ) -> torch.Tensor:
     """Fit ``config`` on the toy episode after ``torch.manual_seed(seed)``; its query logits."""
     import torch

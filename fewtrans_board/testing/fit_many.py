@@ -47,18 +47,11 @@ def fit_many_gain(batched: Logits, looped: Logits, labels: list[np.ndarray]) -> 
         ``(mean gain, lower confidence bound)`` in accuracy points, paired by episode
         (each episode's gain averaged over its configurations).
     """
-    gains = [
-        float(
-            np.mean(
-                [
-                    accuracy_percent(b.argmax(axis=1), y)
-                    - accuracy_percent(alone.argmax(axis=1), y)
-                    for b, alone in zip(bs, ls, strict=True)
-                ]
-            )
-        )
-        for bs, ls, y in zip(batched, looped, labels, strict=True)
-    ]
+    gains = []
+    for bs, ls, y in zip(batched, looped, labels, strict=True):
+        accuracy = [accuracy_percent(b.argmax(axis=1), y) for b in bs]
+        alone = [accuracy_percent(a.argmax(axis=1), y) for a in ls]
+        gains.append(float(np.mean([b - a for b, a in zip(accuracy, alone, strict=True)])))
     bound = lower_bound(gains, FIT_MANY_CONFIDENCE)
     return bound.mean, bound.bound
 
@@ -100,11 +93,7 @@ def _sign_test(against: int, towards: int) -> float:
 
 
 def check_fit_many(
-    adapter: Adapter,
-    backbone: Backbone,
-    probe: ToyEpisode,
-    cfg: AdapterConfig,
-    seed: int,
+    adapter: Adapter, backbone: Backbone, probe: ToyEpisode, cfg: AdapterConfig, seed: int
 ) -> dict[str, Any]:
     """Judge ``fit_many`` against ``fit`` by predictions and accuracy, never by raw logits.
 
@@ -223,11 +212,7 @@ def _check_own_configuration(
 def _check_accuracy(
     subject: str, probe: ToyEpisode, batched: list[torch.Tensor], alone: list[torch.Tensor]
 ) -> float:
-    """``fit_many`` must not score significantly above ``fit`` (paired by query).
-
-    Returns:
-        The mean accuracy gain of ``fit_many``, in points.
-    """
+    """The mean accuracy gain of ``fit_many`` (points): not significantly above ``fit``."""
     labels = probe.query_labels.numpy()
     per_query = range(len(probe.query))
     gain, bound = fit_many_gain(

@@ -235,12 +235,7 @@ def unlearn(
 
 
 def _checked_inputs(registry: Registry, request: UnlearnRequest) -> Any:
-    """Refuse bad inputs before any work; the registry entry of the model to unlearn.
-
-    Raises:
-        FewtransError: bad values, unknown or missing datasets, an unknown oracle, or a
-            model without a text tower.
-    """
+    """Refuse bad inputs before any work; the registry entry of the model to unlearn."""
     _check(request)
     named: dict[str, Sequence[str]] = {"--forget": [request.forget], "--retain": request.retain}
     if request.searched:

@@ -16,7 +16,7 @@ afterwards (:class:`Dampener`), so no model copy is written per point.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -215,12 +215,9 @@ def oracle_probe(
     scratch: Backbone,
     forget_train: LabeledSplit,
     adapter: str,
-    shots: Sequence[int] | None = None,
 ) -> OracleProbe:
     """Score the trained-without model with ``adapter`` on train-split episodes."""
-    episodes = (
-        train_episodes(forget_train) if shots is None else train_episodes(forget_train, shots)
-    )
+    episodes = train_episodes(forget_train)
     accuracies = episode_accuracies(registry, adapter, scratch, forget_train, episodes)
     return OracleProbe(scratch_name, adapter, forget_train, episodes, accuracies)
 

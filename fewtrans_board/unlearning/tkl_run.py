@@ -103,10 +103,8 @@ def _taxonomy(folder: Path | None) -> Callable[[], Taxonomy]:
     """WordNet for the WordNet weighting: opened now when ``--wordnet`` names a folder.
 
     Without ``--wordnet`` an unreadable WordNet leaves that weighting unavailable (reported
-    with the reason); a folder the user named must serve, so it fails before any work.
-
-    Raises:
-        FewtransError: ``folder`` is not a readable WordNet database (or nltk is missing).
+    with the reason); a folder the user named must serve, so it fails (FewtransError) before
+    any work.
     """
     if folder is None:
         return lambda: NltkWordNet(None)

@@ -1,15 +1,10 @@
 """Embeddable badges: an SVG per verified entry at ``badges/<entry id>.svg``.
 
-A badge shows the entry's headline as its benchmark page ranks it, within its HPE
-protocol: for mean ± CI benchmarks the average over datasets with its bootstrap interval
-and the 95% rank interval (``72.3 [71.1, 73.5], rank 1–2 of 6, verified``); base-to-novel
-benchmarks the harmonic mean of the averages and its rank; per-shot (CLIP k-shot)
-benchmarks the average over shots and datasets ± its spread over seeds and its rank;
-transductive entries their rank among the transductive ones. A superseded entry's badge
-says so (its path stays valid). The method page shows the Markdown to paste.
-
-Method names are untrusted text: everything written into the SVG is XML-escaped (and
-characters XML cannot hold are dropped), so the file is well-formed whatever the name.
+README.md ("Downloads, the Python API and badges") shows what a badge says: the entry's
+headline as its benchmark page ranks it, within its HPE protocol. Transductive entries show
+their rank among the transductive ones; a superseded entry's badge says so (its path stays
+valid). Method names are untrusted text: everything written into the SVG is XML-escaped
+(characters XML cannot hold are dropped), so the file is well-formed whatever the name.
 """
 
 from __future__ import annotations

@@ -38,13 +38,7 @@ from fewtrans_board.website.downloads import (
     settings_downloads,
     write_download,
 )
-from fewtrans_board.website.model import (
-    FEW_EPISODES,
-    BenchmarkView,
-    Download,
-    MethodRun,
-    SiteData,
-)
+from fewtrans_board.website.model import FEW_EPISODES, BenchmarkView, Download, MethodRun, SiteData
 from fewtrans_board.website.regimes import (
     SHOT_RULE,
     SOURCE_RULE,

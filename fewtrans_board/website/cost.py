@@ -1,28 +1,21 @@
 """What an entry cost to evaluate, and accuracy against cost per protocol section.
 
-Every entry's cost comes from what its runs stored (FewTrans Table IX's columns):
+README.md ("Leaderboard, submissions and the site", **Cost**) says what is shown: seconds per
+episode and per configuration, trainable parameters per fit, peak memory, device and
+batching mode (FewTrans Table IX's columns), display-only; a field a run did not record
+shows "not recorded". Here: an episode's seconds are the ``seconds`` its rows record,
+summed over the configurations (a batched ``fit_many`` shares its time equally among them),
+averaged over the episodes of each column, then over the columns (datasets weigh equally,
+as in the headline); trainable parameters are ``evaluate``'s counts
+(:mod:`fewtrans_board.runner.worker.trainable`), the mean over configurations, episodes and
+columns with the largest single fit beside it; the peak is the largest any shard recorded
+(:mod:`fewtrans_board.runner.worker.memory`).
 
-- **seconds per episode**: per episode, the sum over the HPE grid's configurations of the
-  ``seconds`` its result rows record (fitting, plus predicting the queries; a batched
-  ``fit_many`` shares its time equally among the configurations), averaged over the episodes
-  of each column (dataset), then over the columns (datasets weigh equally, as in the
-  headline); **per configuration**: that divided by the number of configurations;
-- **trainable parameters** per fit (one configuration on one episode), as ``evaluate``
-  counted them (:mod:`fewtrans_board.runner.worker.trainable`; mean over configurations, episodes
-  and columns; the largest single fit beside it);
-- **peak memory**: the largest peak any shard recorded (:mod:`fewtrans_board.runner.worker.memory`
-  says what each measure counts);
-- the **device** and the **batching mode** the runs recorded.
-
-Runs evaluated before a field was recorded show "not recorded" for it. Counts, seconds and
-peaks are measured where the adapter runs and are display-only: nothing ranks with them.
-
-Each protocol section gets an accuracy-vs-cost figure: x the seconds per episode (log
-scale), y the headline with its interval (the bootstrap interval of the average over
-datasets; per-shot benchmarks: the average over shots ± its spread over seeds;
-base-to-novel: the harmonic mean's interval), and the Pareto front marked: the entries
-that no other entry of the section beats on both at once (at most as slow and at least as
-accurate, one of them strictly).
+The accuracy-vs-cost figure draws x the seconds per episode (log scale), y the headline
+with its interval (the bootstrap interval of the average over datasets; per-shot: the
+average over shots ± its spread over seeds; base-to-novel: the harmonic mean's interval),
+and marks the Pareto front: the entries no other entry of the section beats on both at once
+(at most as slow and at least as accurate, one of them strictly).
 """
 
 from __future__ import annotations
@@ -100,11 +93,6 @@ class EntryCost:
         return f"{self.peak_mib:,.1f} MiB ({self.peak_measure})"
 
 
-def _episode_seconds(run: MethodRun) -> tuple[np.ndarray, int]:
-    """Per episode, the recorded seconds summed over its configurations; the grid's size."""
-    return run.run.episode_seconds, run.run.configurations
-
-
 def _batching(run: MethodRun) -> str:
     """The run's batching mode in words (``auto: heads batched, plans one by one``)."""
     provenance = run.run.provenance
@@ -126,7 +114,8 @@ def entry_cost(method: MethodView) -> EntryCost:
     trainable, largest, peaks = [], [], []
     devices, batching = [], []
     for run in method.runs.values():
-        sums, configurations = _episode_seconds(run)
+        # Per episode, the recorded seconds summed over its configurations; the grid's size.
+        sums, configurations = run.run.episode_seconds, run.run.configurations
         grids.add(configurations)
         if sums.size:
             per_episode.append(float(sums.mean()))
@@ -368,10 +357,7 @@ def cost_downloads(view: BenchmarkView, sections: dict[str, SectionCost]) -> dic
                     c.method.id,
                     c.method.meta.method,
                     c.method.meta.model,
-                    h.estimate if h else None,
-                    h.low if h else None,
-                    h.high if h else None,
-                    h.what if h else None,
+                    *((h.estimate, h.low, h.high, h.what) if h else (None,) * 4),
                     _number(c.seconds_per_episode),
                     _number(c.seconds_per_configuration),
                     c.configurations,

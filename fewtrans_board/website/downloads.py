@@ -1,13 +1,10 @@
 """Every table of the site as CSV and JSON files next to its page.
 
-A table's download is made from the very view objects its HTML is rendered from
-(:class:`~fewtrans_board.website.model.TableRow`, ``BaseNovelRow``, ``ShotRow``, the dataset
-page's entries, the CLIP settings pairs), so the files hold the numbers the page shows,
-unrounded. Files are named ``<page>--<table id>.csv`` / ``.json``, the table id being the
-``id`` of the table's section on the page (``benchmark-demo--table-hpe.csv``); the JSON
-holds the same columns (``rows``: one object per row) and what the table is (``about``).
-CSV text cells are guarded against spreadsheet formulas like ``leaderboard.csv``'s
-(:func:`~fewtrans_board.leaderboard.table.csv_cell`).
+README.md ("Downloads, the Python API and badges") describes the files: made from the view
+objects the HTML is rendered from (so they hold the page's numbers unrounded), named
+``<page>--<table id>.csv`` / ``.json``, CSV text cells guarded against spreadsheet formulas
+(:func:`~fewtrans_board.leaderboard.table.csv_cell`). The JSON holds the same columns
+(``rows``: one object per row) and what the table is (``about``).
 """
 
 from __future__ import annotations
@@ -293,16 +290,10 @@ def dataset_download(name: str, entries: Sequence[dict[str, Any]]) -> Download:
                 e["key"],
                 method.protocol,
                 *_entry(method),
-                stats.mean if stats else None,
-                stats.ci95 if stats else None,
-                stats.n if stats else None,
-                stats.ddof if stats else None,
-                novel.mean if novel else None,
-                novel.ci95 if novel else None,
-                harmonic.mean if harmonic else None,
-                harmonic.ci95 if harmonic else None,
-                shots.average if shots is not None else None,
-                shots.average_std if shots is not None else None,
+                *((stats.mean, stats.ci95, stats.n, stats.ddof) if stats else (None,) * 4),
+                *((novel.mean, novel.ci95) if novel else (None, None)),
+                *((harmonic.mean, harmonic.ci95) if harmonic else (None, None)),
+                *((shots.average, shots.average_std) if shots is not None else (None, None)),
             ]
         )
     out = Tables(f"dataset-{name}")
@@ -334,17 +325,12 @@ def settings_downloads(cmp: SettingsComparison) -> dict[str, Download]:
     ]
     rows = [
         [
-            p.name,
-            p.protocol,
-            p.original.method.id,
-            p.original.average.average,
-            p.original.average.average_std,
+            *(p.name, p.protocol),
+            *(p.original.method.id, p.original.average.average, p.original.average.average_std),
             p.rank_original,
             p.inductive.method.id,
             next(iter(p.inductive.method.runs.values())).run.provenance.model.name,
-            p.inductive.average.average,
-            p.inductive.average.average_std,
-            p.rank_inductive,
+            *(p.inductive.average.average, p.inductive.average.average_std, p.rank_inductive),
             p.gap,
         ]
         for p in cmp.pairs

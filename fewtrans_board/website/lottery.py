@@ -1,9 +1,7 @@
 """The sampling lottery: how often a few episodes rank the entries differently than all.
 
-FewTrans (§IV-A, Fig. 1) argues that a few-shot result on a handful of sampled tasks is a
-lottery: the spread over tasks is so large that the tasks drawn, not the methods, can decide
-the ranking, so a benchmark must report many tasks. Each protocol section with at least two
-ranked entries shows that lottery on its own stored results:
+FewTrans's argument (:data:`ARGUMENT`), shown by each protocol section with at least two
+ranked entries on its own stored results:
 
 - for n in :data:`SIZES` (those at most the stored episode count), :data:`RESAMPLES` times,
   draw n episodes per column (dataset) with replacement, the same draw for every entry

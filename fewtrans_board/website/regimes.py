@@ -1,20 +1,11 @@
 """Regime views: a benchmark's headline table restricted to episodes of few shots or many ways.
 
-Every stored episode has its ways and shots in its frozen manifest, so a reader can ask who
-wins at 1 shot, at 2-4 shots or at 11+ ways. Each protocol section of a benchmark page gets
-one table per non-empty bucket (:data:`BUCKETS`), computed at build time from the stored
-per-episode rows exactly as the section's headline table is (:func:`ranked_rows`): per column
-the mean ± CI over the column's episodes in the bucket, the average over columns with its
-seeded bootstrap interval, rank intervals among the section's entries and a paired test
-against the section's reference entry on the bucket's episodes, Holm-adjusted.
-
-Bucket rules (:data:`SHOT_RULE`, :data:`WAY_RULE`): an episode's ways are its classes; its
-shot count is the lower median of its classes' support sizes (K for a K-shot episode). The
-FewTrans paper defines no regime buckets (ways are drawn from 2-15, at most 10 shots per
-class), so the buckets are 1, 2-4, 5-10 and 11+ shots and 2-5, 6-10 and 11+ ways.
-
-Per-shot (CLIP k-shot) benchmarks get none: their K is fixed per episode and already has its
-own column, and every episode uses all of its dataset's classes (:data:`PER_SHOT_NOTE`).
+README.md ("Leaderboard, submissions and the site") describes the regime tables. Each
+protocol section of a benchmark page gets one per non-empty bucket (:data:`BUCKETS`),
+computed at build time from the stored per-episode rows exactly as the section's headline
+table is (:func:`ranked_rows`). Bucket rules: :data:`SHOT_RULE`, :data:`WAY_RULE` (the
+FewTrans paper defines no buckets; it draws 2-15 ways and at most 10 shots per class).
+Per-shot (CLIP k-shot) benchmarks get none (:data:`PER_SHOT_NOTE`).
 """
 
 from __future__ import annotations

@@ -27,11 +27,7 @@ class PlannedAdapter(Adapter):
 
     @abstractmethod
     def plan(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> TrainingPlan:
         """Set up one configuration's training (all random draws from torch's generator).
 
@@ -46,11 +42,7 @@ class PlannedAdapter(Adapter):
         """
 
     def checked_plan(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> TrainingPlan:
         """:meth:`plan`, rejecting plans the recipe cannot run (``FewtransError``)."""
         plan = self.plan(backbone, support, class_names, config)
@@ -58,11 +50,7 @@ class PlannedAdapter(Adapter):
         return plan
 
     def fit(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> Predictor:
         """Train one configuration's plan and return its predictor."""
         return run_plan(self.checked_plan(backbone, support, class_names, config))

@@ -36,22 +36,12 @@ __all__ = [
 ADAM_COPIES = 3
 """Extra copies of each trainable tensor a configuration needs: gradient, two moments."""
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "kib": 1 << 10,
-    "mib": 1 << 20,
-    "gib": 1 << 30,
-    "tib": 1 << 40,
+_UNITS = {"": 1, "b": 1} | {
+    prefix + suffix: base**power
+    for power, prefix in enumerate("kmgt", start=1)
+    for suffix, base in (("", 1000), ("b", 1000), ("ib", 1024))
 }
+"""Size suffixes: bytes, decimal ``k``/``kb`` to ``t``/``tb``, binary ``kib`` to ``tib``."""
 
 
 def parse_memory(text: str | None) -> MemoryBudget:

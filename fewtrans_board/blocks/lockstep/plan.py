@@ -176,11 +176,7 @@ def freeze_trained(plan: TrainingPlan) -> None:
 
 
 def train_plan(plan: TrainingPlan) -> None:
-    """Train one plan with its optimiser and schedule (the per-configuration loop), then freeze it.
-
-    Args:
-        plan: the configuration's plan.
-    """
+    """Train one plan with its optimiser and schedule (the per-configuration loop), then freeze it."""
     from fewtrans_board.blocks.training import run_training
 
     for module in plan.train_modules:

@@ -231,13 +231,8 @@ def _share_frozen(mine: nn.Module, theirs: nn.Module, trainable_ids: set[int]) -
     """Check ``theirs``'s frozen tensors equal ``mine``'s; point its frozen parameters at mine.
 
     Buffers are compared but not shared (predictors may update them, e.g. transductive
-    batch norm).
-
-    Raises:
-        NotBatchable: a frozen tensor differs (e.g. drawn from the configuration's seed).
+    batch norm). A differing frozen tensor (e.g. drawn from the seed) raises NotBatchable.
     """
-    import torch
-
     my_params = dict(mine.named_parameters(remove_duplicate=False))
     my_buffers = dict(mine.named_buffers(remove_duplicate=False))
     their_params = list(theirs.named_parameters(remove_duplicate=False))
@@ -256,13 +251,7 @@ def _share_frozen(mine: nn.Module, theirs: nn.Module, trainable_ids: set[int]) -
             reference = my_dict[name]
             if tensor is reference:
                 continue
-            same = (
-                tensor.shape == reference.shape
-                and tensor.dtype == reference.dtype
-                and tensor.device == reference.device
-                and bool(torch.equal(tensor, reference))
-            )
-            if not same:
+            if not _equal(tensor, reference):
                 raise NotBatchable(
                     f"frozen {kind} {name!r} differs between configurations (e.g. drawn from "
                     "the seed); lockstep training needs every frozen tensor equal"
@@ -274,25 +263,21 @@ def _share_frozen(mine: nn.Module, theirs: nn.Module, trainable_ids: set[int]) -
 
 
 def _share_owner_tensors(mine: Any, theirs: Any, trainable_ids: set[int]) -> None:
-    """Check frozen tensor attributes of two owners are equal; share mine.
-
-    Raises:
-        NotBatchable: a frozen tensor attribute differs.
-    """
-    import torch
-
+    """Check frozen tensor attributes of two owners are equal (else NotBatchable); share mine."""
     my_tensors = _tensor_attributes(mine)
     for attr, tensor in _tensor_attributes(theirs).items():
         if id(tensor) in trainable_ids or tensor is my_tensors.get(attr):
             continue
         reference = my_tensors.get(attr)
-        if (
-            reference is None
-            or reference.shape != tensor.shape
-            or reference.dtype != tensor.dtype
-            or reference.device != tensor.device
-            or not bool(torch.equal(reference, tensor))
-        ):
+        if reference is None or not _equal(reference, tensor):
             raise NotBatchable(f"frozen tensor attribute {attr!r} differs between configurations")
         if not tensor.requires_grad:
             setattr(theirs, attr, reference)
+
+
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape, dtype, device and values."""
+    import torch
+
+    same_kind = a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+    return same_kind and bool(torch.equal(a, b))

@@ -127,10 +127,8 @@ def _fit_group(
     first = _built(build, configs[0], seeds[0])
     if not first.batchable or first.has_random_training():
         report.fallback = first.reason or "random training (dropout in train mode)"
-        predictors = [run_plan(first)]  # right after its build, as in the loop
-        for config, seed in zip(configs[1:], seeds[1:], strict=True):
-            predictors.append(run_plan(_built(build, config, seed)))
-        return predictors
+        rest = zip(configs[1:], seeds[1:], strict=True)  # each trains right after its build
+        return [run_plan(first), *(run_plan(_built(build, c, s)) for c, s in rest)]
     plans = [first]
     try:
         template = Template(first)
@@ -146,9 +144,8 @@ def _fit_group(
         for plan in plans:
             _restore_rng(plan.rng_state)
             predictors.append(run_plan(plan))
-        for config, seed in zip(configs[len(plans) :], seeds[len(plans) :], strict=True):
-            predictors.append(run_plan(_built(build, config, seed)))
-        return predictors
+        rest = zip(configs[len(plans) :], seeds[len(plans) :], strict=True)
+        return [*predictors, *(run_plan(_built(build, c, s)) for c, s in rest)]
 
 
 def _tolerance(tensor: torch.Tensor, gradient: bool) -> float:
@@ -228,12 +225,7 @@ def _train(template: Template, settings: LockstepSettings, report: GroupReport) 
 
 
 def _probe(template: Template, stacked: list[torch.Tensor], row: int, batch: np.ndarray) -> int:
-    """Compare the template's batched loss and gradient with its loop loss; return bytes/config.
-
-    Raises:
-        NotBatchable: vmap cannot run the loss, or the results differ (a trainable tensor
-            is not read through its address).
-    """
+    """Bytes per configuration, once the template's batched loss and gradient match its loop's."""
     import torch
 
     try:
@@ -296,18 +288,9 @@ def _persistent_tensors(template: Template) -> list[torch.Tensor]:
 
 
 def _check_rows(
-    template: Template,
-    stacked: list[torch.Tensor],
-    order: list[int],
-    batch: np.ndarray,
-    size: int,
+    template: Template, stacked: list[torch.Tensor], order: list[int], batch: np.ndarray, size: int
 ) -> None:
-    """Every row's batched loss must equal its own plan's plain loss on ``batch``.
-
-    Raises:
-        NotBatchable: a configuration's loss depends on state the template does not
-            share (e.g. a seed-dependent tensor captured by its loss).
-    """
+    """Every row's batched loss must equal its own plan's plain loss on ``batch`` (same state)."""
     import torch
 
     with torch.no_grad():
@@ -340,10 +323,7 @@ def _empty_cache(like: torch.Tensor) -> None:
 
 
 def _train_chunk(
-    template: Template,
-    rows: list[torch.Tensor],
-    lrs: list[list[float]],
-    steps: list[int],
+    template: Template, rows: list[torch.Tensor], lrs: list[list[float]], steps: list[int]
 ) -> None:
     """Run the optimiser and schedule of ``len(steps)`` configurations in lockstep."""
     import math

@@ -1,15 +1,10 @@
 """Start a command inside a bubblewrap sandbox (Debian/Ubuntu package ``bubblewrap``).
 
-The sandbox unshares every namespace (user, PID, network, IPC, UTS, cgroup), runs as an
-unprivileged uid with every capability dropped (so no bind mount can be remounted
-writable), dies with its parent, starts a new session (no terminal injection), mounts its
-own ``/proc`` (only its own processes), a minimal ``/dev``, and empty ``/tmp`` and
-``/dev/shm`` tmpfs as the only writable places: its root and ``/dev`` (bubblewrap's own
-tmpfs, which would otherwise be writable by the sandbox's user) are remounted read-only
-after every mount point in them was made (:data:`READ_ONLY_LAST`). The command runs as
-PID 1 of its PID namespace, so it reaps (and can kill) every process started inside; the
-plugin worker there gives each episode process its own ``/tmp`` and ``/dev/shm``
-(:mod:`~fewtrans_board.core.sandbox.episode`).
+Every namespace unshared, an unprivileged uid without capabilities, its own ``/proc``, a
+minimal ``/dev``, empty ``/tmp`` and ``/dev/shm`` tmpfs as the only writable places (root
+and ``/dev`` are remounted read-only last: :data:`READ_ONLY_LAST`), and the command as PID 1
+of its PID namespace, so it reaps (and can kill) every process started inside. SECURITY.md
+("Where plugin code runs") lists what the sandbox shows and why.
 """
 
 from __future__ import annotations
@@ -40,32 +35,12 @@ class SandboxUnavailable(FewtransError):
 
 def _base_args(bwrap: str, scratch_bytes: int | None = None) -> list[str]:
     size = [] if scratch_bytes is None else ["--size", str(scratch_bytes)]
-    return [
-        bwrap,
-        "--unshare-all",
-        "--unshare-user",
-        "--uid",
-        str(SANDBOX_UID),
-        "--gid",
-        str(SANDBOX_UID),
-        "--cap-drop",
-        "ALL",
-        "--die-with-parent",
-        "--new-session",
-        "--as-pid-1",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        *size,
-        "--tmpfs",
-        "/tmp",
-        "--tmpfs",
-        "/dev/shm",
-        "--chdir",
-        "/tmp",
-        "--clearenv",
-    ]
+    isolation = (
+        f"--unshare-all --unshare-user --uid {SANDBOX_UID} --gid {SANDBOX_UID} --cap-drop ALL "
+        "--die-with-parent --new-session --as-pid-1 --proc /proc --dev /dev"
+    )
+    scratch = "--tmpfs /tmp --tmpfs /dev/shm --chdir /tmp --clearenv"
+    return [bwrap, *isolation.split(), *size, *scratch.split()]
 
 
 @functools.lru_cache(maxsize=1)

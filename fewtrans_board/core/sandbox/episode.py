@@ -1,21 +1,13 @@
 """Keep the episode processes of one worker apart from each other.
 
 A plugin worker forks one process per request (an episode, an embedding pass). Before any
-plugin code runs there, :func:`isolate_episode_process` gives it a fresh user, mount and
-IPC namespace with its own empty ``/tmp`` and ``/dev/shm`` (fresh tmpfs that die with its
-mount namespace; the read-only binds of host paths that were under ``/tmp`` are bound again
-at the same paths), makes it work in its new ``/tmp``, and drops every capability, so
-nothing it writes, no shared-memory segment or message queue it creates, outlives it,
-whatever it does to permissions. Every other place it sees is read-only: the sandbox's root
-and ``/dev`` (:data:`~fewtrans_board.core.sandbox.bwrap.READ_ONLY_LAST`) and the binds,
-which are locked (a less privileged namespace cannot remount them writable).
+plugin code runs there, :func:`isolate_episode_process` gives it fresh namespaces and its own
+empty scratch, so nothing it writes or creates outlives it, whatever it does to permissions;
 :func:`apply_limits` sets its resource limits. After it exits, the worker calls
-:func:`end_descendants` so no process it started survives into the next episode, and
-:func:`empty_scratch`, which matters only where the kernel refuses nested namespaces (the
-episode processes then share the sandbox's ``/tmp``): it empties it, and stops the worker
-if something cannot be removed.
-
-Everything here is Linux system calls through ``ctypes``; nothing imports torch.
+:func:`end_descendants` and, where the kernel refuses nested namespaces (the episode
+processes then share the sandbox's ``/tmp``), :func:`empty_scratch`. SECURITY.md ("Where
+plugin code runs") describes the whole; everything here is Linux system calls through
+``ctypes``, and nothing imports torch.
 """
 
 from __future__ import annotations
@@ -30,15 +22,10 @@ import signal
 import stat
 from pathlib import Path
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWUSER = 0x10000000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
 MS_RDONLY, MS_NOSUID, MS_NODEV = 0x1, 0x2, 0x4
 MS_REMOUNT, MS_BIND, MS_REC, MS_RELATIME = 0x20, 0x1000, 0x4000, 0x200000
-PR_SET_DUMPABLE = 4
-PR_CAPBSET_DROP = 24
-PR_SET_NO_NEW_PRIVS = 38
-PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 4, 24, 36, 38
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 CAP_LAST = 63
 SYS_CAPSET = 126  # x86_64; other architectures fall back to the bounding-set drop only
@@ -50,11 +37,7 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [
-        ("effective", ctypes.c_uint32),
-        ("permitted", ctypes.c_uint32),
-        ("inheritable", ctypes.c_uint32),
-    ]
+    _fields_ = [(name, ctypes.c_uint32) for name in ("effective", "permitted", "inheritable")]
 
 
 def _libc() -> ctypes.CDLL:
@@ -261,11 +244,7 @@ def _reap() -> None:
 
 
 def _mount_points(place: str) -> set[str]:
-    """Mount points below ``place`` (the read-only binds a sandbox put there).
-
-    Raises:
-        OSError: ``/proc/self/mountinfo`` cannot be read.
-    """
+    """Mount points below ``place`` (the read-only binds a sandbox put there)."""
     found: set[str] = set()
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split()

@@ -10,6 +10,7 @@ that contains one of the caller's ``forbidden`` paths is refused by name, so a c
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,20 +20,9 @@ from pathlib import Path
 from fewtrans_board.core.errors import FewtransError
 
 SYSTEM_PATHS = (
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/alternatives",
-    "/etc/localtime",
-    "/etc/passwd",
-    "/etc/group",
+    *("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"),
+    *("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives"),
+    *("/etc/localtime", "/etc/passwd", "/etc/group"),
 )
 """Read-only everywhere: shared libraries, the dynamic loader's cache, time zone, user names."""
 
@@ -134,12 +124,7 @@ class Limits:
 
     def to_dict(self) -> dict[str, float | int | None]:
         """JSON-friendly form (sent to the worker, recorded in reports)."""
-        return {
-            "memory_bytes": self.memory_bytes,
-            "file_bytes": self.file_bytes,
-            "scratch_bytes": self.scratch_bytes,
-            "seconds": self.seconds,
-        }
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -239,15 +224,7 @@ def worker_policy(
                     "and weights outside the leaderboard store, bundles, dataset copies and "
                     "the working folder"
                 )
-    read_only = _minimal(
-        [
-            *SYSTEM_PATHS,
-            *interpreter,
-            own_package(),
-            *requested,
-            *caches.values(),
-        ]
-    )
+    read_only = _minimal([*SYSTEM_PATHS, *interpreter, own_package(), *requested, *caches.values()])
     devices: tuple[str, ...] = ()
     if device.startswith("cuda"):
         numbered = [f"/dev/{n}" for n in os.listdir("/dev") if n[len("nvidia") :].isdigit()]

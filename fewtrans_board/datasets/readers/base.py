@@ -16,6 +16,7 @@ from fewtrans_board.datasets.readers.common import (
     check_image,
     first_appearance,
     listdir_images,
+    listing_of,
     open_rgb,
     require_root,
 )
@@ -50,7 +51,8 @@ class PartitionedReader(FileReader):
     """Base of readers whose copies have named partitions (train/val/test splits).
 
     ``all`` pools the partitions class by class in :attr:`partitions` order; subclasses
-    implement :meth:`_scan`, which lists several partitions in one pass over the copy.
+    implement :meth:`_rows` (one index file per partition) or :meth:`_scan`, which lists
+    several partitions in one pass over the copy.
     """
 
     partitions: ClassVar[tuple[str, ...]] = ()
@@ -59,7 +61,8 @@ class PartitionedReader(FileReader):
         return self.partitions if partition == "all" else (partition,)
 
     def _scan(self, base: Path, spec: DatasetSpec, parts: Sequence[str]) -> dict[str, Listing]:
-        raise NotImplementedError
+        n = len(spec.class_ids)
+        return {part: listing_of(self._rows(base, spec, part) or [], n) for part in parts}
 
     def list_partitions(
         self, root: Path | None, spec: DatasetSpec, names: Sequence[str]

@@ -87,11 +87,6 @@ class AircraftVariantReader(PartitionedReader):
 
     partitions = ("train", "val", "test")
 
-    def _scan(self, base: Path, spec: DatasetSpec, parts: Sequence[str]) -> dict[str, Listing]:
-        """List ``parts`` per class, each in its file's order."""
-        n = len(spec.class_ids)
-        return {part: listing_of(self._rows(base, spec, part), n) for part in parts}
-
     def _rows(self, base: Path, spec: DatasetSpec, partition: str) -> Rows:
         """``images_variant_<partition>.txt`` rows in file order."""
         index = {name: i for i, name in enumerate(spec.class_names)}
@@ -195,11 +190,6 @@ class MatListReader(PartitionedReader):
     """
 
     partitions = ("train", "test")
-
-    def _scan(self, base: Path, spec: DatasetSpec, parts: Sequence[str]) -> dict[str, Listing]:
-        """List ``parts`` per class in mat-file order."""
-        n = len(spec.class_ids)
-        return {part: listing_of(self._rows(base, spec, part), n) for part in parts}
 
     def _rows(self, base: Path, spec: DatasetSpec, partition: str) -> Rows:
         """``<partition>_list.mat`` rows in file order."""

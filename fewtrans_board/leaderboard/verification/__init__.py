@@ -1,18 +1,11 @@
 """Verification: the maintainers' own re-run of a submission, not a consistency check of it.
 
-The judging process never imports the plugin. After the bundle is frozen (its digest
-computed), a seed nobody knew before is drawn (:mod:`.sampling`); per dataset, a sandboxed
-plugin worker replays the recorded ``evaluate`` worker (:mod:`.options`) on episodes in a
-secret random order, each request in a fresh episode process with a secret query order
-(:mod:`.rerun`): every episode when the judge's own measure of a re-run projects within the
-budget, else at least enough to catch a 5% forgery with probability 0.99 (nothing the
-bundle claims, such as its seconds, sizes the sample). Every split is re-run. Every
-accuracy the site can show (each configuration, each fusion, the mean over
-configurations) is bounded claimed minus re-run within a margin; where the re-run's
-numeric environment equals the recorded one, predictions must also be identical
-(:mod:`.verdict`). Probes check inductiveness, ``fit_many`` against ``fit``, memorisation
-under a secret perturbation (:mod:`.perturb`), and that the plugin is no slower under
-verification than it claims.
+The judging process never imports the plugin. After the bundle's digest is fixed, a secret
+seed is drawn (:mod:`.sampling`); per dataset, a sandboxed worker replays the recorded
+``evaluate`` worker (:mod:`.options`) on a secret sample of episodes (:mod:`.rerun`), and
+every accuracy the site can show is judged against the claim (:mod:`.verdict`), with probes
+for inductiveness, ``fit_many``, memorisation (:mod:`.perturb`) and cost. SECURITY.md's table
+lists each rule and its tests.
 """
 
 from __future__ import annotations
@@ -29,16 +22,14 @@ from fewtrans_board.api.adapter import config_digest, typed_values
 from fewtrans_board.api.backbone import Preprocessing
 from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.core.errors import FewtransError, SubmissionError
+from fewtrans_board.datasets.images import ImageStore
 from fewtrans_board.episodes.manifest import Manifest
-from fewtrans_board.hpe.protocols import HpeProtocol, get_hpe_protocol, schema_roles
+from fewtrans_board.hpe.protocols import get_hpe_protocol, schema_roles
 from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.validate import validate_contents
 from fewtrans_board.leaderboard.verification.environment import differences, rerun_environment
-from fewtrans_board.leaderboard.verification.options import (
-    VerificationOptions,
-    replayed_settings,
-)
+from fewtrans_board.leaderboard.verification.options import VerificationOptions, replayed_settings
 from fewtrans_board.leaderboard.verification.perturb import probe_rule
 from fewtrans_board.leaderboard.verification.rerun import (
     DatasetRerun,
@@ -56,6 +47,7 @@ from fewtrans_board.leaderboard.verification.sampling import (
 )
 from fewtrans_board.leaderboard.verification.verdict import CostFacts, DatasetVerdict, judge_dataset
 from fewtrans_board.results.load import RunResults
+from fewtrans_board.runner.plan import episode_items
 from fewtrans_board.runner.worker.isolated import PluginWorker
 from fewtrans_board.runner.worker.messages import WorkerError, WorkerInfo
 from fewtrans_board.runner.worker.remote import resolve_isolation
@@ -120,10 +112,9 @@ def check_plugin_files(run: RunResults, files: dict[str, str | None]) -> None:
     """Refuse to verify a run whose model or adapter code differs from the installed one.
 
     A pin names a release; the run's provenance also records a digest of the files of the
-    distribution that provided its model and adapter (:mod:`fewtrans_board.registry.files`,
-    built-ins: ``fewtrans-board``, recorded but not compared: see below). Runs evaluated
-    before digests were recorded carry none and are judged on their pin alone; a recorded
-    digest of a plugin distribution must match.
+    distribution that provided its model and adapter (:mod:`fewtrans_board.registry.files`).
+    A recorded digest of a plugin distribution must match; runs evaluated before digests
+    were recorded are judged on their pin alone, built-ins as below.
 
     Args:
         run: the run to verify.
@@ -131,16 +122,14 @@ def check_plugin_files(run: RunResults, files: dict[str, str | None]) -> None:
     """
     installed = {d.lower().replace("_", "-"): v for d, v in files.items()}
     for role, ref in (("model", run.provenance.model), ("adapter", run.provenance.adapter)):
-        recorded = ref.files_sha256
-        if recorded is None or not ref.distribution:
+        recorded, name = ref.files_sha256, (ref.distribution or "").lower().replace("_", "-")
+        # The judge's own code is the rules, not a contestant: built-ins evaluated with a
+        # release are re-run here with this checkout's code (the re-run compares their
+        # predictions); refusing every checkout that differs from the release would refuse
+        # honest built-in submissions whenever main has moved on.
+        if recorded is None or name in ("", "fewtrans-board"):
             continue
-        if ref.distribution.lower().replace("_", "-") == "fewtrans-board":
-            # The judge's own code is the rules, not a contestant: built-ins evaluated with a
-            # release are re-run here with this checkout's code (the re-run compares their
-            # predictions); refusing every checkout that differs from the release would
-            # refuse honest built-in submissions whenever main has moved on.
-            continue
-        found = installed.get(ref.distribution.lower().replace("_", "-"))
+        found = installed.get(name)
         if found != recorded:
             raise SubmissionError(
                 "plugin-files-mismatch",
@@ -184,44 +173,26 @@ def _forbidden(
     return [p.resolve() for p in paths]
 
 
-def _splits(run: RunResults) -> list[str]:
-    return sorted({str(s) for s in run.column("split")})
-
-
-def _best_config(run: RunResults, split: str) -> int:
-    """The configuration with the best stored mean over every episode (the site's oracle)."""
-    _, matrix, _ = run.config_matrix(split)
-    return int(np.nanargmax(np.nanmean(matrix, axis=0)))
-
-
-def _same_device_kind(recorded: Any, rerun: str) -> bool:
-    """Whether claimed seconds on ``recorded`` can be held against a re-run on ``rerun``."""
-    return str(recorded or "cpu").startswith("cuda") == rerun.startswith("cuda")
+def _oracle(run: RunResults) -> dict[str, int]:
+    """Per split, the configuration with the best stored mean over every episode (the site's)."""
+    best = {}
+    for split in sorted({str(s) for s in run.column("split")}):
+        _, matrix, _ = run.config_matrix(split)
+        best[split] = int(np.nanargmax(np.nanmean(matrix, axis=0)))
+    return best
 
 
 @dataclass
 class _Replay:
-    """What re-running one dataset in its plugin worker established, before judging it.
+    """What re-running one dataset in its plugin worker established, before judging it."""
 
-    Attributes:
-        info: what the worker reported when it started (pins, files, schema, isolation).
-        start_s: the judge's measure of the worker's start.
-        protocol: the submission's HPE protocol (its aggregation).
-        job: the dataset's re-run (configurations rebuilt from the recorded schema).
-        sample: the secret sample of episodes, sized by the judge's own measure.
-        checks: every re-run episode's comparison with the stored one.
-        cut: whether the budget stopped the re-runs early.
-        oracle: the best stored configuration of each split.
-    """
-
-    info: WorkerInfo
-    start_s: float
-    protocol: HpeProtocol
+    info: WorkerInfo  # what the worker reported when it started
+    start_s: float  # the judge's measure of the worker's start
     job: DatasetRerun
-    sample: SamplePlan
+    sample: SamplePlan  # sized by the judge's own measure
     checks: list[EpisodeCheck]
-    cut: bool
-    oracle: dict[str, int]
+    cut: bool  # the budget stopped the re-runs early
+    oracle: dict[str, int]  # the best stored configuration of each split
 
 
 def _verify_run(
@@ -243,13 +214,13 @@ def _verify_run(
     worker = PluginWorker(settings)
     try:
         replay = _replay(run, manifest, worker, contents.meta, options, seed, datasets)
+    except SubmissionError:
+        raise
     except WorkerError as exc:
         raise SubmissionError(
             "worker-failed", f"{run.dataset} ({manifest.dataset}): {exc}"
         ) from exc
     except FewtransError as exc:
-        if isinstance(exc, SubmissionError):
-            raise
         raise SubmissionError("worker-failed", f"{run.dataset}: {exc}") from exc
     finally:
         worker.close()
@@ -274,7 +245,29 @@ def _replay(
     check_plugin_files(run, info.files)
     schema = _check_schema(run, info, meta.adapter)
     protocol = get_hpe_protocol(meta.hpe_protocol)
-    job = _rerun_job(run, manifest, worker, info, schema, protocol, seed, datasets, options)
+    # The grid around the recorded centre, typed by the (checked) recorded schema: the judge
+    # never imports the adapter.
+    centre = typed_values(run.provenance.adapter.centre, schema["fields"])
+    configs = [
+        typed_values(c, schema["fields"]) for c in protocol.grid_for(centre, schema_roles(schema))
+    ]
+    preprocessing = Preprocessing.named(manifest.preprocessing, info.image_size)
+    root = (options.roots or {}).get(run.dataset)
+    identity = run.provenance.identity
+    job = DatasetRerun(
+        run=run,
+        manifest=manifest,
+        worker=worker,
+        images=ImageStore(datasets.get(manifest.dataset).obj, root, preprocessing),
+        configs=configs,
+        digests=[config_digest(c) for c in configs],
+        aggregation=protocol.aggregation,
+        salt=seed.salt(run.dataset),
+        serve_features=bool(identity.feature_cache and schema.get("frozen_backbone")),
+        memoize=identity.feature_cache,
+        transductive=bool(schema.get("transductive")),
+        universe=sorted(set(episode_items(manifest.episodes()))),
+    )
     stored = stored_episodes(run)
     claimed_cost = float(np.mean([s.seconds for s in stored.values()])) if stored else 0.0
     rng = seed.stream(f"sample:{run.dataset}:{manifest.sha256}")
@@ -287,54 +280,7 @@ def _replay(
         extra_requests=0.5,
     )
     checks, cut = rerun_dataset(job, sample, stored, options.probe_episodes, rng)
-    oracle = {split: _best_config(run, split) for split in _splits(run)}
-    return _Replay(info, start_s, protocol, job, sample, checks, cut, oracle)
-
-
-def _rerun_job(
-    run: RunResults,
-    manifest: Manifest,
-    worker: PluginWorker,
-    info: WorkerInfo,
-    schema: dict[str, Any],
-    protocol: HpeProtocol,
-    seed: Any,
-    datasets: Any,
-    options: VerificationOptions,
-) -> DatasetRerun:
-    """The dataset's re-run, as the judge builds it without importing the adapter.
-
-    The protocol's grid around the recorded centre, typed by the recorded schema (checked
-    against the installed plugin's), and the manifest's images at the worker's input size.
-    """
-    from fewtrans_board.datasets.images import ImageStore
-
-    centre = typed_values(run.provenance.adapter.centre, schema["fields"])
-    configs = [
-        typed_values(c, schema["fields"]) for c in protocol.grid_for(centre, schema_roles(schema))
-    ]
-    preprocessing = Preprocessing.named(manifest.preprocessing, info.image_size)
-    images = ImageStore(
-        datasets.get(manifest.dataset).obj, (options.roots or {}).get(run.dataset), preprocessing
-    )
-    episodes = manifest.episodes()
-    identity = run.provenance.identity
-    return DatasetRerun(
-        run=run,
-        manifest=manifest,
-        worker=worker,
-        images=images,
-        configs=configs,
-        digests=[config_digest(c) for c in configs],
-        aggregation=protocol.aggregation,
-        salt=seed.salt(run.dataset),
-        serve_features=bool(identity.feature_cache and schema.get("frozen_backbone")),
-        memoize=identity.feature_cache,
-        transductive=bool(schema.get("transductive")),
-        universe=sorted(
-            {i for ep in episodes for i, _ in (*ep.support, *ep.query, *ep.novel_query)}
-        ),
-    )
+    return _Replay(info, start_s, job, sample, checks, cut, _oracle(run))
 
 
 def _judge(
@@ -353,9 +299,14 @@ def _judge(
         exact=not differing,
         margin=options.margin,
         transductive=replay.job.transductive,
-        aggregation=replay.protocol.aggregation,
+        aggregation=replay.job.aggregation,
         oracle=replay.oracle,
-        cost=CostFacts(replay.start_s, _same_device_kind(recorded.get("device"), options.device)),
+        # Claimed seconds are held against measured ones on the same kind of device only.
+        cost=CostFacts(
+            replay.start_s,
+            str(recorded.get("device") or "cpu").startswith("cuda")
+            == options.device.startswith("cuda"),
+        ),
     )
     sample = replay.sample
     verdict.summary.update(

@@ -69,15 +69,6 @@ class VerificationOptions:
         return Isolation.PROCESS if self.unsandboxed else Isolation.SANDBOX
 
 
-def recorded_providers(record: RunProvenance) -> list[str]:
-    """The distributions that provided a run's model and adapter, as ``evaluate`` pinned them."""
-    dists = {"fewtrans-board"}
-    for distribution in (record.model.distribution, record.adapter.distribution):
-        if distribution:
-            dists.add(str(distribution))
-    return sorted(dists)
-
-
 def replayed_settings(
     record: RunProvenance,
     options: VerificationOptions,
@@ -98,8 +89,8 @@ def replayed_settings(
         forbidden: what the worker must never see (store, bundle, dataset copies, cwd).
         pinned: the submission's pinned distributions.
     """
-    providers = recorded_providers(record)
-    pins = sorted({*providers, *(pinned or [])})
+    recorded = (record.model.distribution, record.adapter.distribution)  # as evaluate pinned
+    pins = sorted({"fewtrans-board", *(str(d) for d in recorded if d), *(pinned or [])})
     own_python = (
         options.python is None or Path(options.python).resolve() == Path(sys.executable).resolve()
     )

@@ -1,18 +1,10 @@
 """Query images changed so that their meaning stays and an exact lookup breaks.
 
-The memorisation probe re-runs episodes with every query image perturbed: shifted by a
-pixel in one of eight random directions (the edge repeated), cropped by up to a pixel
-and resized back, given a small brightness and contrast change, and re-encoded as JPEG at a
-random quality. Each image's perturbation is drawn from the verification's secret seed,
-so nobody can key a table on the probe's own output in advance (a fixed, public
-perturbation could be replicated for every public image). The changes are as small as
-that requires: honest methods on 32-pixel digits already lose a few points
-(``benchmarks/verification_cost.py``). A method that learns from the
-support set loses little; one that recognises images it has stored (a table of image
-hashes and labels built from the public support sets) loses what the table gave it.
-
-A lookup that is robust to small changes (nearest neighbour over public labelled
-images) is not caught by this probe; SECURITY.md says what would catch it.
+The memorisation probe re-runs episodes with every query image shifted, cropped, jittered
+and re-encoded, each by a draw from the verification's secret seed, so no table can be keyed
+on the probe's output in advance. The changes are as small as that requires (honest methods
+on 32-pixel digits already lose a few points: ``benchmarks/verification_cost.py``). What it
+catches and what it cannot (a lookup robust to small changes): SECURITY.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Re-run one dataset of a submission in a plugin worker: the episodes and the probes.
 
-Every request goes to a fresh episode process of one worker, in a random order only this
-process knows, with the queries in a secret presentation order:
-
-- *re-run*: the whole grid on the whole query set, exactly as ``evaluate`` asked it; its
-  rows are built by the runner's own code and compared with the stored ones, every
-  configuration and fusion of every split (base-to-novel manifests' novel classes too);
-- *inductive probe*: the same fit, asked for query subsets only (another episode
-  process, so nothing the whole set taught a predictor reaches them);
-- *fit probe*: each configuration fitted alone with ``fit`` (adapters with ``fit_many``);
-- *memorisation probe*: the re-run with every query image changed a little, each by a
-  perturbation drawn from the secret seed
-  (:mod:`~fewtrans_board.leaderboard.verification.perturb`).
+Every request goes to a fresh episode process, in a random order only the judge knows, with
+the queries in a secret presentation order: the *re-run* (the whole grid, exactly as
+``evaluate`` asked it, its rows built by the runner's code and compared with every stored
+split), the *inductive probe* (the same fit asked for query subsets only), the *fit probe*
+(each configuration alone with ``fit``) and the *memorisation probe* (every query perturbed:
+:mod:`~fewtrans_board.leaderboard.verification.perturb`).
 """
 
 from __future__ import annotations
@@ -34,7 +28,8 @@ from fewtrans_board.runner.episode_rows import episode_rows
 from fewtrans_board.runner.evaluate import ConfigOutcome, config_seed
 from fewtrans_board.runner.features import FeatureCache
 from fewtrans_board.runner.inductive import inductive_gap, verification_probes
-from fewtrans_board.runner.presentation import EpisodeInputs, episode_inputs
+from fewtrans_board.runner.plan import episode_items
+from fewtrans_board.runner.presentation import EpisodeInputs, episode_inputs, in_manifest_order
 from fewtrans_board.runner.worker.isolated import PluginWorker
 from fewtrans_board.runner.worker.messages import FitReply
 from fewtrans_board.runner.worker.remote import WorkerEmbedder, fit_request, outcomes_from_reply
@@ -194,7 +189,7 @@ class DatasetRerun:
         """The episode as the worker sees it, queries in the secret order."""
         return episode_inputs(
             episode,
-            self.manifest_spec,
+            self.images.spec,
             self.images,
             self.cache(),
             self.manifest.sha256,
@@ -202,11 +197,6 @@ class DatasetRerun:
             memoize_features=self.memoize,
             salt=self.salt,
         )
-
-    @property
-    def manifest_spec(self) -> Any:
-        """The dataset the episodes come from."""
-        return self.images.spec
 
     def seeds(self, episode: ManifestEpisode) -> list[int]:
         """The recorded torch seed of each configuration."""
@@ -229,33 +219,25 @@ class DatasetRerun:
 
 
 class _Configs:
-    """Configuration values as the runner's outcomes expect them (``to_dict``/``digest``)."""
+    """Configuration values as the runner's result rows read them (``to_dict``)."""
 
-    def __init__(self, values: dict[str, Any], digest: str) -> None:
+    def __init__(self, values: dict[str, Any]) -> None:
         self.values = values
-        self._digest = digest
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.values)
-
-    def digest(self) -> str:
-        return self._digest
 
 
 def _rows(
     job: DatasetRerun, inputs: EpisodeInputs, seeds: list[int], reply: FitReply
 ) -> list[dict[str, Any]]:
-    configs = [_Configs(c, d) for c, d in zip(job.configs, job.digests, strict=True)]
+    configs = [_Configs(c) for c in job.configs]
     outcomes: list[ConfigOutcome] = outcomes_from_reply(inputs, configs, seeds, reply)  # type: ignore[arg-type]
     return episode_rows("verify", job.run.dataset, job.manifest.sha256, inputs, outcomes)
 
 
-def _hpe_accuracy(rows: list[dict[str, Any]], aggregation: str) -> float:
-    return float(
-        next(
-            r["accuracy"] for r in rows if r["split"] == "base" and r["aggregation"] == aggregation
-        )
-    )
+def _hpe_row(rows: list[dict[str, Any]], aggregation: str) -> dict[str, Any]:
+    return next(r for r in rows if r["split"] == "base" and r["aggregation"] == aggregation)
 
 
 @dataclass
@@ -336,21 +318,18 @@ def check_episode(
     replies: dict[str, FitReply] = {}
     seconds: dict[str, float] = {}
     subsets = verification_probes(len(inputs.query_labels), int(rng.integers(1 << 31)))
+    options: dict[str, dict[str, Any]] = {
+        "rerun": {},
+        "inductive": {"query_subsets": subsets},
+        "fit": {"loop": True},
+    }
     for kind in [requests[i] for i in rng.permutation(len(requests))]:
-        if kind == "rerun":
-            replies[kind] = _timed(lambda: job.ask(inputs, seeds), seconds, kind)
-        elif kind == "inductive":
-            ask = partial(job.ask, inputs, seeds, query_subsets=subsets)
-            replies[kind] = _timed(ask, seconds, kind)
-        elif kind == "fit":
-            replies[kind] = _timed(partial(job.ask, inputs, seeds, loop=True), seconds, kind)
-        elif kind == "perturbed":
-            altered = job.perturbed_queries(inputs, rng)
-            ask = partial(job.ask, inputs, seeds, query_override=altered)
-            replies[kind] = _timed(ask, seconds, kind)
+        if kind == "perturbed":  # drawn from the secret stream when its turn comes
+            options[kind] = {"query_override": job.perturbed_queries(inputs, rng)}
+        replies[kind] = _timed(partial(job.ask, inputs, seeds, **options[kind]), seconds, kind)
     rows = _rows(job, inputs, seeds, replies["rerun"])
     compared = _compare(rows, stored)
-    hpe_row = next(r for r in rows if r["split"] == "base" and r["aggregation"] == job.aggregation)
+    hpe_row = _hpe_row(rows, job.aggregation)
     base = stored.splits.get("base", StoredSplit())
     check = EpisodeCheck(
         episode=episode.index,
@@ -373,33 +352,21 @@ def check_episode(
             for c in range(len(job.configs))
         )
     if "fit" in replies:
-        looped = _manifest_logits(inputs, replies["fit"])
         labels = inputs.query_labels
-        check.fit_gain = float(
-            np.mean(
-                [
-                    accuracy_percent(b.argmax(axis=1), labels)
-                    - accuracy_percent(alone.argmax(axis=1), labels)
-                    for b, alone in zip(full, looped, strict=True)
-                ]
-            )
-        )
+        gains = [
+            accuracy_percent(b.argmax(axis=1), labels) - accuracy_percent(a.argmax(axis=1), labels)
+            for b, a in zip(full, _manifest_logits(inputs, replies["fit"]), strict=True)
+        ]
+        check.fit_gain = float(np.mean(gains))
     if "perturbed" in replies:
-        check.perturbed = _hpe_accuracy(
-            _rows(job, inputs, seeds, replies["perturbed"]), job.aggregation
-        )
+        perturbed_rows = _rows(job, inputs, seeds, replies["perturbed"])
+        check.perturbed = float(_hpe_row(perturbed_rows, job.aggregation)["accuracy"])
     check.seconds = time.perf_counter() - started
     return check
 
 
 def _manifest_logits(inputs: EpisodeInputs, reply: FitReply) -> list[np.ndarray]:
-    from fewtrans_board.runner.presentation import in_manifest_order
-
     return [in_manifest_order(per_config[0], inputs.query_order) for per_config in reply.query]
-
-
-def _items(episode: ManifestEpisode) -> list[str]:
-    return [item for item, _ in (*episode.support, *episode.query, *episode.novel_query)]
 
 
 def rerun_dataset(
@@ -427,12 +394,12 @@ def rerun_dataset(
         kinds.add("fit")
     cache = job.cache()
     if cache is not None:  # one embedding pass over every chunk the minimum needs
-        cache.ensure([i for p in plan.order[: plan.minimum] for i in _items(episodes[p])])
+        cache.ensure(episode_items(episodes[p] for p in plan.order[: plan.minimum]))
     checks: list[EpisodeCheck] = []
     while plan.keep_going([c.rerun_seconds for c in checks]):
         episode = episodes[plan.order[len(checks)]]
         if cache is not None:
-            cache.ensure(_items(episode))
+            cache.ensure(episode_items([episode]))
         probes = kinds if len(checks) < probe_episodes else set()
         checks.append(check_episode(job, episode, stored[episode.index], probes, rng))
     return checks, len(checks) < len(plan.order)

@@ -1,17 +1,10 @@
 """Which episodes verification re-runs, drawn after the bundle is frozen, and how many.
 
-The seed is secret when the bundle is made: by default fresh randomness
-(``os.urandom``), in CI an HMAC of a repository secret and the bundle's digest (the
-submitter knows neither), or a seed a maintainer copies from a report to reproduce it.
-Every dataset's episodes are drawn from it, re-run in a random order, and the query
-presentation order of the re-runs derives from it too.
-
-How many: the judge measures what the re-runs cost it (the wall-clock seconds of each
-re-run request, never the seconds a bundle claims, nor the probes' time) and re-runs every
-episode when that projects within the budget; otherwise it stops once at least enough have
-been re-run that a forgery of :data:`FORGED_SHARE` of a dataset's episodes is caught with
-probability :data:`CATCH_PROBABILITY`. The report prints the probability reached. The
-claimed seconds only feed the estimate printed before a verification starts.
+The seed (:func:`draw_seed`) is unknown to the submitter when the bundle is made; every
+dataset's sample, its order and the re-runs' query presentation order derive from it. Every
+episode is re-run while the judge's own measure of a re-run projects within the budget, at
+least enough to catch a forgery of :data:`FORGED_SHARE` of the episodes with probability
+:data:`CATCH_PROBABILITY` (:meth:`SamplePlan.keep_going`; SECURITY.md's table).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Turn one dataset's re-run checks into a verdict the report and the site can show.
 
-Two rules, and the second always applies:
-
-- *exact*, a bonus where the re-run's numeric environment equals the recorded one: every
-  prediction of every configuration and fusion must equal the stored one;
-- *statistical*, in either mode: for every accuracy the site can show (each
-  configuration, each fusion, the mean over configurations, of every split), claimed
-  minus re-run on the re-run episodes is bounded from above by a paired one-sided
-  Student-t bound, Bonferroni-corrected over all of them, and must stay within the margin.
-  So a recorded environment that differs (which the submitter writes) gains a forger no
-  more than the margin on any number, and identical predictions pass at any sample size.
-
-Probes add failures: inductiveness, ``fit_many`` against ``fit``, memorisation, and cost
-(a plugin slower under verification than it claims, or slower when probed).
+Two rules, and the second always applies: *exact*, where the re-run's numeric environment
+equals the recorded one, every prediction of every configuration and fusion must equal the
+stored one; *statistical*, in either mode, claimed minus re-run of every accuracy the site can
+show must stay within the margin (a paired one-sided t bound, Bonferroni over all of them), so
+a recorded environment that differs (the submitter writes it) gains a forger no more than the
+margin. Probes add failures: inductiveness, ``fit_many``, memorisation and cost (SECURITY.md).
 """
 
 from __future__ import annotations
@@ -22,11 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fewtrans_board.leaderboard.verification.rerun import (
-    EpisodeCheck,
-    config_quantity,
-    quantity,
-)
+from fewtrans_board.leaderboard.verification.rerun import EpisodeCheck, config_quantity, quantity
 from fewtrans_board.runner.inductive import INDUCTIVE_TOLERANCE
 from fewtrans_board.stats.base_novel import harmonic_mean
 from fewtrans_board.stats.bounds import lower_bound, upper_bound
@@ -333,17 +322,12 @@ def judge_dataset(
         cost: what the judge measured of the worker besides the re-runs.
     """
     verdict = DatasetVerdict(dataset, "exact" if exact else "statistical")
-    claimed = np.array([c.claimed for c in checks])
-    rerun = np.array([c.rerun for c in checks])
-    headline = _bound(
-        [[a, b] for a, b in zip(claimed, rerun, strict=True)],
-        all(c.identical for c in checks),
-        AGREEMENT_CONFIDENCE,
-    )
+    pairs = [[c.claimed, c.rerun] for c in checks]
+    headline = _bound(pairs, all(c.identical for c in checks), AGREEMENT_CONFIDENCE)
     verdict.summary = {
         "hpe_aggregation": aggregation,
-        "claimed_on_rerun_episodes": float(claimed.mean()),
-        "rerun_accuracy": float(rerun.mean()),
+        "claimed_on_rerun_episodes": headline.claimed,
+        "rerun_accuracy": headline.rerun,
         "difference": headline.difference,
         "difference_bound": _finite(headline.bound),
         "confidence": AGREEMENT_CONFIDENCE,

@@ -7,18 +7,12 @@ The linear probe also runs BSCD-FSL's fixed-feature baseline (recipe ``bscd``: t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from fewtrans_board.api.adapter import Adapter, AdapterConfig, Predictor, hparam
 from fewtrans_board.api.fit_options import FitOptions
-from fewtrans_board.api.recipe import (
-    FEWTRANS_OPTIMISER,
-    FEWTRANS_SCHEDULE,
-    Optimiser,
-    Recipe,
-    Schedule,
-)
+from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.blocks.training import BSCD_HEAD, HeadTrainingConfig
 
 if TYPE_CHECKING:
@@ -29,6 +23,7 @@ if TYPE_CHECKING:
     from fewtrans_board.api.episode_data import ImageSet, SupportSet
 
 
+@dataclass(eq=False)
 class HeadStack:
     """``M`` heads trained by :func:`train_heads` (linear or cosine), scored together.
 
@@ -36,18 +31,12 @@ class HeadStack:
     matmul; the others read their slice (the runner asks each configuration in turn).
     """
 
-    def __init__(
-        self,
-        backbone: Backbone,
-        weights: torch.Tensor,
-        biases: torch.Tensor | None,
-        cosine_scale: float | None,
-        normalize: bool = True,
-    ) -> None:
-        self.backbone = backbone
-        self.weights, self.biases, self.cosine_scale = weights, biases, cosine_scale
-        self.normalize = normalize
-        self._last: tuple[ImageSet | None, torch.Tensor | None] = (None, None)
+    backbone: Backbone
+    weights: torch.Tensor
+    biases: torch.Tensor | None
+    cosine_scale: float | None
+    normalize: bool = True
+    _last: tuple[ImageSet | None, torch.Tensor | None] = field(default=(None, None), init=False)
 
     def logits(self, query: ImageSet) -> torch.Tensor:
         """Logits ``[M, Q, C]`` of every head on ``query``."""
@@ -89,12 +78,7 @@ def _fit_many_heads(
     import torch
 
     from fewtrans_board.blocks.batched_heads import train_heads
-    from fewtrans_board.blocks.training import (
-        head_features,
-        make_head,
-        optimiser_of,
-        schedule_of,
-    )
+    from fewtrans_board.blocks.training import head_features, make_head, optimiser_of, schedule_of
 
     raw = support.images.features(backbone)
     labels = support.labels.to(raw.device)
@@ -189,25 +173,26 @@ class CosineHead:
         return head_logits(features, self.weight, None, self.scale)
 
 
-def _train(
-    head_params: list[torch.Tensor],
-    head: object,
-    features: torch.Tensor,
-    labels: torch.Tensor,
-    lr: float,
-    epochs: int,
-    batch_size: int,
-    optimiser: Optimiser = FEWTRANS_OPTIMISER,
-    schedule: Schedule = FEWTRANS_SCHEDULE,
-) -> None:
-    import torch.nn.functional as F
+class _HeadAdapter(Adapter):
+    """Trains heads on cached frozen features; ``fit_many`` trains the grid's heads batched."""
 
-    from fewtrans_board.blocks.training import run_training
+    cosine: ClassVar[bool] = False
+    frozen_backbone = True
 
-    def loss_of(batch: object) -> torch.Tensor:
-        return F.cross_entropy(head(features[batch]), labels[batch])  # type: ignore[operator,index]
-
-    run_training([(head_params, lr)], loss_of, len(labels), batch_size, epochs, optimiser, schedule)
+    def fit_many(
+        self,
+        backbone: Backbone,
+        support: SupportSet,
+        class_names: Sequence[str],
+        configs: Sequence[Any],
+        seeds: Sequence[int],
+        *,
+        options: FitOptions | None = None,
+    ) -> list[Predictor]:
+        """Train every configuration's head at once; equal to the loop (see batched_heads)."""
+        if not (options or FitOptions()).lockstep.heads:
+            return super().fit_many(backbone, support, class_names, configs, seeds)
+        return list(_fit_many_heads(backbone, support, configs, seeds, cosine=self.cosine))
 
 
 @dataclass(frozen=True)
@@ -219,7 +204,7 @@ class _LinearProbeFields(AdapterConfig):
     batch_size: int = hparam(512, "Optimiser batch size.", min=1)
 
 
-class LinearProbeAdapter(Adapter):
+class LinearProbeAdapter(_HeadAdapter):
     """FewTrans linear probe: a linear head on frozen, L2-normalised features."""
 
     name = "linear-probe"
@@ -227,7 +212,6 @@ class LinearProbeAdapter(Adapter):
     description = "Linear head on frozen L2-normalised features (FewTrans recipe, Adam + cosine)."
     paper = "Luo et al., FewTrans (arXiv:2603.00478), mode 'linear'"
     code = "https://github.com/Frankluox/FewTrans"
-    frozen_backbone = True
     recipes = (
         Recipe(
             name="bscd",
@@ -254,53 +238,18 @@ class LinearProbeAdapter(Adapter):
         """Linear-probe hyperparameters; the defaults are the HPE centre and FewTrans's recipe."""
 
     def fit(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Config,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Config
     ) -> HeadPredictor:
         """Train the head on cached support features."""
-        from fewtrans_board.blocks.training import (
-            head_features,
-            make_head,
-            optimiser_of,
-            schedule_of,
-        )
+        from fewtrans_board.blocks.training import head_features, train_linear_head
 
         features = head_features(support.images.features(backbone), config)
         labels = support.labels.to(features.device)
-        head = make_head(features.shape[1], support.n_way, str(features.device), config.head_init)
-        _train(
-            list(head.parameters()),
-            head,
-            features,
-            labels,
-            config.lr_head,
-            config.epochs,
-            config.batch_size,
-            optimiser_of(config),
-            schedule_of(config),
-        )
+        head = train_linear_head(features, labels, support.n_way, config)
         return HeadPredictor(backbone, head, config.normalize_features)
 
-    def fit_many(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        configs: Sequence[Any],
-        seeds: Sequence[int],
-        *,
-        options: FitOptions | None = None,
-    ) -> list[Predictor]:
-        """Train every configuration's head at once; equal to the loop (see batched_heads)."""
-        if not (options or FitOptions()).lockstep.heads:
-            return super().fit_many(backbone, support, class_names, configs, seeds)
-        return list(_fit_many_heads(backbone, support, configs, seeds, cosine=False))
 
-
-class CosineClassifierAdapter(Adapter):
+class CosineClassifierAdapter(_HeadAdapter):
     """Baseline++ cosine classifier trained on the support set (BSCD-FSL baseline)."""
 
     name = "cosine-classifier"
@@ -308,7 +257,7 @@ class CosineClassifierAdapter(Adapter):
     description = "Cosine-similarity classifier (Baseline++) trained on frozen normalised features."
     paper = "Chen et al., A Closer Look at Few-shot Classification, ICLR 2019"
     code = "https://github.com/IBM/cdfsl-benchmark"
-    frozen_backbone = True
+    cosine = True
 
     @dataclass(frozen=True)
     class Config(AdapterConfig):
@@ -320,34 +269,20 @@ class CosineClassifierAdapter(Adapter):
         batch_size: int = hparam(512, "Optimiser batch size.", min=1)
 
     def fit(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Config,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Config
     ) -> HeadPredictor:
         """Train weight-normalised class vectors on cached support features."""
-        from fewtrans_board.blocks.training import normalized
+        import torch.nn.functional as F
+
+        from fewtrans_board.blocks.training import normalized, run_training
 
         features = normalized(support.images.features(backbone))
         labels = support.labels.to(features.device)
         head = CosineHead(features.shape[1], support.n_way, config.scale, str(features.device))
-        _train(
-            [head.weight], head, features, labels, config.lr_head, config.epochs, config.batch_size
-        )
-        return HeadPredictor(backbone, head)  # type: ignore[arg-type]
 
-    def fit_many(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        configs: Sequence[Any],
-        seeds: Sequence[int],
-        *,
-        options: FitOptions | None = None,
-    ) -> list[Predictor]:
-        """Train every configuration's head at once; equal to the loop (see batched_heads)."""
-        if not (options or FitOptions()).lockstep.heads:
-            return super().fit_many(backbone, support, class_names, configs, seeds)
-        return list(_fit_many_heads(backbone, support, configs, seeds, cosine=True))
+        def loss_of(batch: Any) -> torch.Tensor:
+            return F.cross_entropy(head(features[batch]), labels[batch])
+
+        params = [([head.weight], config.lr_head)]
+        run_training(params, loss_of, len(labels), config.batch_size, config.epochs)
+        return HeadPredictor(backbone, head)  # type: ignore[arg-type]

@@ -42,9 +42,8 @@ def concatenate(blocks: Sequence[np.ndarray], normalize: bool = True) -> np.ndar
         normalize: ``False`` joins the raw features (BSCD-FSL's ``torch.cat``).
     """
     if not normalize:
-        raw: np.ndarray = np.concatenate(list(blocks), axis=1)
-        return raw
-    joined: np.ndarray = np.concatenate([unit_rows(b) for b in blocks], axis=1)
+        return np.concatenate(list(blocks), axis=1)
+    joined = np.concatenate([unit_rows(b) for b in blocks], axis=1)
     scaled: np.ndarray = joined / np.sqrt(len(blocks))
     return scaled
 
@@ -92,11 +91,9 @@ def lbfgs_loss(
 class HeadClassifier:
     """:data:`FoldLoss` of a linear head trained as a configuration trains its head.
 
-    The head (:func:`~fewtrans_board.blocks.training.make_head` with ``head_init``) trains
-    with the configuration's optimiser and schedule (``optimizer``, ``momentum``,
-    ``dampening``, ``weight_decay``, ``schedule``), ``lr_head`` and ``batch_size`` for
-    ``epochs`` epochs, on the features as given; random draws (torch's ``nn.Linear``
-    initialisation) come from torch's global generator.
+    :func:`~fewtrans_board.blocks.training.train_linear_head` for ``epochs`` epochs on the
+    features as given; random draws (torch's ``nn.Linear`` initialisation) come from torch's
+    global generator.
 
     Args:
         config: the adapter's configuration.
@@ -114,40 +111,18 @@ class HeadClassifier:
         import torch
         import torch.nn.functional as F
 
-        from fewtrans_board.blocks.training import (
-            make_head,
-            optimiser_of,
-            run_training,
-            schedule_of,
-        )
+        from fewtrans_board.blocks.training import train_linear_head
 
-        config = self.config
         x = torch.as_tensor(train).to(torch.get_default_dtype())
         y = torch.as_tensor(train_labels)
-        head = make_head(x.shape[1], self.n_way, "cpu", getattr(config, "head_init", "fewtrans"))
-
-        def loss_of(batch: Any) -> torch.Tensor:
-            return F.cross_entropy(head(x[batch]), y[batch])
-
-        run_training(
-            [(list(head.parameters()), config.lr_head)],
-            loss_of,
-            len(y),
-            config.batch_size,
-            self.epochs,
-            optimiser_of(config),
-            schedule_of(config),
-        )
+        head = train_linear_head(x, y, self.n_way, self.config, self.epochs)
         with torch.no_grad():
             held_x = torch.as_tensor(held).to(x.dtype)
             return float(F.cross_entropy(head(held_x), torch.as_tensor(held_labels)))
 
 
 def cv_loss(
-    features: np.ndarray,
-    labels: np.ndarray,
-    folds: np.ndarray,
-    fold_loss: FoldLoss = lbfgs_loss,
+    features: np.ndarray, labels: np.ndarray, folds: np.ndarray, fold_loss: FoldLoss = lbfgs_loss
 ) -> float:
     """Mean held-out cross-entropy over folds (training loss when there is one fold)."""
     if len(np.unique(labels)) < 2:

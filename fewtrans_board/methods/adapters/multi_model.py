@@ -100,52 +100,21 @@ def fit_head(features: torch.Tensor, labels: torch.Tensor, n_way: int, config: A
     :class:`~fewtrans_board.blocks.training.HeadTrainingConfig` change the optimiser, the
     schedule and the initialisation.
     """
-    import torch.nn.functional as F
+    from fewtrans_board.blocks.training import train_linear_head
 
-    from fewtrans_board.blocks.training import (
-        make_head,
-        optimiser_of,
-        run_training,
-        schedule_of,
-    )
-
-    init = getattr(config, "head_init", "fewtrans")
-    head = make_head(features.shape[1], n_way, str(features.device), init)
-
-    def loss_of(batch: Any) -> torch.Tensor:
-        return F.cross_entropy(head(features[batch]), labels[batch])
-
-    run_training(
-        [(list(head.parameters()), config.lr_head)],
-        loss_of,
-        len(labels),
-        config.batch_size,
-        config.epochs,
-        optimiser_of(config),
-        schedule_of(config),
-    )
-    head.requires_grad_(False)
-    return head
+    return train_linear_head(features, labels, n_way, config).requires_grad_(False)
 
 
+@dataclass(eq=False)
 class MultiModelPredictor:
     """Pooled layers of the fine-tuned members, concatenated, through the trained head."""
 
-    def __init__(
-        self,
-        members: list[tuple[nn.Module, int]],
-        selected: list[tuple[int, int]],
-        head: nn.Module,
-        device: str,
-        record: dict[str, Any],
-        normalize: bool = True,
-    ) -> None:
-        self.members = members
-        self.selected = selected
-        self.head = head
-        self.device = device
-        self.record = record
-        self.normalize = normalize
+    members: list[tuple[nn.Module, int]]
+    selected: list[tuple[int, int]]
+    head: nn.Module
+    device: str
+    record: dict[str, Any]
+    normalize: bool = True
 
     def features(self, pixels: torch.Tensor) -> np.ndarray:
         """Concatenated selected-layer features ``[N, D]`` (see ``layer_selection``)."""
@@ -233,11 +202,7 @@ class AllEmbeddingsAdapter(Adapter):
         return selected, {"selected": [{"model": m, "layer": layer} for m, layer in selected]}
 
     def fit(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> MultiModelPredictor:
         """Fine-tune the members, choose layers, train the head on their concatenation."""
         import torch

@@ -55,11 +55,7 @@ class MeanCentroidAdapter(Adapter):
         )
 
     def fit(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Config,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Config
     ) -> CentroidPredictor:
         """Average the support features of each class."""
         import torch

@@ -63,19 +63,9 @@ def fit_probe_head(
         config: a config with ``lr_head``, ``epochs`` and ``batch_size``.
         device: torch device.
     """
-    import torch.nn.functional as F
+    from fewtrans_board.blocks.training import train_linear_head
 
-    from fewtrans_board.blocks.training import make_head, run_adam
-
-    head = make_head(features.shape[1], n_way, device)
-
-    def loss_of(batch: Any) -> torch.Tensor:
-        return F.cross_entropy(head(features[batch]), labels[batch])
-
-    parameters = [(list(head.parameters()), config.lr_head)]
-    run_adam(parameters, loss_of, len(labels), config.batch_size, config.epochs)
-    head.requires_grad_(False)
-    return head
+    return train_linear_head(features, labels, n_way, config).requires_grad_(False)
 
 
 class RandomEmbeddingPredictor:
@@ -129,11 +119,7 @@ class RandomEmbeddingAdapter(Adapter):
         return self._encoders[key]
 
     def fit(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> RandomEmbeddingPredictor:
         """Train the FewTrans linear head on the random features of the support set."""
         from fewtrans_board.blocks.clip_common import batched_images

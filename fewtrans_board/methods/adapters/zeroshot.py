@@ -67,11 +67,7 @@ class ZeroShotClipAdapter(Adapter):
         templates: str = hparam("photo", "Prompt template set: 'photo' or 'photo-ensemble'.")
 
     def fit(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Config,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Config
     ) -> ClipPredictor:
         """Embed the class-name prompts (for the episode's or any other class names)."""
         text = require_text(backbone, self.name)

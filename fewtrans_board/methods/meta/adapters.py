@@ -71,25 +71,17 @@ def embed(backbone: Backbone, method: MetaMethod, images: ImageSet) -> torch.Ten
         encoder.train(was_training)
 
 
+@dataclass(eq=False)
 class EpisodeHeadPredictor:
     """Scores query features with a meta-learner's episode head."""
 
-    def __init__(
-        self,
-        backbone: Backbone,
-        method: str,
-        head: dict[str, torch.Tensor],
-        support: torch.Tensor,
-        labels: torch.Tensor,
-        n_way: int,
-    ) -> None:
-        self.backbone = backbone
-        self.method = METHODS[method]
-        self.head = head
-        self.support = support
-        self.labels = labels
-        self.n_way = n_way
-        self.record: dict[str, Any] | None = None
+    backbone: Backbone
+    method: MetaMethod
+    head: dict[str, torch.Tensor]
+    support: torch.Tensor
+    labels: torch.Tensor
+    n_way: int
+    record: dict[str, Any] | None = None
 
     def predict(self, query: ImageSet) -> torch.Tensor:
         """Episode-head logits of the query images (each query scored on its own)."""
@@ -130,20 +122,14 @@ class _EpisodeHeadAdapter(Adapter):
         return {k: v.to(backbone.device) for k, v in fresh.items()}
 
     def fit(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> EpisodeHeadPredictor:
         """Embed the support set; the head needs no training at test time."""
         spec = METHODS[self.method]
         features = embed(backbone, spec, support.images)
         labels = support.labels.to(features.device)
         head = self.head_for(backbone, features)
-        predictor = EpisodeHeadPredictor(
-            backbone, self.method, head, features, labels, support.n_way
-        )
+        predictor = EpisodeHeadPredictor(backbone, spec, head, features, labels, support.n_way)
         if spec.learned:
             trained = learned_head(backbone, self.method) is not None
             predictor.record = {
@@ -264,20 +250,14 @@ class MetaOptRidgeAdapter(_ScaledHeadAdapter):
     trains = "nothing at test time (encoder + logit scale from 'meta-train --method metaopt-ridge')"
 
 
+@dataclass(eq=False)
 class MamlPredictor:
     """The adapted encoder copy and head rows of one episode."""
 
-    def __init__(
-        self,
-        encoder: nn.Module,
-        rows: dict[str, torch.Tensor],
-        device: str,
-        record: dict[str, Any] | None = None,
-    ) -> None:
-        self.encoder = encoder
-        self.rows = rows
-        self.device = device
-        self.record = record
+    encoder: nn.Module
+    rows: dict[str, torch.Tensor]
+    device: str
+    record: dict[str, Any] | None = None
 
     def predict(self, query: ImageSet) -> torch.Tensor:
         """Logits of the adapted model (eval mode: no query affects another)."""
@@ -309,11 +289,7 @@ class _InnerLoopAdapter(Adapter):
         return None, None
 
     def fit(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> MamlPredictor:
         """Adapt a copy of the encoder (eval-mode BatchNorm) and the head."""
         from fewtrans_board.methods.meta.maml import maml_adapt

@@ -52,17 +52,10 @@ def matching_logits(
 ) -> torch.Tensor:
     """``matchingnet-nofce``: log of attention-weighted support labels, no full-context embeddings.
 
-    Attention is the softmax over support items of ``100 * relu(cosine similarity)``
-    (CloserLook's scaling); the prediction is ``sum_j a(x, x_j) y_j`` and the loss is its
+    ``log(sum_j a(q, s_j) y_j + eps)``, where the attention ``a`` is the softmax over support
+    items of ``100 * relu(cosine similarity)`` (CloserLook's scaling); the loss is the
     negative log-likelihood.
     """
-    return cosine_attention_log_probs(support, labels, query, n_way)
-
-
-def cosine_attention_log_probs(
-    support: torch.Tensor, labels: torch.Tensor, query: torch.Tensor, n_way: int
-) -> torch.Tensor:
-    """``log(sum_j a(q, s_j) y_j + eps)`` with ``a`` the softmax of ``100 * relu(cosine)``."""
     import torch
     import torch.nn.functional as F
 
@@ -162,14 +155,14 @@ def matching_fce_logits(
     The support set is embedded in label order (a stable sort by label, CloserLook's
     class-major order, so the bi-LSTM sees the same sequence whatever order the episode lists
     its support items in), queries by the attention LSTM over it; the log-probabilities are
-    the cosine attention of :func:`cosine_attention_log_probs` between the two embeddings.
+    the cosine attention of :func:`matching_logits` between the two embeddings.
     """
     import torch
 
     order = torch.sort(labels, stable=True).indices
     support, labels = support[order], labels[order]
     context = fce_support(head, support)
-    return cosine_attention_log_probs(context, labels, fce_query(head, query, context), n_way)
+    return matching_logits(context, labels, fce_query(head, query, context), n_way)
 
 
 # --- RelationNet's convolutional relation module (the default ``relationnet``) ---
@@ -282,8 +275,7 @@ def relation_conv_scores(
     )
     q, k = len(query), n_way
     pairs = torch.cat(
-        [classes[None].expand(q, -1, -1, -1, -1), query[:, None].expand(-1, k, -1, -1, -1)],
-        dim=2,
+        [classes[None].expand(q, -1, -1, -1, -1), query[:, None].expand(-1, k, -1, -1, -1)], dim=2
     )
     scores = relation_conv_forward(head, pairs.reshape(q * k, *pairs.shape[2:]), training)
     return scores.reshape(q, k)
@@ -302,24 +294,6 @@ def make_relation_module(dim: int, hidden: int = 64) -> nn.Module:
     return nn.Sequential(nn.Linear(4 * dim, hidden), nn.ReLU(), nn.Linear(hidden, 1), nn.Sigmoid())
 
 
-def relation_forward(head: dict[str, torch.Tensor], pairs: torch.Tensor) -> torch.Tensor:
-    """The relation module of :func:`make_relation_module` run on the tensors in ``head``."""
-    import torch
-    import torch.nn.functional as F
-
-    hidden = F.relu(F.linear(pairs, head["0.weight"], head["0.bias"]))
-    return torch.sigmoid(F.linear(hidden, head["2.weight"], head["2.bias"]))
-
-
-def relation_pairs(classes: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
-    """``[Q, C, 4D]`` pair features ``[c, q, |c - q|, c * q]`` of every query and class."""
-    import torch
-
-    c = classes[None, :, :].expand(len(query), -1, -1)
-    q = query[:, None, :].expand(-1, len(classes), -1)
-    return torch.cat([c, q, (c - q).abs(), c * q], dim=-1)
-
-
 def relation_scores(
     head: dict[str, torch.Tensor],
     support: torch.Tensor,
@@ -330,10 +304,18 @@ def relation_scores(
     """``relationnet-mlp``: relation score in (0, 1) of each query with each class prototype.
 
     Classes are represented by their mean support feature (CloserLook's RelationNet averages
-    the support maps of a class).
+    the support maps of a class); each pair is ``[c, q, |c - q|, c * q]``, run through the
+    module of :func:`make_relation_module` with the tensors in ``head``.
     """
-    pairs = relation_pairs(prototypes(support, labels, n_way), query)
-    return relation_forward(head, pairs).squeeze(-1)
+    import torch
+    import torch.nn.functional as F
+
+    classes = prototypes(support, labels, n_way)
+    c = classes[None, :, :].expand(len(query), -1, -1)
+    q = query[:, None, :].expand(-1, len(classes), -1)
+    pairs = torch.cat([c, q, (c - q).abs(), c * q], dim=-1)  # [Q, C, 4D]
+    hidden = F.relu(F.linear(pairs, head["0.weight"], head["0.bias"]))
+    return torch.sigmoid(F.linear(hidden, head["2.weight"], head["2.bias"])).squeeze(-1)
 
 
 def ridge_logits(

@@ -68,10 +68,7 @@ class MetaMethod:
     learned: bool = False
 
     def init_head(
-        self,
-        dim: int,
-        n_way: int = 5,
-        map_shape: tuple[int, int, int] | None = None,
+        self, dim: int, n_way: int = 5, map_shape: tuple[int, int, int] | None = None
     ) -> dict[str, torch.Tensor]:
         """The learned head tensors at the start of meta-training (torch's global RNG).
 

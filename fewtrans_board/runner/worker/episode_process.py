@@ -1,11 +1,7 @@
-"""One episode process of the plugin worker: load the plugins, answer one session, exit.
+"""One episode process of the plugin worker: isolate, load the plugins, answer one session, exit.
 
-The zygote (:mod:`fewtrans_board.runner.worker.serve`) forks a process per ``spawn``; the
-process isolates itself (:mod:`fewtrans_board.core.sandbox.episode`), loads the plugins,
-model and adapter (:class:`Session`), reads its own request from the pipe and answers
-``info``, ``embed`` or ``fit`` (:func:`run_session`). A failure is answered, not raised: a
-plugin's own error travels as its message, anything else with its type, each naming the
-resource limit it ran into.
+A failure is answered, not raised: a plugin's own error travels as its message, anything else
+with its type, each naming the resource limit it ran into.
 """
 
 from __future__ import annotations
@@ -211,12 +207,7 @@ class Session:
                 seconds[i] = fit_seconds + time.perf_counter() - start
                 records[i] = predictor_record(predictor)
         peak = max(folded[0], _peak_bytes(device))
-        reply = {
-            "seconds": seconds,
-            "records": records,
-            "peak_bytes": peak,
-            "trainable": trainable,
-        }
+        reply = {"seconds": seconds, "records": records, "peak_bytes": peak, "trainable": trainable}
         return reply, {k: v.astype(np.float32) for k, v in out.items()}
 
 
@@ -286,17 +277,9 @@ def run_session(requests: IO[bytes], replies: IO[bytes], settings: dict[str, Any
     try:
         session.load()
     except Exception as exc:  # the caller turns it into a refusal naming the plugin
-        if op == "info":
-            write_frame(
-                replies,
-                {
-                    "ok": True,
-                    "installed": session.installed,
-                    "load_error": _load_error(exc, settings),
-                },
-            )
-        else:
-            write_frame(replies, _error(exc, settings))
+        error = _load_error(exc, settings) if op == "info" else None
+        info = {"ok": True, "installed": session.installed, "load_error": error}
+        write_frame(replies, info if op == "info" else _error(exc, settings))
         return
     try:
         if op == "info":

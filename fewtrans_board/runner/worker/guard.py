@@ -1,10 +1,8 @@
 """Shard worker processes that never outlive their parent run.
 
-A pool worker started by the ``process`` executor asks the kernel to kill it when its
-parent dies (``PR_SET_PDEATHSIG`` on Linux) and also runs a watchdog thread that exits
-as soon as its parent process changes (every platform), so ``kill -9`` of a run leaves
-no worker computing the rest of its queue. When the parent stops a pool itself (an
-error, Ctrl-C), :func:`stop_pool` cancels queued shards and terminates the workers.
+A ``process`` executor's pool worker dies with its parent (``PR_SET_PDEATHSIG`` on Linux,
+and a watchdog thread everywhere), so ``kill -9`` of a run leaves no worker computing the
+rest of its queue; on an error or Ctrl-C, :func:`stop_pool` cancels queued shards.
 """
 
 from __future__ import annotations
@@ -26,10 +24,9 @@ def guard_worker(parent_pid: int) -> None:
     set_parent_death_signal()
     if os.getppid() != parent_pid:  # the parent died before the signal was armed
         os._exit(1)
-    watchdog = threading.Thread(
+    threading.Thread(
         target=_watch_parent, args=(parent_pid,), name="fewtrans-parent-watchdog", daemon=True
-    )
-    watchdog.start()
+    ).start()
 
 
 def set_parent_death_signal() -> bool:

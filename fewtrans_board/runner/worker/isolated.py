@@ -1,19 +1,16 @@
 """Drive a plugin worker (:mod:`fewtrans_board.runner.worker.serve`) from the calling process.
 
 The caller (``evaluate``, ``preflight``, ``hpe search``, verification) never runs the
-contestant's model or adapter: it starts one worker per run, sends it episode tensors and
-receives logits through a pickle-free frame format, and checks every reply (shape, dtype,
-finiteness) before it is used. Each request runs in a fresh episode process the worker
-forks, so nothing an episode leaves behind reaches the next one.
-
-By default the worker runs in a bubblewrap sandbox (:mod:`fewtrans_board.core.sandbox`); where
-none can be made, :class:`~fewtrans_board.core.sandbox.Isolation` ``process`` runs it as a plain
-process with a cleared environment (refused for verification unless asked for).
+contestant's code: it sends episode tensors, receives logits in the pickle-free frame format
+and checks every reply (shape, dtype, finiteness) before use; each request runs in a fresh
+episode process. A bubblewrap sandbox by default, else (``Isolation.PROCESS``) a plain process
+with a cleared environment; SECURITY.md, "Where plugin code runs", says what each keeps apart.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -22,8 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +72,13 @@ def _give_back(key: str, worker: _Idle) -> None:
         _stop(_IDLE[oldest].pop(0))
 
 
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+
+
 def _stop(worker: _Idle) -> None:
     process = worker.process
     try:
@@ -84,10 +87,7 @@ def _stop(worker: _Idle) -> None:
             process.stdin.close()
         process.wait(timeout=30)
     except (OSError, FrameError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            process.kill()
+        _kill_group(process)
         process.wait()
     if process.stdout is not None:
         process.stdout.close()
@@ -139,8 +139,6 @@ class PluginWorker:
         self.settings = settings
         self.python = settings.python or sys.executable
         self.info: WorkerInfo | None = None
-        self.sessions = 0
-        self.started_seconds = 0.0
         self._process: subprocess.Popen[bytes] | None = None
         self._scratch: str | None = None
         self._timed_out = False
@@ -157,14 +155,11 @@ class PluginWorker:
     # --- process ------------------------------------------------------------------------
 
     def start(self) -> WorkerInfo:
-        """Start the worker, or reuse an idle one started with the same settings.
-
-        Then the plugins are loaded once in an episode process (``info``).
+        """Start the worker, or reuse an idle one started with the same settings; load the plugins.
 
         A worker never runs plugin code itself and keeps nothing of the episodes it served,
         so one started for an earlier run with identical settings is as fresh as a new one.
         """
-        begun = time.perf_counter()
         argv = _argv(self.settings, self.python)
         self._key = json.dumps([argv, self.settings.hello()], sort_keys=True)
         idle = _take_idle(self._key)
@@ -174,7 +169,6 @@ class PluginWorker:
             self._process, self._scratch = idle.process, idle.scratch
         self._healthy = True
         self.info = self._info()
-        self.started_seconds = time.perf_counter() - begun
         return self.info
 
     def _launch(self, argv: list[str]) -> None:
@@ -206,20 +200,25 @@ class PluginWorker:
             )
         except OSError as exc:
             raise WorkerError(f"cannot start the plugin worker {self.python}: {exc}") from exc
-        ready = self._ask(self.settings.hello())
+        self._send(self.settings.hello())
+        ready, _ = self._read()
+        if ready.get("ok") is not True:
+            raise WorkerError(f"the plugin worker failed: {ready.get('error', '(no message)')}")
         if ready.get("op") != "ready":
             raise WorkerError(f"the plugin worker answered {ready.get('op')!r} to hello")
 
     def _info(self) -> WorkerInfo:
         header, _ = self._session({"op": "info"})
-        try:
-            installed = {
-                str(k): None if v is None else str(v)
-                for k, v in (header.get("installed") or {}).items()
+
+        def texts(key: str) -> dict[str, str | None]:
+            return {
+                str(k): None if v is None else str(v) for k, v in (header.get(key) or {}).items()
             }
+
+        try:
             error = header.get("load_error")
             return WorkerInfo(
-                installed=installed,
+                installed=texts("installed"),
                 load_error=None if error is None else str(error),
                 schema=dict(header.get("schema") or {}),
                 image_size=int(header.get("image_size") or 0),
@@ -229,22 +228,20 @@ class PluginWorker:
                 device=str(header.get("device") or self.settings.device),
                 isolation=str(header.get("isolation") or ""),
                 batches=bool(header.get("batches")),
-                files={
-                    str(k): None if v is None else str(v)
-                    for k, v in (header.get("files") or {}).items()
-                },
+                files=texts("files"),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise WorkerError(f"the plugin worker's info is malformed: {exc}") from exc
 
     def _kill(self) -> None:
-        process = self._process
-        if process is None or process.poll() is not None:
-            return
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            process.kill()
+        if self._process is not None and self._process.poll() is None:
+            _kill_group(self._process)
+
+    def _abandon(self, message: str) -> WorkerError:
+        """Stop a worker that broke the protocol; the error to raise."""
+        self._healthy = False
+        self._kill()
+        return WorkerError(message)
 
     def _watchdog(self) -> threading.Timer:
         def expire() -> None:
@@ -288,13 +285,6 @@ class PluginWorker:
         except (FrameError, BrokenPipeError, OSError) as exc:
             raise self._failure(exc) from exc
 
-    def _ask(self, header: dict[str, Any]) -> dict[str, Any]:
-        self._send(header)
-        reply, _ = self._read()
-        if reply.get("ok") is not True:
-            raise WorkerError(f"the plugin worker failed: {reply.get('error', '(no message)')}")
-        return reply
-
     # --- sessions -----------------------------------------------------------------------
 
     def _expect_reply(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -317,31 +307,32 @@ class PluginWorker:
     def _finish_session(self) -> str:
         done, _ = self._read()
         if done.get("op") == "stopped":
-            self._healthy = False
-            self._kill()
-            raise WorkerError(f"the plugin worker stopped: {done.get('error', '(no message)')}")
+            raise self._abandon(f"the plugin worker stopped: {done.get('error', '(no message)')}")
         if done.get("op") != "done":
-            self._healthy = False
-            self._kill()
-            raise WorkerError(
+            raise self._abandon(
                 f"the plugin worker sent {done.get('op') or 'an extra message'!r} after its "
                 "answer; the worker was stopped"
             )
         return str(done.get("status"))
 
+    @contextlib.contextmanager
+    def _episode(self) -> Iterator[None]:
+        """Spawn an episode process for the block's requests, then read its end (timed)."""
+        timer = self._watchdog()
+        try:
+            self._send({"op": "spawn"})
+            yield
+            self._finish_session()
+        finally:
+            timer.cancel()
+
     def _session(
         self, header: dict[str, Any], arrays: dict[str, np.ndarray] | None = None
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """Spawn an episode process, send it one request, read its reply and its end."""
-        timer = self._watchdog()
-        try:
-            self._send({"op": "spawn"})
+        with self._episode():
             self._send(header, arrays)
             reply = self._expect_reply()
-            self._finish_session()
-        finally:
-            timer.cancel()
-        self.sessions += 1
         return reply
 
     def embed(
@@ -359,9 +350,7 @@ class PluginWorker:
         """
         expected = self.info.feature_dim if self.info is not None else None
         out: list[np.ndarray] = []
-        timer = self._watchdog()
-        try:
-            self._send({"op": "spawn"})
+        with self._episode():
             self._send({"op": "embed", "batch_size": batch_size})
             for chunk in chunks:
                 self._send({"op": "chunk"}, {"pixels": chunk.astype(np.float32)})
@@ -376,19 +365,13 @@ class PluginWorker:
                     or not np.isfinite(features).all()
                 ):
                     got = "nothing" if features is None else f"{features.dtype} {features.shape}"
-                    self._healthy = False
-                    self._kill()
-                    raise WorkerError(
+                    raise self._abandon(
                         f"the plugin worker answered {got} as features of {len(chunk)} images"
                     )
                 out.append(features)
                 if progress is not None:
                     progress(len(chunk))
             self._send({"op": "end"})
-            self._finish_session()
-        finally:
-            timer.cancel()
-        self.sessions += 1
         return out
 
     def fit(self, request: FitRequest) -> FitReply:

@@ -1,25 +1,17 @@
 """Peak memory of computing a shard (FewTrans Table IX), measured where the fitting runs.
 
-What is measured, by where the adapter ran (the record's ``measure`` says which):
+The record's ``measure``, by where the adapter ran (README.md says what each counts):
 
-- ``cuda-max-memory-allocated``: this process fitted on a CUDA device. The peak of
-  ``torch.cuda.max_memory_allocated`` over the shard (reset at its start; a reset by
-  lockstep's memory probe in between is folded in first), i.e. the most bytes torch's
-  tensors held on the device at once: backbone weights, adapted copies, activations,
-  optimiser state. The caching allocator may hold more (``memory_reserved``), the CUDA
-  context more still; neither is counted. ``baseline_bytes``: allocated at the start.
-- ``rss-high-water``: this process fitted on the CPU (Linux). The process's resident-set
-  high-water mark (``VmHWM``), reset at the shard's start through ``/proc/self/clear_refs``;
-  ``baseline_bytes`` is the resident size then, so ``bytes - baseline_bytes`` is what the
-  shard's fitting added at its peak (Python, torch and the loaded model are in the baseline).
-- ``rss-high-water-since-start``: as above where the mark cannot be reset (not Linux): the
-  process's lifetime peak (``getrusage``), which may come from earlier work;
-  ``baseline_bytes`` is that peak at the shard's start.
-- ``episode-process-cuda-max-memory-allocated`` / ``episode-process-rss-high-water``: plugin
-  code ran in the worker's episode processes, one fresh process per episode; the largest
-  peak an episode process reported (its ``torch.cuda.max_memory_allocated``, or its peak
-  resident set, which counts the worker memory it was forked with, the model included). No
-  baseline.
+- ``cuda-max-memory-allocated``: fitted here on CUDA; the peak of
+  ``torch.cuda.max_memory_allocated`` over the shard (tensors only; a reset by lockstep's
+  memory probe is folded in), ``baseline_bytes`` allocated at its start.
+- ``rss-high-water``: fitted here on the CPU (Linux); the ``VmHWM`` mark, reset at the
+  shard's start (``/proc/self/clear_refs``), ``baseline_bytes`` the resident size then.
+- ``rss-high-water-since-start``: where the mark cannot be reset, the lifetime peak
+  (``getrusage``, which may come from earlier work), ``baseline_bytes`` that peak at the start.
+- ``episode-process-cuda-max-memory-allocated`` / ``episode-process-rss-high-water``: the
+  largest peak a worker's episode process reported (its resident set counts the memory it
+  was forked with, the model included); no baseline.
 """
 
 from __future__ import annotations
@@ -30,7 +22,6 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 _STATUS = Path("/proc/self/status")
@@ -138,12 +129,7 @@ class PeakMemory:
         """Fold in an episode process's reported peak (worker isolations)."""
         self.peak = max(self.peak, int(peak_bytes))
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         if not self.in_process:
             return
         if self.cuda:

@@ -32,10 +32,7 @@ class WorkerError(FewtransError):
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """Everything that decides how a worker loads and runs plugins.
-
-    ``evaluate`` and verification build this the same way, so their workers receive the
-    same ``hello`` for the same run.
+    """Everything that decides how a worker loads and runs plugins (the ``hello`` frame).
 
     Attributes:
         model: model name.

@@ -117,14 +117,10 @@ def _add_module(
     search: Sequence[str] | None = None,
     listed: Sequence[Path] = (),
 ) -> None:
-    """Add the folder (package) or file (module) of a top-level module, never importing it.
+    """Add ``module``'s top-level package folder or module file, never importing it.
 
-    Args:
-        places: what to add to.
-        module: a module name (its top-level package is added).
-        search: folders to find it in (default: as this process imports it).
-        listed: files its distribution lists; those beside a single-file module are added
-            with it (its data files).
+    Found in ``search`` (default: as this process imports it); of the ``listed`` files of its
+    distribution, those beside a single-file module (its data files) are added with it.
     """
     top = module.split(".")[0]
     try:
@@ -150,9 +146,8 @@ def _add_module(
 def _record_entries(dist: importlib.metadata.Distribution) -> tuple[Path, list[Path]] | None:
     """The install root of ``dist`` and the top-level entries its RECORD lists below it.
 
-    Entries outside the root (``../../bin`` scripts), links leading out of it (the sandbox
-    would show their target) and byte-code caches are left out. ``None`` without a RECORD
-    (an egg-info's file list is not what was installed).
+    Left out: entries outside the root (``../../bin`` scripts), links leading out of it (the
+    sandbox would show their target), byte-code caches. ``None`` without a RECORD.
     """
     if dist.read_text("RECORD") is None:
         return None
@@ -192,12 +187,10 @@ def _add_distribution(
 ) -> None:
     """What a worker sees of ``dist``: one rule for evaluate, preflight, search and verify.
 
-    Every top-level entry its RECORD lists below its install root (package folders, module
-    and data files, the ``.dist-info`` folder), never the root itself nor files outside it.
-    An editable install (its RECORD holds only a ``.pth`` or ``__editable__`` finder) or
-    a distribution without RECORD falls back to its import packages (``top_level.txt``,
-    its entry points' modules) found where they import from, with the files it lists beside
-    a single-file module.
+    Every top-level entry its RECORD lists below its install root, never the root itself. An
+    editable install (a RECORD of a ``.pth`` or ``__editable__`` finder only) or one without
+    RECORD falls back to its import packages (``top_level.txt``, entry points' modules) where
+    they import from, with the files it lists beside a single-file module.
     """
     record = _record_entries(dist)
     if record is not None:
@@ -214,25 +207,24 @@ def _add_distribution(
         _add_module(places, name, search, listed)
 
 
-def _pinned(dist: importlib.metadata.Distribution, wanted: set[str]) -> bool:
-    name = _normal_name(dist.metadata["Name"] or "")
-    return name in wanted and name != "fewtrans-board"
+def _pinned(
+    found: Iterable[importlib.metadata.Distribution], distributions: Iterable[str]
+) -> list[importlib.metadata.Distribution]:
+    """Those of ``found`` that ``distributions`` name (never fewtrans-board itself)."""
+    wanted = {_normal_name(d) for d in distributions} - {"fewtrans-board"}
+    return [dist for dist in found if _normal_name(dist.metadata["Name"] or "") in wanted]
 
 
 def plugin_places(distributions: Iterable[str], modules: Iterable[str] = ()) -> PluginPlaces:
-    """Where the plugin code of ``distributions`` (and of ``modules``) lives.
+    """Where the plugin code of ``distributions`` (and of ``modules``) lives, never importing it.
 
-    Read from package metadata and import specs of this process, never by importing the
-    plugins. Each distribution contributes what :func:`_add_distribution` shows of it (the
-    rule ``--plugin-dir`` folders follow too: :func:`plugin_dir_places`); each of ``modules``
-    the location of its top-level package. fewtrans-board itself is always visible to a
-    worker.
+    Each distribution contributes what :func:`_add_distribution` shows of it (as in
+    :func:`plugin_dir_places`), each module its top-level package. fewtrans-board itself is
+    always visible to a worker.
     """
     places = PluginPlaces()
-    wanted = {_normal_name(d) for d in distributions}
-    for dist in importlib.metadata.distributions():
-        if _pinned(dist, wanted):
-            _add_distribution(places, dist, None)
+    for dist in _pinned(importlib.metadata.distributions(), distributions):
+        _add_distribution(places, dist, None)
     for module in modules:
         _add_module(places, module)
     return places
@@ -241,21 +233,18 @@ def plugin_places(distributions: Iterable[str], modules: Iterable[str] = ()) -> 
 def plugin_dir_places(folders: Iterable[Path], distributions: Iterable[str]) -> PluginPlaces:
     """What a worker sees of ``--plugin-dir`` folders: the pinned distributions in them.
 
-    Each folder is appended to the worker's ``sys.path``; of its contents only the
-    ``distributions`` installed there are shown, by the rule :func:`plugin_places` applies
-    to installed ones (a ``pip install --target`` folder and a ``site-packages`` holding
-    the same wheel show the worker the same files). A pinned distribution found nowhere is
-    refused later, when the worker reports what it found.
+    Each folder goes on the worker's ``sys.path``; only the ``distributions`` installed there
+    are shown, by :func:`plugin_places`' rule (a ``pip install --target`` folder and a
+    ``site-packages`` with the same wheel show the same files). A pin found nowhere is refused
+    later, when the worker reports what it found.
     """
     places = PluginPlaces()
-    wanted = {_normal_name(d) for d in distributions}
     for folder in folders:
         where = str(folder)
         if where not in places.sys_path:
             places.sys_path.append(where)
-        for dist in importlib.metadata.distributions(path=[where]):
-            if _pinned(dist, wanted):
-                _add_distribution(places, dist, [where])
+        for dist in _pinned(importlib.metadata.distributions(path=[where]), distributions):
+            _add_distribution(places, dist, [where])
     return places
 
 
@@ -371,10 +360,7 @@ def fit_request(
 
 
 def outcomes_from_reply(
-    inputs: EpisodeInputs,
-    configs: Sequence[AdapterConfig],
-    seeds: Sequence[int],
-    reply: FitReply,
+    inputs: EpisodeInputs, configs: Sequence[AdapterConfig], seeds: Sequence[int], reply: FitReply
 ) -> list[ConfigOutcome]:
     """A whole-query-set reply as the runner's outcomes, logits back in manifest order."""
     outcomes = []

@@ -1,18 +1,11 @@
 """The plugin worker: the only kind of process that runs a contestant's model or adapter.
 
-Started by :class:`fewtrans_board.runner.worker.isolated.PluginWorker` as
-``python -I -m fewtrans_board.runner.worker.serve`` (inside a sandbox where one can be made), by
-``evaluate``, ``preflight``, ``hpe search`` and verification alike, with the same
-environment and settings, so a plugin cannot tell a verification from an evaluation.
-
-The process is a *zygote*: it imports trusted libraries (torch, fewtrans-board) but never
-plugin code, then forks a fresh *episode process* for every request. That process isolates
-itself (:mod:`fewtrans_board.core.sandbox.episode`), loads the plugins, model and adapter,
-reads its own request from the pipe, answers, and exits
-(:mod:`fewtrans_board.runner.worker.episode_process`); the zygote then ends whatever it
-left running and reports how it ended. No episode can see another's data, files or
-processes, and the zygote never holds episode data (it reads only the small ``spawn``
-frames; the episode process reads the rest itself).
+Started by :class:`~fewtrans_board.runner.worker.isolated.PluginWorker` as ``python -I -m
+fewtrans_board.runner.worker.serve``, the same way for every command, so a plugin cannot tell
+a verification from an evaluation. It is a *zygote* that imports trusted code only and forks
+an *episode process* per request (:mod:`fewtrans_board.runner.worker.episode_process`), then
+ends whatever that left running; it reads only the small ``spawn`` frames, never episode data
+(SECURITY.md, "Where plugin code runs").
 
 Frames (:mod:`fewtrans_board.runner.worker.frames`) on stdin, answers on stdout:
 
@@ -40,11 +33,7 @@ import sys
 import traceback
 from typing import IO, Any
 
-from fewtrans_board.core.sandbox.episode import (
-    empty_scratch,
-    end_descendants,
-    guard_worker_process,
-)
+from fewtrans_board.core.sandbox.episode import empty_scratch, end_descendants, guard_worker_process
 from fewtrans_board.runner.worker.episode_process import PRELOADED, run_session
 from fewtrans_board.runner.worker.frames import FrameError, read_frame, write_frame
 
@@ -91,11 +80,10 @@ def describe_status(status: int) -> str:
 
 
 def _preload_builtin_model(settings: dict[str, Any]) -> None:
-    """Load the run's model in the zygote when fewtrans-board itself provides it.
+    """Load a built-in (trusted) model once in the zygote, for episode processes to copy.
 
-    Only built-in (trusted) code runs here, single-threaded (a fork after a multi-threaded
-    OpenMP region would hang the children) and on CPU (CUDA cannot survive a fork); each
-    episode process then starts from a copy of the loaded model instead of loading it.
+    Single-threaded (a fork after a multi-threaded OpenMP region hangs the children) and on
+    CPU only (CUDA cannot survive a fork).
     """
     import torch
 
@@ -137,14 +125,10 @@ def _configure(settings: dict[str, Any]) -> None:
 
 
 def _check_request_pipe(requests: IO[bytes]) -> None:
-    """Refuse to go on when an episode process left bytes in the request pipe.
+    """Raise ``RuntimeError`` if an episode process left bytes in the request pipe.
 
-    The caller sends the next request only after this worker's ``done``, and an episode
-    process reads its whole request, so the pipe is empty here unless the process wrote
-    into it (``/proc/self/fd/0`` opened for writing): bytes the next episode would read.
-
-    Raises:
-        RuntimeError: the pipe holds unread bytes.
+    The next request comes only after ``done`` and an episode process reads its whole request,
+    so bytes here were written into the pipe (``/proc/self/fd/0``) for the next episode.
     """
     import array
     import fcntl

@@ -1,28 +1,16 @@
 """Trainable parameters of a fit: how many values one configuration's training optimised.
 
-Display-only provenance, like the fit seconds and the peak memory beside it (FewTrans
-Table IX's cost columns): the count is taken in the process that runs the adapter, so a
-plugin could forge it, and nothing that scores, ranks or verifies an entry reads it. The
-worker's reply carries it as one bounded integer per configuration; a malformed value is
-dropped (``None``), never an error.
+Display-only provenance, like the fit seconds and peak memory beside it: counted where the
+adapter runs, so a plugin could forge it, and nothing that scores, ranks or verifies reads
+it; a malformed count in a worker's reply becomes ``None``, never an error.
 
-What is counted (the record's ``measure``, ``optimised-tensors``): while the adapter's
-``fit`` or ``fit_many`` runs, every tensor handed to an optimiser with a learning rate
-other than 0:
-
-- a ``torch.optim`` optimiser (each parameter group as it is added, so ``add_param_group``
-  too): the tensor's elements, once per tensor;
-- :class:`~fewtrans_board.blocks.lockstep.adam.StackedOptimiser`, the built-in batched
-  optimiser of HPE grids (heads and lockstep plans): its tensors hold one row per
-  configuration, and a row counts where its learning rate is not 0 (each row once, however
-  often a chunk is retried).
-
-A call of ``fit`` gives one configuration's count. A call of ``fit_many`` is measured as a
-whole and each configuration gets the total divided by the number of configurations: the
-configurations of an HPE grid differ only in learning rates and epochs, so they train
-tensors of one shape. A frozen backbone is not counted (it is never handed to an
-optimiser); a training-free adapter counts 0. Training that bypasses both kinds of
-optimiser (hand-written updates of a plugin) is not seen and counts 0 as well.
+The ``measure`` ``optimised-tensors`` counts, while ``fit`` or ``fit_many`` runs, every tensor
+handed with a learning rate other than 0 to a ``torch.optim`` optimiser (each parameter
+group as added: its elements, once per tensor) or to the built-in
+:class:`~fewtrans_board.blocks.lockstep.adam.StackedOptimiser` (one row per configuration,
+each row once, however often a chunk is retried). A ``fit_many`` is measured as a whole and
+shared equally (a grid's configurations train tensors of one shape). A frozen backbone, a
+training-free adapter and hand-written updates that bypass both optimisers count 0.
 """
 
 from __future__ import annotations
@@ -71,13 +59,13 @@ class Counter:
 _ACTIVE: list[Counter] = []
 
 
-def _patched() -> contextlib.ExitStack:
+@contextlib.contextmanager
+def _patched() -> Iterator[None]:
     """Wrap the optimisers' constructors so the innermost active counter sees their tensors."""
     import torch
 
     from fewtrans_board.blocks.lockstep.adam import StackedOptimiser
 
-    stack = contextlib.ExitStack()
     add_group = torch.optim.Optimizer.add_param_group
     stacked_init = StackedOptimiser.__init__
 
@@ -99,13 +87,11 @@ def _patched() -> contextlib.ExitStack:
 
     torch.optim.Optimizer.add_param_group = add_param_group  # type: ignore[method-assign]
     StackedOptimiser.__init__ = stacked  # type: ignore[method-assign]
-
-    def restore() -> None:
+    try:
+        yield
+    finally:
         torch.optim.Optimizer.add_param_group = add_group  # type: ignore[method-assign]
         StackedOptimiser.__init__ = stacked_init  # type: ignore[method-assign]
-
-    stack.callback(restore)
-    return stack
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from fewtrans_board.api.adapter import hparam
 from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.blocks.clip_common import DASSL_RECIPE_NOTE, DASSL_SGD, INDUCTIVE_CLIP_CODE
-from fewtrans_board.blocks.training import upcast
+from fewtrans_board.blocks.training import normalized
 from fewtrans_board.methods.adapters.clip_prompts.common import PHOTO_PREFIX
 from fewtrans_board.methods.adapters.clip_prompts.coop import CoopAdapter, CoopSession
 
@@ -62,7 +62,6 @@ class CocoopSession(CoopSession):
             class_names: the classes.
         """
         import torch
-        import torch.nn.functional as F
 
         from fewtrans_board.blocks.training import autocast
 
@@ -72,7 +71,7 @@ class CocoopSession(CoopSession):
         with autocast(self.device):
             for start in range(0, contexts.shape[0], step):
                 chunks.append(self.prompter.encode(class_names, contexts[start : start + step]))
-        return F.normalize(upcast(torch.cat(chunks)), dim=-1)
+        return normalized(torch.cat(chunks))
 
     def scores(self, image_features: torch.Tensor, class_names: Sequence[str]) -> torch.Tensor:
         """``logit_scale * cos`` of each normalised image feature against its own prompts."""
@@ -142,10 +141,9 @@ class CocoopPredictor:
     def predict_names(self, query: ImageSet, class_names: Sequence[str]) -> torch.Tensor:
         """Logits ``[Q, len(class_names)]``."""
         import torch
-        import torch.nn.functional as F
 
         with torch.no_grad():
-            features = F.normalize(upcast(query.features(self.session.backbone)), dim=-1)
+            features = normalized(query.features(self.session.backbone))
             return self.session.scores(features, class_names)
 
     def predict(self, query: ImageSet) -> torch.Tensor:
@@ -207,11 +205,7 @@ class CocoopAdapter(CoopAdapter):
         )
 
     def session(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> CocoopSession:
         """Build the CoCoOp session."""
         return CocoopSession(

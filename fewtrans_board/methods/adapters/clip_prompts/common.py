@@ -3,7 +3,7 @@
 Every adapter here builds a :class:`PromptSession` per fit: frozen deep copies of the CLIP
 modules it runs (never the caller's), the trainable tensors, the loss of a support batch
 and the predictor. :meth:`PromptAdapter.fit` trains the session with the recipe of
-:func:`~fewtrans_board.blocks.clip_training.train_clip` (shared with the CLIP
+:func:`~fewtrans_board.blocks.clip_training.clip_plan` (shared with the CLIP
 tuning adapters: Adam, one learning rate, per-step cosine to zero, ``RandomState(11)``
 shuffles).
 """
@@ -15,13 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from fewtrans_board.blocks.clip_training import (
-    ClipTrainingConfig,
-    clip_plan,
-    reworded,
-)
+from fewtrans_board.blocks.clip_training import ClipTrainingConfig, clip_plan, reworded
 from fewtrans_board.blocks.lockstep import PlannedAdapter, TrainingPlan
-from fewtrans_board.blocks.training import upcast
+from fewtrans_board.blocks.training import normalized, upcast
 
 if TYPE_CHECKING:
     import numpy as np
@@ -164,8 +160,8 @@ def prompted_clip_loss(
     index = torch.as_tensor(batch, device=session.device)
     with autocast(session.device):
         features = encoder(session.pixels[index])
-    images = F.normalize(upcast(features), dim=-1)
-    texts = F.normalize(upcast(text_features(session.class_names)), dim=-1)
+    images = normalized(features)
+    texts = normalized(text_features(session.class_names))
     logits = session.logit_scale * images @ texts.t()
     return F.cross_entropy(logits, session.labels[index])
 
@@ -182,20 +178,12 @@ class PromptAdapter(PlannedAdapter):
 
     @abstractmethod
     def session(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> PromptSession:
         """Build the untrained session of one fit (deep copies, prompts, loss)."""
 
     def plan(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> TrainingPlan:
         """The session's training: its trainable tensors at ``config.lr``, its loss."""
         session = self.session(backbone, support, class_names, config)

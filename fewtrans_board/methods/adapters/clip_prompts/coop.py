@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from fewtrans_board.api.adapter import hparam
 from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.blocks.clip_common import DASSL_RECIPE_NOTE, DASSL_SGD, INDUCTIVE_CLIP_CODE
-from fewtrans_board.blocks.training import upcast
+from fewtrans_board.blocks.training import normalized
 from fewtrans_board.methods.adapters.clip_prompts.common import (
     PromptAdapter,
     PromptConfig,
@@ -48,14 +48,8 @@ class CoopSession(PromptSession):
         ctx_init: str,
         method: str,
     ) -> None:
-        import torch.nn.functional as F
-
         from fewtrans_board.blocks.clip_common import clip_model
-        from fewtrans_board.blocks.prompter import (
-            TextPrompter,
-            count_tokens,
-            frozen_text_copy,
-        )
+        from fewtrans_board.blocks.prompter import TextPrompter, count_tokens, frozen_text_copy
 
         model = clip_model(backbone, method)
         assert backbone.text is not None
@@ -75,18 +69,16 @@ class CoopSession(PromptSession):
         )
         self.ctx = self.add_trainable("ctx", new_parameter(initial, self.device))
         self.logit_scale = backbone.text.logit_scale
-        self.features = F.normalize(upcast(support.images.features(backbone)), dim=-1)
+        self.features = normalized(support.images.features(backbone))
         self.labels = support.labels.to(self.device)
 
     def text_features(self, class_names: Sequence[str]) -> torch.Tensor:
         """Normalised prompted text features ``[C, D]`` (differentiable in the context)."""
-        import torch.nn.functional as F
-
         from fewtrans_board.blocks.training import autocast
 
         with autocast(self.device):
             features = self.prompter.encode(class_names, self.ctx)
-        return F.normalize(upcast(features), dim=-1)
+        return normalized(features)
 
     def logits(self, index: torch.Tensor) -> torch.Tensor:
         """``logit_scale * cos`` of support images ``index`` against the episode's classes."""
@@ -168,11 +160,7 @@ class CoopAdapter(PromptAdapter):
         )
 
     def session(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> CoopSession:
         """Build the CoOp session."""
         return CoopSession(backbone, support, class_names, config.n_ctx, config.ctx_init, self.name)

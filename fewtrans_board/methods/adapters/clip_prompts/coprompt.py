@@ -38,7 +38,7 @@ from fewtrans_board.blocks.clip_common import (
     INDUCTIVE_CLIP_CODE,
     inductive_clip_templates,
 )
-from fewtrans_board.blocks.training import upcast
+from fewtrans_board.blocks.training import normalized, upcast
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.methods.adapters.clip_prompts.maple import MapleAdapter, MapleSession
 
@@ -96,8 +96,6 @@ class CopromptSession(MapleSession):
         augmentation: str = "none",
         **kwargs: Any,
     ) -> None:
-        import torch.nn.functional as F
-
         from fewtrans_board.methods.adapters.clip_prompts.descriptions import descriptions_for
 
         super().__init__(backbone, support, class_names, **kwargs)
@@ -109,9 +107,7 @@ class CopromptSession(MapleSession):
         self.descriptions = description_features(
             backbone, descriptions_for(self.class_names, fallback)
         )
-        self.frozen_images = F.normalize(upcast(support.images.features(backbone)), dim=-1).to(
-            self.device
-        )
+        self.frozen_images = normalized(support.images.features(backbone)).to(self.device)
         self.weight = weight
         self.views: Any = None
         if augmentation == "crop-flip":
@@ -124,13 +120,11 @@ class CopromptSession(MapleSession):
 
         Without augmentation both views are the preprocessed support images.
         """
-        import torch.nn.functional as F
-
         pixels = self.pixels[index]
         if self.views is None:
             return pixels, self.frozen_images[index]
         first, second = self.views(pixels), self.views(pixels)
-        frozen = F.normalize(upcast(self.backbone.embed(second)), dim=-1).to(self.device)
+        frozen = normalized(self.backbone.embed(second)).to(self.device)
         return first, frozen
 
     def adapted_images(self, pixels: torch.Tensor) -> torch.Tensor:
@@ -170,11 +164,7 @@ class CopromptSession(MapleSession):
 
     def predictor(self) -> ClipPredictor:
         """Adapted prompted images against adapted prompted texts of any class names."""
-        from fewtrans_board.blocks.clip_common import (
-            ClipPredictor,
-            batched_images,
-            cached_for,
-        )
+        from fewtrans_board.blocks.clip_common import ClipPredictor, batched_images, cached_for
 
         def images(query: ImageSet) -> torch.Tensor:
             return batched_images(self.adapted_images, query.pixels, self.device)  # type: ignore[arg-type]
@@ -264,11 +254,7 @@ class CopromptAdapter(MapleAdapter):
         )
 
     def session(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> CopromptSession:
         """Build the CoPrompt session."""
         if config.missing_descriptions not in ("error", "template"):

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -142,51 +142,52 @@ def top_tokens(x: torch.Tensor, k: int) -> torch.Tensor:
     return torch.gather(x, 1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
 
 
-def _batch_first(x: torch.Tensor, axis: int) -> torch.Tensor:
-    return x if axis == 1 else x.transpose(0, 1)
+def _attach(
+    blocks: Sequence[nn.Module],
+    fusions: dict[int, TokenFusion],
+    batch_first: bool,
+    rewrite: Callable[[torch.Tensor, TokenFusion], torch.Tensor],
+) -> list[Any]:
+    """Pre-hooks on ``blocks[i]`` rewriting the batch-first input with ``fusions[i]``."""
+
+    def flip(x: torch.Tensor) -> torch.Tensor:
+        return x if batch_first else x.transpose(0, 1)
+
+    def hook(layer: int) -> Any:
+        def replace(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            return (flip(rewrite(flip(args[0]), fusions[layer])), *args[1:]), kwargs
+
+        return replace
+
+    return [
+        blocks[layer].register_forward_pre_hook(hook(layer), with_kwargs=True) for layer in fusions
+    ]
 
 
 def attach_text_fusion(
     blocks: Sequence[nn.Module], fusions: dict[int, TokenFusion], n_ctx: int, batch_first: bool
 ) -> list[Any]:
     """Replace text positions ``1..n_ctx`` before block ``i`` by ``fusions[i](next n tokens, prompts)``."""
-    axis = 1 if batch_first else 0
 
-    def hook(layer: int) -> Any:
-        def replace(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            x = _batch_first(args[0], axis)
-            prompts = x[:, 1 : 1 + n_ctx]
-            tokens = x[:, 1 + n_ctx : 1 + 2 * n_ctx]
-            fused = fusions[layer](tokens, prompts).to(x.dtype)
-            x = torch.cat([x[:, :1], fused, x[:, 1 + n_ctx :]], dim=1)
-            return (_batch_first(x, axis), *args[1:]), kwargs
+    def rewrite(x: torch.Tensor, fusion: TokenFusion) -> torch.Tensor:
+        prompts, tokens = x[:, 1 : 1 + n_ctx], x[:, 1 + n_ctx : 1 + 2 * n_ctx]
+        fused = fusion(tokens, prompts).to(x.dtype)
+        return torch.cat([x[:, :1], fused, x[:, 1 + n_ctx :]], dim=1)
 
-        return replace
-
-    return [
-        blocks[layer].register_forward_pre_hook(hook(layer), with_kwargs=True) for layer in fusions
-    ]
+    return _attach(blocks, fusions, batch_first, rewrite)
 
 
 def attach_visual_fusion(
     blocks: Sequence[nn.Module], fusions: dict[int, TokenFusion], n_prompts: int, batch_first: bool
 ) -> list[Any]:
     """Replace the last ``n_prompts`` image tokens before block ``i`` by ``fusions[i](top tokens, prompts)``."""
-    axis = 1 if batch_first else 0
 
-    def hook(layer: int) -> Any:
-        def replace(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            x = _batch_first(args[0], axis)
-            kept, prompts = x[:, :-n_prompts], x[:, -n_prompts:]
-            fused = fusions[layer](top_tokens(kept, n_prompts), prompts).to(x.dtype)
-            x = torch.cat([kept, fused], dim=1)
-            return (_batch_first(x, axis), *args[1:]), kwargs
+    def rewrite(x: torch.Tensor, fusion: TokenFusion) -> torch.Tensor:
+        kept, prompts = x[:, :-n_prompts], x[:, -n_prompts:]
+        fused = fusion(top_tokens(kept, n_prompts), prompts).to(x.dtype)
+        return torch.cat([kept, fused], dim=1)
 
-        return replace
-
-    return [
-        blocks[layer].register_forward_pre_hook(hook(layer), with_kwargs=True) for layer in fusions
-    ]
+    return _attach(blocks, fusions, batch_first, rewrite)
 
 
 def fusion_layers(n_blocks: int, width: int, fusion: str = "projected") -> nn.ModuleDict:

@@ -197,11 +197,7 @@ class IvlpAdapter(PromptAdapter):
         )
 
     def session(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> IvlpSession:
         """Build the IVLP session."""
         return IvlpSession(

@@ -102,11 +102,7 @@ class KgcoopAdapter(CoopAdapter):
         )
 
     def session(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> KgcoopSession:
         """Build the KgCoOp session."""
         return KgcoopSession(

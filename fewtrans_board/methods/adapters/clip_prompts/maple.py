@@ -107,11 +107,7 @@ class MapleAdapter(PromptAdapter):
         )
 
     def session(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> MapleSession:
         """Build the MaPLe session."""
         return MapleSession(

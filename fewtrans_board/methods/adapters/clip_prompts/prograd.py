@@ -172,11 +172,7 @@ class ProgradAdapter(CoopAdapter):
         temperature: float = hparam(1.0, "Temperature T of the KL to zero-shot CLIP.", above=0)
 
     def session(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> ProgradSession:
         """Build the ProGrad session."""
         return ProgradSession(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from fewtrans_board.api.adapter import hparam
 from fewtrans_board.api.recipe import Recipe
 from fewtrans_board.blocks.clip_common import DASSL_RECIPE_NOTE, DASSL_SGD, INDUCTIVE_CLIP_CODE
-from fewtrans_board.blocks.training import upcast
+from fewtrans_board.blocks.training import normalized, upcast
 from fewtrans_board.methods.adapters.clip_prompts.ivlp import IvlpAdapter, IvlpSession
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ class PromptSrcSession(IvlpSession):
         index = torch.as_tensor(batch, device=self.device)
         with autocast(self.device):
             prompted = self.model.visual(self.pixels[index])
-        images = F.normalize(upcast(prompted), dim=-1)
+        images = normalized(prompted)
         texts = F.normalize(self.text_features(self.class_names), dim=-1)
         logits = self.logit_scale * images @ texts.t()
         frozen = self.frozen_images[index]
@@ -209,11 +209,7 @@ class PromptSrcAdapter(IvlpAdapter):
         )
 
     def session(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> PromptSrcSession:
         """Build the PromptSRC session."""
         return PromptSrcSession(

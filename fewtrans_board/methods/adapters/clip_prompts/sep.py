@@ -29,7 +29,7 @@ from fewtrans_board.blocks.clip_common import (
     INDUCTIVE_CLIP_CODE,
     inductive_clip_templates,
 )
-from fewtrans_board.blocks.training import upcast
+from fewtrans_board.blocks.training import normalized, upcast
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.methods.adapters.clip_prompts.common import (
     PromptAdapter,
@@ -149,9 +149,7 @@ class SepSession(PromptSession):
 
         from fewtrans_board.blocks.clip_common import handcrafted_text_features
 
-        self.frozen_images = F.normalize(upcast(support.images.features(backbone)), dim=-1).to(
-            self.device
-        )
+        self.frozen_images = normalized(support.images.features(backbone)).to(self.device)
         self.template = config.template
         self.handcrafted = handcrafted_text_features(backbone, self.class_names, self.template).to(
             self.device
@@ -191,11 +189,10 @@ class SepSession(PromptSession):
 
         with autocast(self.device):
             prompted = self.model.visual(pixels)
-        summed = F.normalize(upcast(prompted), dim=-1) + F.normalize(upcast(frozen), dim=-1)
+        summed = normalized(prompted) + normalized(frozen)
         if self.visual_residual is not None and self.residual_alpha is not None:
             summed = summed + self.residual_alpha * self.visual_residual
-        fused: torch.Tensor = F.normalize(summed, dim=-1)
-        return fused
+        return F.normalize(summed, dim=-1)
 
     def text_features(self, class_names: Sequence[str]) -> torch.Tensor:
         """``norm(norm(prompted) + hand-crafted [+ alpha R])``; no residual for unseen names."""
@@ -206,7 +203,7 @@ class SepSession(PromptSession):
         from fewtrans_board.blocks.training import autocast
 
         with autocast(self.device):
-            prompted = F.normalize(upcast(self.prompter.encode(class_names, self.ctx)), dim=-1)
+            prompted = normalized(self.prompter.encode(class_names, self.ctx))
         episode = list(class_names) == self.class_names
         handcrafted = (
             self.handcrafted
@@ -343,11 +340,7 @@ class SepAdapter(PromptAdapter):
         )
 
     def session(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> SepSession:
         """Build the SEP session."""
         return SepSession(backbone, support, class_names, config, self.name)
@@ -397,11 +390,7 @@ class SepresAdapter(SepAdapter):
         )
 
     def session(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> SepSession:
         """Build the SEPRES session."""
         return SepSession(

@@ -166,11 +166,7 @@ class TcpAdapter(CoopAdapter):
         )
 
     def session(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> TcpSession:
         """Build the TCP session."""
         from fewtrans_board.core.errors import FewtransError

@@ -113,11 +113,7 @@ class VptClipAdapter(PromptAdapter):
         depth: int = hparam(0, "Image blocks with their own prompts; 0 means all of them.", min=0)
 
     def session(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> VptClipSession:
         """Build the VPT-CLIP session."""
         return VptClipSession(

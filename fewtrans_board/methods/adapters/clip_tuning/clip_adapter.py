@@ -84,11 +84,7 @@ class ClipAdapterAdapter(ClipTuningAdapter):
         reduction: int = hparam(4, "Bottleneck reduction: hidden width D / reduction.", min=1)
 
     def build(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> TuningState:
         """A fresh bottleneck adapter (default Linear init) over cached image features."""
         import torch
@@ -118,8 +114,7 @@ class ClipAdapterAdapter(ClipTuningAdapter):
         ratio = config.ratio
 
         def adapt(features: torch.Tensor) -> torch.Tensor:
-            adapted: torch.Tensor = ratio * adapter(features) + (1.0 - ratio) * features
-            return adapted
+            return ratio * adapter(features) + (1.0 - ratio) * features  # type: ignore[no-any-return]
 
         template = config.template
         text = handcrafted_text_features(backbone, class_names, template).to(device)

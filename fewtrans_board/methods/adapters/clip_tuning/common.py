@@ -2,7 +2,7 @@
 
 Every adapter here scores ``logit_scale * cos(image feature, class text feature)`` with
 CLIP's frozen temperature, trains with the recipe of
-:func:`~fewtrans_board.blocks.clip_training.train_clip` (shared with the prompt
+:func:`~fewtrans_board.blocks.clip_training.clip_plan` (shared with the prompt
 learners) and returns a :class:`ClipTuningPredictor`, which scores query images against any
 class names.
 
@@ -21,10 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.blocks.clip_common import ClipPredictor
-from fewtrans_board.blocks.clip_training import (
-    ClipTrainingConfig,
-    clip_plan,
-)
+from fewtrans_board.blocks.clip_training import ClipTrainingConfig, clip_plan
 from fewtrans_board.blocks.lockstep import PlannedAdapter, TrainingPlan
 
 if TYPE_CHECKING:
@@ -95,11 +92,7 @@ class ClipTuningAdapter(PlannedAdapter):
 
     @abstractmethod
     def build(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> TuningState:
         """Copy what trains, create new parameters and define the loss and predictor.
 
@@ -118,11 +111,7 @@ class ClipTuningAdapter(PlannedAdapter):
         """
 
     def plan(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> TrainingPlan:
         """Check the config and build the state; its training is the plan."""
         state = self.build(backbone, support, class_names, config)

@@ -89,17 +89,11 @@ class TaskResAdapter(ClipTuningAdapter):
         """
 
         alpha: float = hparam(
-            0.5,
-            "Residual scale alpha in normalize(t0 + alpha * x), t0 unnormalised.",
-            min=0,
+            0.5, "Residual scale alpha in normalize(t0 + alpha * x), t0 unnormalised.", min=0
         )
 
     def build(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> TuningState:
         """The zero residual over the raw zero-shot text features, on cached image features."""
         import torch

@@ -82,11 +82,7 @@ class TowerTuningAdapter(ClipTuningAdapter):
         """
 
     def build(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> TuningState:
         """Copy the model, mark what trains, and define the loss and the predictor."""
         import torch
@@ -140,8 +136,7 @@ class TowerTuningAdapter(ClipTuningAdapter):
             with torch.no_grad(), autocast(device):
                 prompts = text_encoder.tokenize(class_prompts(names, template)).to(device)
                 encoded = model.encode_text(prompts)
-            result: torch.Tensor = upcast(encoded)
-            return result
+            return upcast(encoded)
 
         def predictor() -> ClipTuningPredictor:
             model.eval()

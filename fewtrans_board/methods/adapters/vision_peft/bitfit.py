@@ -40,10 +40,7 @@ class BitFitAdapter(FinetuneAdapter):
 
     def trainable(self, encoder: nn.Module, config: Any) -> list[torch.Tensor]:
         """The encoder's bias parameters (ViT encoders only)."""
-        from fewtrans_board.blocks.vit_hooks import (
-            parameters_named,
-            require_vit,
-        )
+        from fewtrans_board.blocks.vit_hooks import parameters_named, require_vit
 
         require_vit(encoder, self.name)
         return parameters_named(encoder, "bias")

@@ -45,11 +45,7 @@ class LoraAdapter(FinetuneAdapter):
         from peft import LoraConfig, inject_adapter_in_model
 
         from fewtrans_board.blocks.unfuse import unfuse_qkv
-        from fewtrans_board.blocks.vit_hooks import (
-            injecting,
-            parameters_named,
-            require_vit,
-        )
+        from fewtrans_board.blocks.vit_hooks import injecting, parameters_named, require_vit
 
         require_vit(encoder, self.name)
         unfuse_qkv(encoder)

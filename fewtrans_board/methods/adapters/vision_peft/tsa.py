@@ -16,11 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.adapter import hparam
-from fewtrans_board.blocks.finetune import (
-    FinetuneAdapter,
-    FinetunePredictor,
-    encoder_plan,
-)
+from fewtrans_board.blocks.finetune import FinetuneAdapter, FinetunePredictor, encoder_plan
 from fewtrans_board.blocks.lockstep import TrainingPlan
 
 if TYPE_CHECKING:
@@ -69,11 +65,7 @@ class TsaAdapter(FinetuneAdapter):
         return attach_parallel(encoder, config.hidden, config.adapter_scale, self.name)
 
     def plan(
-        self,
-        backbone: Backbone,
-        support: SupportSet,
-        class_names: Sequence[str],
-        config: Any,
+        self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Any
     ) -> TrainingPlan:
         """Train adapters and transform with the support NCC loss; the head is the NCC head."""
         from fewtrans_board.methods.adapters.vision_peft.ncc import NccHead
