@@ -45,6 +45,11 @@ def datasets_scan(
             (f"classes with fewer than {spec.min_items_per_class} items", report.small_classes),
             ("extra folders not in the class list", report.extra_classes),
             ("unreadable images", report.unreadable),
+            ("files missing from the official numbering", report.missing_files),
+            (
+                "classes whose count differs from the official one",
+                [f"{c} ({n} of {m})" for c, (n, m) in report.miscounted_classes.items()],
+            ),
         ):
             if values:
                 click.echo(

@@ -180,8 +180,9 @@ def fewtrans_datasets() -> list[DatasetSpec]:
             license="Research use (CIFAR terms)",
             source_url="https://www.cs.toronto.edu/~kriz/cifar.html",
             download=(
-                "Download cifar-100-python.tar.gz and write the test batch as PNGs per fine label "
-                "(FewTrans's prepare_datasets.py --process_CIFAR100 upscales them to 84 px)."
+                "Download cifar-100-python.tar.gz and write the test batch as PNGs per fine label, "
+                "upscaled to 84 px as FewTrans's prepare_datasets.py --process_CIFAR100 does: "
+                "python -m fewtrans_board.datasets.cifar cifar-100-python <root> --batch test --size 84"
             ),
             description="10,000 images (the test batch), 100 per class. " + SPLIT_NOTE,
             min_items_per_class=100,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,10 @@ class CopyReport:
         empty_classes: class ids with no items (missing or empty folders).
         small_classes: class ids with fewer items than the spec's minimum.
         extra_classes: folders present on disk but not in the class list.
+        missing_files: item ids an official copy has and this one lacks (readers whose
+            layout says which files exist: an index file, a numbering).
+        miscounted_classes: class id -> ``[found, official]`` for every non-empty class
+            whose item count differs from the official one (``extra["expected_counts"]``).
         unreadable: item ids whose image could not be decoded.
         total: total items found.
         expected_total: total a complete copy has, if known.
@@ -33,6 +38,8 @@ class CopyReport:
     empty_classes: list[str] = field(default_factory=list)
     small_classes: list[str] = field(default_factory=list)
     extra_classes: list[str] = field(default_factory=list)
+    missing_files: list[str] = field(default_factory=list)
+    miscounted_classes: dict[str, list[int]] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)
     total: int = 0
     expected_total: int | None = None
@@ -44,6 +51,8 @@ class CopyReport:
             self.empty_classes
             or self.small_classes
             or self.extra_classes
+            or self.missing_files
+            or self.miscounted_classes
             or self.unreadable
             or (self.expected_total is not None and self.total != self.expected_total)
         )
@@ -60,6 +69,8 @@ class CopyReport:
             "empty_classes": self.empty_classes,
             "small_classes": self.small_classes,
             "extra_classes": self.extra_classes,
+            "missing_files": self.missing_files,
+            "miscounted_classes": self.miscounted_classes,
             "unreadable": self.unreadable,
             "counts": self.counts,
         }
@@ -77,6 +88,18 @@ def _image_is_readable(spec: DatasetSpec, root: Path | None, item: str) -> bool:
     except FewtransError:
         return False
     return True
+
+
+def _miscounted(spec: DatasetSpec, counts: dict[str, int]) -> dict[str, list[int]]:
+    """Non-empty classes whose count differs from ``extra["expected_counts"]`` (if any)."""
+    official = spec.extra.get("expected_counts")
+    if not isinstance(official, Mapping):
+        return {}
+    return {
+        cid: [found, int(official[cid])]
+        for cid, found in counts.items()
+        if found and cid in official and found != int(official[cid])
+    }
 
 
 def check_local_copy(
@@ -106,6 +129,10 @@ def check_local_copy(
     extra = getattr(spec.reader, "extra_classes", None)
     if extra is not None and root is not None:
         report.extra_classes = list(extra(root, spec))
+    missing = getattr(spec.reader, "missing_items", None)
+    if missing is not None and root is not None:
+        report.missing_files = list(missing(root, spec, listing))
+    report.miscounted_classes = _miscounted(spec, report.counts)
     if verify_images:
         from tqdm import tqdm
 

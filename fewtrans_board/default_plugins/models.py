@@ -1,4 +1,8 @@
-"""Built-in models: the demo CNN pair, the timm and open_clip families, curated backbones."""
+"""Built-in models: the demo CNN pair, the timm and open_clip families, curated backbones.
+
+The backbones of FewTrans Table IV (and the iBOT and EsViT release families) live in
+:mod:`fewtrans_board.models.curated`.
+"""
 
 from __future__ import annotations
 
@@ -195,13 +199,6 @@ MODELS: tuple[ModelSpec, ...] = (
         modalities=("image", "text"),
     ),
     _timm_spec(
-        "dinov2-vit-s14.lvd142m",
-        "vit_small_patch14_dinov2.lvd142m",
-        license="Apache-2.0",
-        description="DINOv2 ViT-S/14 (self-supervised, LVD-142M).",
-        paper="Oquab et al., DINOv2, 2023",
-    ),
-    _timm_spec(
         "vit-b16.augreg-in21k",
         "vit_base_patch16_224.augreg_in21k",
         license="Apache-2.0",
@@ -213,6 +210,8 @@ MODELS: tuple[ModelSpec, ...] = (
 
 @hookimpl
 def register_models(register: Callable[[ModelSpec], None]) -> None:
-    """Register the built-in models."""
-    for spec in MODELS:
+    """Register the built-in models (with every backbone of FewTrans Table IV)."""
+    from fewtrans_board.models.curated import table_iv_models
+
+    for spec in (*MODELS, *table_iv_models()):
         register(spec)

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fewtrans_board.api.backbone import Backbone
 from fewtrans_board.core.errors import FewtransError
-from fewtrans_board.models.weights import fit_checkpoint
+from fewtrans_board.models.weights import fit_checkpoint, fit_state_dict
 
 RANDOM_TAG = "random"
 """``timm:ARCH.random``: the architecture with seeded random-init weights, no download."""
+
+CheckpointReader = Callable[[Path, Any], dict[str, Any]]
+"""``read(path, model) -> state dict`` under the model's names (a release format mapped)."""
 
 
 def load_timm_backbone(
@@ -22,6 +26,7 @@ def load_timm_backbone(
     name: str | None = None,
     model_kwargs: dict[str, Any] | None = None,
     random_init: bool = False,
+    checkpoint: CheckpointReader | None = None,
 ) -> Backbone:
     """Create a timm feature extractor and wrap it as a :class:`Backbone`.
 
@@ -35,6 +40,8 @@ def load_timm_backbone(
         model_kwargs: extra ``timm.create_model`` arguments (``img_size``, ...).
         random_init: no weights at all: timm's initialisation under torch seed 0 (the
             global random state is left untouched); the weights id hashes the tensors.
+        checkpoint: reads ``weights`` for this model (a release's own format converted to
+            timm's names); default: the file's state dict as it is.
 
     Raises:
         FewtransError: unknown architecture, failed download, a checkpoint whose keys
@@ -47,7 +54,7 @@ def load_timm_backbone(
             "--weights; drop one of them"
         )
     model = _create_model(architecture, weights, kwargs, random_init)
-    weights_id, source = _load_weights(model, architecture, weights, random_init)
+    weights_id, source = _load_weights(model, architecture, weights, random_init, checkpoint)
     model.reset_classifier(0)
     model = model.to(device).eval()
     input_size = model.pretrained_cfg.get("input_size", (3, 224, 224))
@@ -94,7 +101,11 @@ def _create_model(
 
 
 def _load_weights(
-    model: Any, architecture: str, weights: Path | None, random_init: bool
+    model: Any,
+    architecture: str,
+    weights: Path | None,
+    random_init: bool,
+    checkpoint: CheckpointReader | None = None,
 ) -> tuple[str, str]:
     """The weights id and source, a local checkpoint loaded first (its classifier may differ)."""
     if weights is not None:
@@ -104,9 +115,14 @@ def _load_weights(
         def is_head(key: str) -> bool:
             return any(h and (key == h or key.startswith(h + ".")) for h in heads)
 
-        weights_id = fit_checkpoint(
-            model, weights, f"timm {architecture!r}", ignore=is_head, mark_truncation=True
-        )
+        label = f"timm {architecture!r}"
+        if checkpoint is None:
+            weights_id = fit_checkpoint(model, weights, label, ignore=is_head, mark_truncation=True)
+        else:
+            state = checkpoint(weights, model)
+            weights_id = fit_state_dict(
+                model, state, weights, label, ignore=is_head, mark_truncation=True
+            )
         return weights_id, str(weights)
     if random_init:
         return f"random-init:{tensor_digest(model.state_dict())[:16]}", "random-init (torch seed 0)"

@@ -92,6 +92,36 @@ def fit_checkpoint(
             keys.
     """
     state = read_state_dict(weights)
+    return fit_state_dict(
+        model, state, weights, label, ignore=ignore, mark_truncation=mark_truncation
+    )
+
+
+def fit_state_dict(
+    model: nn.Module,
+    state: dict[str, torch.Tensor],
+    weights: Path,
+    label: str,
+    *,
+    ignore: Callable[[str], bool] | None = None,
+    mark_truncation: bool = False,
+) -> str:
+    """Load a state dict read from ``weights`` into ``model``, refusing one that does not fit.
+
+    Args:
+        model: the freshly created model.
+        state: the tensors, already under the model's names (a release format converted).
+        weights: the file they come from (errors name it; the weights id hashes it).
+        label: how errors name the model, e.g. ``"timm 'resnet10t'"``.
+        ignore: keys that may be missing or unexpected (e.g. a classifier head).
+        mark_truncation: end a key list shortened to five entries with ``...``.
+
+    Returns:
+        The weights id ``sha256:<hex digest of the file>``.
+
+    Raises:
+        FewtransError: mismatched tensor shapes, or missing or unexpected keys.
+    """
     try:
         result = model.load_state_dict(state, strict=False)
     except RuntimeError as exc:  # shape mismatches raise even when strict=False

@@ -20,6 +20,7 @@ from fewtrans_board.datasets.readers.annotated import (
 from fewtrans_board.datasets.readers.base import FileReader, FolderReader, PartitionedReader
 from fewtrans_board.datasets.readers.common import (
     IMAGE_SUFFIXES,
+    FileNumbering,
     ImageWriter,
     Listing,
     Rows,
@@ -43,6 +44,7 @@ __all__ = [
     "ChestXReader",
     "CocoJsonReader",
     "CubOfficialReader",
+    "FileNumbering",
     "FileReader",
     "FolderReader",
     "ImageWriter",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.datasets.readers.common import (
+    FileNumbering,
     ImageWriter,
     Listing,
     Rows,
@@ -125,11 +126,18 @@ class FolderReader(FileReader):
         subdir: folder under the root that holds the class folders ("" for the root).
         folder_of: maps a class id to its folder name (default: the id itself).
         suffix: file suffix used by :meth:`write_synthetic`.
+        ignored: folders of an official copy that hold no class of the spec (Caltech-256's
+            ``257.clutter``, the ImageNet synsets outside a class subset): not read, not
+            reported as extra, and written by :meth:`write_synthetic` like a real copy.
+        numbering: how an official copy numbers each class's files, if it does; then
+            :meth:`missing_items` names every file missing from a class's sequence.
     """
 
     subdir: str = ""
     folder_of: Callable[[str], str] | None = None
     suffix: str = ".jpg"
+    ignored: tuple[str, ...] = ()
+    numbering: FileNumbering | None = None
 
     def _folder(self, class_id: str) -> str:
         folder = self.folder_of(class_id) if self.folder_of else class_id
@@ -145,20 +153,46 @@ class FolderReader(FileReader):
         return listing
 
     def extra_classes(self, root: Path, spec: DatasetSpec) -> list[str]:
-        """Folders next to the class folders that match no class of the spec."""
+        """Folders next to the class folders that match no class of the spec (nor ``ignored``)."""
         base = root / self.subdir if self.subdir else root
         expected = {self.folder_of(c) if self.folder_of else c for c in spec.class_ids}
         if not base.is_dir() or any("/" in name for name in expected):
             return []
+        known = expected | set(self.ignored)
         with os.scandir(base) as entries:
-            return sorted(e.name for e in entries if e.is_dir() and e.name not in expected)
+            return sorted(e.name for e in entries if e.is_dir() and e.name not in known)
+
+    def missing_items(self, root: Path, spec: DatasetSpec, listing: Listing) -> list[str]:
+        """Item ids an official copy has and this one lacks: the gaps in each class's numbering.
+
+        Args:
+            root: the local copy.
+            spec: the dataset.
+            listing: what :meth:`list_items` found in ``root``.
+
+        Returns:
+            The missing item ids, class by class (none without a :attr:`numbering`).
+        """
+        if self.numbering is None:
+            return []
+        missing = []
+        for class_id, items in zip(spec.class_ids, listing, strict=True):
+            folder = self._folder(class_id)
+            names = [item.rsplit("/", 1)[-1] for item in items]
+            missing += [f"{folder}/{name}" for name in self.numbering.gaps(class_id, names)]
+        return missing
 
     def write_synthetic(
         self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter
     ) -> None:
-        """Create ``counts[c]`` images in each class folder."""
+        """Create ``counts[c]`` images in each class folder and one in each ignored folder."""
         for index, (class_id, count) in enumerate(zip(spec.class_ids, counts, strict=True)):
             folder = root / self._folder(class_id)
             folder.mkdir(parents=True, exist_ok=True)
             for i in range(count):
-                write(folder / f"img_{i:05d}{self.suffix}", index)
+                numbering = self.numbering
+                name = numbering.name(class_id, i + 1) if numbering else f"img_{i:05d}{self.suffix}"
+                write(folder / name, index)
+        base = root / self.subdir if self.subdir else root
+        for name in self.ignored:
+            write(base / name / f"img_00000{self.suffix}", 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,50 @@ Listing = list[list[str]]
 
 Rows = list[tuple[int, str]]
 """``(class index, item id)`` pairs in the order a partition's index file lists them."""
+
+
+@dataclass(frozen=True)
+class FileNumbering:
+    """File names ``<prefix>_<number><suffix>`` numbered 1, 2, ... without gaps per class.
+
+    An official copy named this way (Caltech-256: ``001.ak47/001_0001.jpg`` ...) tells which
+    files a damaged copy lacks: every number below a class's largest one must be there.
+
+    Attributes:
+        prefix: the file-name prefix of a class id (Caltech-256: ``"001.ak47"`` -> ``"001"``).
+        width: digits of the zero-padded number.
+        suffix: the file suffix, e.g. ``".jpg"``.
+    """
+
+    prefix: Callable[[str], str]
+    width: int
+    suffix: str
+
+    def name(self, class_id: str, number: int) -> str:
+        """The file name of a class's ``number``-th file."""
+        return f"{self.prefix(class_id)}_{number:0{self.width}d}{self.suffix}"
+
+    def number(self, class_id: str, file_name: str) -> int | None:
+        """The number in a file name of the class, or ``None`` for a name outside the scheme."""
+        head = f"{self.prefix(class_id)}_"
+        digits = file_name[len(head) : len(file_name) - len(self.suffix)]
+        if (
+            file_name.startswith(head)
+            and file_name.endswith(self.suffix)
+            and len(digits) == self.width
+            and digits.isdigit()
+        ):
+            return int(digits)
+        return None
+
+    def gaps(self, class_id: str, file_names: Iterable[str]) -> list[str]:
+        """File names missing below the largest number present.
+
+        A missing last file leaves no gap; it shows in the class's count only.
+        """
+        numbers = {n for name in file_names if (n := self.number(class_id, name)) is not None}
+        top = max(numbers, default=0)
+        return [self.name(class_id, n) for n in range(1, top) if n not in numbers]
 
 
 def listing_of(rows: Iterable[tuple[int, str]], n_classes: int) -> Listing:
