@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 PAPER_RHO, PAPER_P = -0.881, 0.0039
 LANGUAGE = "en"
+MIN_DATASETS = 3
+"""Points Spearman's rho needs. FewTrans Fig. 6 has one point per dataset (the mean Zipf
+score of its class names against its gain), so one dataset is one point: with one or two
+the points are reported without a correlation."""
 
 
 def normalize_name(name: str) -> str:
@@ -122,6 +126,16 @@ def adaptation_gains(
     return gains
 
 
+def correlation_note(datasets: int) -> str | None:
+    """Why a report of ``datasets`` points has no correlation (``None``: it has one)."""
+    if datasets >= MIN_DATASETS:
+        return None
+    return (
+        f"Spearman's rho needs at least {MIN_DATASETS} datasets (FewTrans Fig. 6 has one point "
+        f"per dataset); found {datasets}: the points without a correlation"
+    )
+
+
 def zipf_report(
     runs: Sequence[RunResults],
     datasets: dict[str, DatasetSpec],
@@ -137,9 +151,14 @@ def zipf_report(
         finetune: the full fine-tuning adapter.
         zero_shot: the zero-shot adapter.
 
+    Returns:
+        The report (``points``, ``spearman``, ``note``) and its SVG. With fewer than
+        :data:`MIN_DATASETS` datasets ``spearman`` holds NaN (``null`` in the written JSON)
+        and ``note`` says why; otherwise ``note`` is ``None``.
+
     Raises:
-        FewtransError: fewer than three datasets with both runs, several models mixed, or a
-            dataset the registry does not know.
+        FewtransError: no dataset with both runs, several models mixed, or a dataset the
+            registry does not know.
     """
     gains = adaptation_gains(runs, finetune, zero_shot)
     models = sorted({model for model, _ in gains})
@@ -148,10 +167,10 @@ def zipf_report(
             f"zipf compares datasets under one model; the runs hold {', '.join(models)}: "
             "pass the runs of one model"
         )
-    if len(gains) < 3:
+    if not gains:
         raise FewtransError(
-            f"zipf needs {finetune} and {zero_shot} runs of one model on at least 3 datasets; "
-            f"found both on {len(gains)}"
+            f"zipf needs {finetune} and {zero_shot} runs of one model on at least one dataset "
+            f"(one point each; Spearman's rho needs {MIN_DATASETS}); found both on none"
         )
     points = []
     for (model, dataset), gain in gains.items():
@@ -167,6 +186,7 @@ def zipf_report(
             }
         )
     correlation = spearman([p["zipf"]["mean"] for p in points], [p["gain"] for p in points])
+    note = correlation_note(len(points))
     data = {
         "analysis": "zipf",
         "model": models[0],
@@ -174,6 +194,7 @@ def zipf_report(
         "zero_shot": zero_shot,
         "points": points,
         "spearman": correlation.to_dict(),
+        "note": note,
         "paper": {"rho": PAPER_RHO, "p": PAPER_P, "source": "FewTrans §VI-C (Fig. 6)"},
         "provenance": provenance(
             {"runs": [r for p in points for r in p["runs"]], "language": LANGUAGE}
@@ -183,6 +204,10 @@ def zipf_report(
         [(p["dataset"], p["zipf"]["mean"], p["gain"]) for p in points],
         x_title="adjusted Zipf frequency of class names",
         y_title=f"gain: {finetune} - {zero_shot} (points)",
-        title=f"Text rarity vs adaptation gain: Spearman rho = {correlation.coefficient:.2f}",
+        title=(
+            f"Text rarity vs adaptation gain: Spearman rho = {correlation.coefficient:.2f}"
+            if note is None
+            else f"Text rarity vs adaptation gain ({len(points)} of {MIN_DATASETS} datasets)"
+        ),
     )
     return data, str(figure)

@@ -109,8 +109,9 @@ def analyze_zipf(
 ) -> None:
     """Adjusted Zipf frequency of class names vs the CLIP gain (fine-tune minus zero-shot).
 
-    Needs FINETUNE and ZERO_SHOT runs of one model on at least 3 datasets; reports
-    Spearman's rho with p (FewTrans: rho = -0.881).
+    Needs FINETUNE and ZERO_SHOT runs of one model; one point per dataset (FewTrans Fig. 6),
+    and Spearman's rho with p (FewTrans: rho = -0.881) from 3 datasets on (with 1 or 2, the
+    points alone).
     """
     from fewtrans_board.analysis.zipf import check_adapter_pair, zipf_report
 
@@ -125,7 +126,7 @@ def analyze_zipf(
         out,
         as_json,
         f"{len(data['points'])} datasets: Spearman rho = {_fmt(rho['coefficient'])}, "
-        f"p = {_fmt(rho['pvalue'], '.3g')}",
+        f"p = {_fmt(rho['pvalue'], '.3g')}" + (f" ({data['note']})" if data.get("note") else ""),
     )
 
 

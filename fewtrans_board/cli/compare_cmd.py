@@ -26,6 +26,8 @@ def compare_command(
 
     RUN_A and RUN_B are run folders, or folders holding one run per dataset. Both must be
     scored under the same HPE protocol (grid and fusion) unless --allow-protocol-mismatch.
+    Per dataset: both means, the difference, the paired t-test's p (the paper's column), the
+    same p Holm-adjusted across the datasets, Wilcoxon's p and Cohen's d.
     """
     from fewtrans_board.leaderboard.compare import compare_runs
 
@@ -43,7 +45,8 @@ def compare_command(
     click.echo(
         f"A = {report['a']} [HPE {pa['name']}, {pa['aggregation']}]\n"
         f"B = {report['b']} [HPE {pb['name']}, {pb['aggregation']}]\n"
-        "(HPE accuracy %, paired over shared episodes; p Holm-adjusted across datasets)"
+        "(HPE accuracy %, paired over shared episodes; p (t): the paired t-test's p, as "
+        "FewTrans Table VIII prints it; p (t, Holm): adjusted across the datasets, * below 0.05)"
     )
     rows = [
         [
@@ -52,7 +55,8 @@ def compare_command(
             f"{r['a']:.2f}",
             f"{r['b']:.2f}",
             f"{r['difference']:+.2f}",
-            f"{r['t_p_holm']:.2g}{' *' if r['significant'] else ''}",
+            f"{r['t_p']:.4g}",
+            f"{r['t_p_holm']:.4g}{' *' if r['significant'] else ''}",
             f"{r['wilcoxon_p']:.2g}",
             f"{r['cohens_d']:+.2f}",
         ]
@@ -66,11 +70,16 @@ def compare_command(
             f"{o['a']:.2f}",
             f"{o['b']:.2f}",
             f"{o['difference']:+.2f} [{o['difference_ci'][0]:+.2f}, {o['difference_ci'][1]:+.2f}]",
-            f"{o['t_p']:.2g}",
+            f"{o['t_p']:.4g}",
+            "-",
             f"{o['wilcoxon_p']:.2g}",
             f"{o['cohens_d']:+.2f}",
         ]
     )
     echo_table(
-        ["dataset", "episodes", "A", "B", "A - B", "p (t)", "p (Wilcoxon)", "Cohen's d"], rows
+        [
+            *("dataset", "episodes", "A", "B", "A - B", "p (t)", "p (t, Holm)"),
+            *("p (Wilcoxon)", "Cohen's d"),
+        ],
+        rows,
     )

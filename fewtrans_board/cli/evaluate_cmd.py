@@ -278,19 +278,65 @@ def results_group() -> None:
     help="Override the CI's std: 1 = sample (FewTrans), 0 = population (BSCD-FSL). "
     "Default: the ddof of the sub-benchmark the run's manifest belongs to.",
 )
+@click.option(
+    "--spread",
+    is_flag=True,
+    help="Also the single-task accuracy per shot count: mean ± 1.96 std over tasks, "
+    "percentiles, range (FewTrans Fig. 1).",
+)
+@click.option(
+    "--grid",
+    is_flag=True,
+    help="Also each configuration by its learning-rate position (i,j), their average and "
+    "the lr ensemble, per epoch count (FewTrans Table III; the lr ensemble needs the "
+    "run's manifest: --manifest, or the store's manifests/ folder).",
+)
+@click.option(
+    "--cost",
+    is_flag=True,
+    help="Also the total time per 600 tasks (scaled when the run has another number) and "
+    "the peak memory (FewTrans Table IX).",
+)
+@click.option(
+    "--manifest",
+    "manifests",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A manifest the runs used, for --grid's lr ensemble (repeatable; matched by "
+    "content hash).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def results_summary(paths: tuple[Path, ...], ddof: int | None, as_json: bool) -> None:
+def results_summary(
+    paths: tuple[Path, ...],
+    ddof: int | None,
+    spread: bool,
+    grid: bool,
+    cost: bool,
+    manifests: tuple[Path, ...],
+    as_json: bool,
+) -> None:
     """Mean ± 95% CI per dataset and aggregation for the runs under PATHS.
 
+    --spread, --grid and --cost add the forms FewTrans prints beyond a mean and its CI
+    (Fig. 1, Table III, Table IX); with --json they are keys of each run's summary.
     Unfinished runs (shards still missing) are not summarised: each is listed in one line
     with its shards present / total (on stderr with --json, whose list holds the finished
     runs' summaries).
     """
+    from fewtrans_board.cli.reports import print_cost, print_grid, print_spread
     from fewtrans_board.leaderboard.sub_benchmarks import statistic_ddof_of_run
+    from fewtrans_board.results.grid_table import labels_for, manifest_labels
     from fewtrans_board.results.load import find_runs, load_run, run_progress
-    from fewtrans_board.results.summary import summarize
+    from fewtrans_board.results.summary import paper_forms, summarize
 
+    if manifests and not grid:
+        raise click.BadParameter(
+            "a manifest gives --grid's lr ensemble its query labels: add --grid",
+            param_hint="--manifest",
+        )
+    store = Path(os.environ.get(LEADERBOARD_ENV, "leaderboard")) / "manifests"
     summaries, unfinished = [], []
+    read = {path: manifest_labels(path) for path in manifests}  # each read once, checked now
     for path in find_runs(list(paths)):
         progress = run_progress(path)
         if not progress.finished:
@@ -300,10 +346,25 @@ def results_summary(paths: tuple[Path, ...], ddof: int | None, as_json: bool) ->
         run_ddof = (
             statistic_ddof_of_run(run.provenance.manifest.to_json()) if ddof is None else ddof
         )
-        summaries.append(summarize(run, ddof=run_ddof))
+        summary = summarize(run, ddof=run_ddof)
+        if spread or grid or cost:
+            labels = None
+            if grid:
+                own = store / run.provenance.manifest.file
+                labels = labels_for(run, [*manifests, own], read)
+            forms = paper_forms(run, ddof=run_ddof, query_labels=labels)
+            wanted = {"single_task": spread, "grid": grid, "cost": cost}
+            summary.update({k: v for k, v in forms.items() if wanted[k]})
+        summaries.append(summary)
     if as_json:
         echo_json(summaries)
     elif summaries:
         print_summaries(summaries)
+        if spread:
+            print_spread(summaries)
+        if grid:
+            print_grid(summaries)
+        if cost:
+            print_cost(summaries)
     for line in unfinished:
         click.echo(f"Warning: {line}" if as_json else line, err=as_json)

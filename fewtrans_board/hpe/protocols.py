@@ -5,10 +5,12 @@ tabulates them). Readings of the paper pinned here: an adapter with one learning
 the 3-point rule extended one step each way ("the other rules remain unchanged"); E = centre
 epochs + 10 is rounded half up, at least 1; ``fewtrans-reference``'s vote breaks ties to the
 lowest class index (what ``torch.mode`` returns on CPU); ``published`` runs each method's
-cited recipe, as the inductive-CLIP paper runs every method. A spaced variant ``NAME@xS``
-(:meth:`HpeProtocol.spaced`; the released code's commented "x3" and "x10" grids) and
-``sweep`` (explicit axes, :meth:`HpeProtocol.with_axes`) are analysis protocols that no
-leaderboard accepts.
+cited recipe, as the inductive-CLIP paper runs every method (a training-free adapter
+too: it declares its one published configuration as a recipe, e.g. mean-centroid's
+``bscd``, so the recipe a run evaluated is recorded and checked like any other). A spaced
+variant ``NAME@xS`` (:meth:`HpeProtocol.spaced`; the released code's commented "x3" and
+"x10" grids) and ``sweep`` (explicit axes, :meth:`HpeProtocol.with_axes`) are analysis
+protocols that no leaderboard accepts.
 """
 
 from __future__ import annotations

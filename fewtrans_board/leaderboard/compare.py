@@ -62,8 +62,9 @@ def compare_runs(
 ) -> dict[str, Any]:
     """Compare A against B on every manifest both were evaluated on.
 
-    Per dataset: both means, the mean difference, paired t-test and Wilcoxon p-values
-    (Holm-adjusted across datasets), and paired Cohen's d. Overall: the difference of the
+    Per dataset: both means, the mean difference, the paired t-test's p (``t_p``, the
+    p FewTrans Table VIII prints) and the same p Holm-adjusted across datasets
+    (``t_p_holm``, which ``significant`` reads), Wilcoxon's p, and paired Cohen's d. Overall: the difference of the
     cross-dataset averages with a seeded bootstrap CI, and tests on all pooled episodes.
 
     Raises:

@@ -1,4 +1,10 @@
-"""Summaries of runs: mean ± 95% CI per dataset and aggregation, HPE penalty, sensitivity."""
+"""Summaries of runs: mean ± 95% CI per dataset and aggregation, HPE penalty, sensitivity.
+
+:func:`summarize` is what the store's index, the site and ``results summary`` read;
+:func:`paper_forms` adds what FewTrans prints beyond a mean and its CI (``results summary
+--spread --grid --cost``): Fig. 1's single-task spread, Table III's configurations and lr
+ensemble, Table IX's time per 600 tasks.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from fewtrans_board.results.cost import run_cost
 from fewtrans_board.results.documents import AdapterRef, ShardRef
+from fewtrans_board.results.grid_table import Labels, grid_table
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.per_shot import per_shot, shot_seed_pairs
+from fewtrans_board.results.spread import spread_by_shots
 from fewtrans_board.stats.base_novel import harmonic_mean, harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
 
@@ -17,6 +26,7 @@ __all__ = [
     "AGGREGATIONS",
     "adapter_configuration",
     "harmonic_mean",
+    "paper_forms",
     "peak_memory",
     "summarize",
     "trainable_parameters",
@@ -173,3 +183,31 @@ def summarize(
             name: per_shot(episodes, aggregations[name], pairs).to_dict() for name in AGGREGATIONS
         }
     return summary
+
+
+def paper_forms(
+    run: RunResults, ddof: int = 1, query_labels: Labels | None = None
+) -> dict[str, Any]:
+    """What FewTrans prints of a run beyond its mean ± CI (``results summary --spread ...``).
+
+    Kept apart from :func:`summarize`, whose dict the store's index and the site record.
+
+    Args:
+        run: the loaded run.
+        ddof: the standard deviation's ddof (the sub-benchmark's).
+        query_labels: the manifest's query labels per episode, for the lr ensemble
+            (:func:`~fewtrans_board.results.grid_table.labels_for`).
+
+    Returns:
+        ``single_task``: per shot count the single-task spread of the headline accuracy
+        (Fig. 1, :func:`~fewtrans_board.results.spread.spread_by_shots`); ``cost``: the
+        time of the run's tasks and of 600 (Table IX, :func:`~fewtrans_board.results.cost.run_cost`;
+        the peak memory is :func:`summarize`'s ``peak_memory``); ``grid``: each configuration,
+        their average and the lr ensemble (Table III,
+        :func:`~fewtrans_board.results.grid_table.grid_table`; ``None`` for one configuration).
+    """
+    return {
+        "single_task": [s.to_dict() for s in spread_by_shots(run, ddof=ddof)],
+        "cost": run_cost(run).to_dict(),
+        "grid": grid_table(run, query_labels),
+    }

@@ -105,10 +105,15 @@ def _layer_section(key: str, data: dict[str, Any], path: Path) -> AnalysisSectio
 def _zipf_section(data: dict[str, Any], path: Path) -> AnalysisSection:
     rho = data["spearman"]
     points = data["points"]
+    measured = (
+        f"Spearman rho = {rho['coefficient']:.3f}, p = {rho['pvalue']:.3g}"
+        if rho.get("coefficient") is not None
+        else "Spearman rho: n/a (3 datasets are needed)"
+    )
     return AnalysisSection(
         "zipf",
         "Class-name rarity vs CLIP adaptation gain",
-        f"Spearman rho = {rho['coefficient']:.3f}, p = {rho['pvalue']:.3g}, n = {rho['n']} "
+        f"{measured}, n = {rho['n']} "
         f"datasets ({data['finetune']} minus {data['zero_shot']}; FewTrans: rho = -0.881).",
         scatter(
             [(p["dataset"], p["zipf"]["mean"], p["gain"]) for p in points],

@@ -1,7 +1,9 @@
 """Trained heads on frozen features: the FewTrans linear probe and the cosine classifier.
 
 The linear probe also runs BSCD-FSL's fixed-feature baseline (recipe ``bscd``: torch's
-``nn.Linear`` on the raw features, SGD with momentum, dampening and weight decay).
+``nn.Linear`` on the raw features, SGD with momentum, dampening and weight decay), and the
+cosine classifier BSCD-FSL's cosine-similarity classifier (recipe ``bscd``: the same SGD on
+scaled cosine similarities).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from fewtrans_board.api.adapter import Adapter, AdapterConfig, Predictor, hparam
 from fewtrans_board.api.fit_options import FitOptions
 from fewtrans_board.api.recipe import Recipe
-from fewtrans_board.blocks.training import BSCD_HEAD, HeadTrainingConfig
+from fewtrans_board.blocks.training import BSCD_HEAD, HeadTrainingConfig, OptimiserConfig
 
 if TYPE_CHECKING:
     import torch
@@ -249,6 +251,33 @@ class LinearProbeAdapter(_HeadAdapter):
         return HeadPredictor(backbone, head, config.normalize_features)
 
 
+BSCD_COSINE = {
+    **{k: v for k, v in BSCD_HEAD.items() if k not in ("normalize_features", "head_init")},
+    "scale": 2.0,
+}
+"""BSCD-FSL's cosine classifier: the linear classifier's SGD (``classifier_opt``, 100 epochs
+of batch 4) on scaled cosine similarities, distLinear's scale 2 (at most 200 classes)."""
+
+
+@dataclass(frozen=True)
+class _CosineFields(AdapterConfig):
+    """Cosine-classifier hyperparameters; the defaults are the HPE centre."""
+
+    lr_head: float = hparam(0.01, "Learning rate of the class weights.", hpe="lr")
+    epochs: int = hparam(50, "Passes over the support set.", hpe="epochs")
+    scale: float = hparam(10.0, "Fixed temperature multiplying cosine similarities.", above=0)
+    batch_size: int = hparam(512, "Optimiser batch size.", min=1)
+
+
+@dataclass(frozen=True)
+class _CosineTraining(OptimiserConfig):
+    """:class:`OptimiserConfig` plus SGD's dampening (BSCD-FSL's ``classifier_opt``)."""
+
+    dampening: float = hparam(
+        0.0, "SGD dampening of the momentum buffer (sgd only; BSCD-FSL: 0.9).", min=0, max=1
+    )
+
+
 class CosineClassifierAdapter(_HeadAdapter):
     """Baseline++ cosine classifier trained on the support set (BSCD-FSL baseline)."""
 
@@ -258,15 +287,37 @@ class CosineClassifierAdapter(_HeadAdapter):
     paper = "Chen et al., A Closer Look at Few-shot Classification, ICLR 2019"
     code = "https://github.com/IBM/cdfsl-benchmark"
     cosine = True
+    recipes = (
+        Recipe(
+            name="bscd",
+            source=(
+                "Guo et al., BSCD-FSL, ECCV 2020, §5.2.1 ('Cosine-similarity based "
+                "classifier': class weight vectors initialised randomly, softmax of the "
+                "cosine similarity of the feature to each), §6 (SGD with momentum, lr 0.01, "
+                "momentum 0.9, 100 epochs) and Table 3 'Cosine-similarity'; IBM/cdfsl-benchmark "
+                "methods/baselinefinetune.py with loss_type 'dist' (backbone.distLinear, "
+                "CloserLookFewShot's: scale factor 2 for at most 200 classes; SGD(lr 0.01, "
+                "momentum 0.9, dampening 0.9, weight_decay 0.001), 100 epochs of batch 4 on "
+                "the fixed support features)"
+            ),
+            values=BSCD_COSINE,
+            notes=(
+                "The head is the paper's plain cosine (scale * cos(f(x), w_k)): distLinear's "
+                "learned per-class weight norm (WeightNorm's g) is not taken, and the class "
+                "vectors are drawn N(0, 1/D) rather than by nn.Linear (only their direction "
+                "matters to a cosine). Table 3's caption says 'for fine-tuning' and its Linear "
+                "row is Table 2's 'Ft All'; the paper does not say how a cosine classifier "
+                "fine-tunes the backbone, and the released code trains it on fixed features, "
+                "as here. Support batches follow the toolkit's RandomState(11) permutation per "
+                "epoch. The paper's backbone is a ResNet-10 pretrained on miniImageNet at "
+                "224 px; the recipe runs on the backbone the submission names."
+            ),
+        ),
+    )
 
     @dataclass(frozen=True)
-    class Config(AdapterConfig):
-        """Cosine-classifier hyperparameters; the defaults are the HPE centre."""
-
-        lr_head: float = hparam(0.01, "Adam learning rate of the class weights.", hpe="lr")
-        epochs: int = hparam(50, "Passes over the support set.", hpe="epochs")
-        scale: float = hparam(10.0, "Fixed temperature multiplying cosine similarities.", above=0)
-        batch_size: int = hparam(512, "Optimiser batch size.", min=1)
+    class Config(_CosineTraining, _CosineFields):
+        """Cosine-classifier hyperparameters; the defaults are the HPE centre (Adam, cosine)."""
 
     def fit(
         self, backbone: Backbone, support: SupportSet, class_names: Sequence[str], config: Config
@@ -274,7 +325,12 @@ class CosineClassifierAdapter(_HeadAdapter):
         """Train weight-normalised class vectors on cached support features."""
         import torch.nn.functional as F
 
-        from fewtrans_board.blocks.training import normalized, run_training
+        from fewtrans_board.blocks.training import (
+            normalized,
+            optimiser_of,
+            run_training,
+            schedule_of,
+        )
 
         features = normalized(support.images.features(backbone))
         labels = support.labels.to(features.device)
@@ -284,5 +340,13 @@ class CosineClassifierAdapter(_HeadAdapter):
             return F.cross_entropy(head(features[batch]), labels[batch])
 
         params = [([head.weight], config.lr_head)]
-        run_training(params, loss_of, len(labels), config.batch_size, config.epochs)
+        run_training(
+            params,
+            loss_of,
+            len(labels),
+            config.batch_size,
+            config.epochs,
+            optimiser_of(config),
+            schedule_of(config),
+        )
         return HeadPredictor(backbone, head)  # type: ignore[arg-type]
