@@ -28,6 +28,7 @@ from fewtrans_board.hpe.protocols import get_hpe_protocol, schema_roles
 from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.validate import validate_contents
+from fewtrans_board.leaderboard.verification.compatibility import schema_difference
 from fewtrans_board.leaderboard.verification.environment import differences, rerun_environment
 from fewtrans_board.leaderboard.verification.options import VerificationOptions, replayed_settings
 from fewtrans_board.leaderboard.verification.perturb import probe_rule
@@ -142,7 +143,13 @@ def check_plugin_files(run: RunResults, files: dict[str, str | None]) -> None:
 
 
 def _check_schema(run: RunResults, info: WorkerInfo, adapter: str) -> dict[str, Any]:
-    """The recorded adapter schema, refused unless the installed plugin declares the same."""
+    """The recorded adapter schema, refused unless the installed plugin can re-run it.
+
+    The installed adapter may have gained defaulted options since (see
+    :mod:`~fewtrans_board.leaderboard.verification.compatibility`); the re-run then types
+    the recorded configurations by the recorded schema and the new options keep their
+    defaults.
+    """
     if info.load_error is not None:
         raise SubmissionError(
             "plugin-load-failed",
@@ -154,12 +161,13 @@ def _check_schema(run: RunResults, info: WorkerInfo, adapter: str) -> dict[str, 
             "bad-results-schema",
             f"{run.dataset}: the results record no adapter schema; re-run with this fewtrans-board",
         )
-    if canonical_json(recorded) != canonical_json(info.schema):
+    difference = schema_difference(recorded, info.schema)
+    if difference is not None:
         raise SubmissionError(
             "schema-mismatch",
-            f"{run.dataset}: the installed adapter {adapter!r} declares "
-            f"{canonical_json(info.schema)}, but the results were produced with "
-            f"{canonical_json(recorded)}",
+            f"{run.dataset}: the installed adapter {adapter!r} cannot re-run these results: "
+            f"{difference} (it declares {canonical_json(info.schema)}, the results were "
+            f"produced with {canonical_json(recorded)})",
         )
     return recorded
 
