@@ -11,6 +11,10 @@ from setuptools import find_packages, setup
 
 DATA_PACKAGES = [
     "fewtrans_board.default_plugins.weights",
+    "fewtrans_board.reproduce.targets",
+    "fewtrans_board.reproduce.targets.bscd",
+    "fewtrans_board.reproduce.targets.fewtrans",
+    "fewtrans_board.reproduce.targets.inductive_clip",
     "fewtrans_board.site_files",
     "fewtrans_board.site_files.static",
     "fewtrans_board.site_files.templates",

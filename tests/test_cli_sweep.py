@@ -243,6 +243,7 @@ BASELINES: dict[str, tuple[str, str]] = {
         "--out {root}/new.safetensors",
     ),
     "tkl": ("", f"{CLIP} --validation digits-0-4 --unlearned {{root}}/unlearned.safetensors"),
+    "reproduce": ("fewtrans:table-5", "--plan --work {root}/new --row Linear --dataset dtd"),
 }
 """``{command path: (arguments, options)}``: valid invocations of every command."""
 
@@ -291,6 +292,11 @@ def free_text_values(ws: Workspace) -> dict[str, list[str]]:
         "recipe": ["no-such-recipe", ""],
         "roots": ["digits", f"no-such-dataset={ws.path('folder')}", f"digits={ws.path('nothing')}"],
         "adapters": ["no-such-adapter", ",", ""],
+        "target": ["no-such-target", "", "fewtrans:", "fewtrans:table-99"],
+        "rows": ["no-such-row", ""],
+        "datasets": ["no-such-dataset", "", "digits"],
+        "files": ["x", "=y", "x="],
+        "swaps": ["x", "=y", "x="],
         "base": ["no-such-ref"],
         "head": ["no-such-ref"],
         "store_folder": ["no-such-folder", "../.."],

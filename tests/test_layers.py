@@ -29,7 +29,7 @@ LAYERS: list[set[str]] = [
     {"unlearning", "metatrain", "analysis"},
     {"leaderboard"},
     {"website"},
-    {"jobs"},
+    {"jobs", "reproduce"},
     {"cli"},
     {"default_plugins", "__init__", "__main__"},
 ]

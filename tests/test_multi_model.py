@@ -50,8 +50,10 @@ def test_library_concatenates_member_features(registry) -> None:  # type: ignore
     assert library.feature_dim == a.feature_dim + b.feature_dim
     assert torch.allclose(library.embed(x), torch.cat([a.embed(x), b.embed(x)], dim=1))
     assert [m.name for m in library_members(library)] == ["demo-cnn.digits", "demo-cnn.random"]
-    with pytest.raises(FewtransError, match="at least two models"):
-        registry.model("library:demo-cnn.digits").obj.load()
+    single = registry.model("library:demo-cnn.digits").obj.load()  # BSCD-FSL Table 5, row 1
+    assert torch.allclose(single.embed(x), a.embed(x))
+    with pytest.raises(FewtransError, match="empty member"):
+        registry.model("library:demo-cnn.digits+").obj.load()
     with pytest.raises(FewtransError, match="takes no --weights"):
         registry.model(LIBRARY).obj.load(Path("x.safetensors"))
 

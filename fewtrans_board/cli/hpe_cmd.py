@@ -28,6 +28,7 @@ from fewtrans_board.cli.groups import (
     threads_option,
     weights_option,
 )
+from fewtrans_board.hpe.search import MAX_ROUNDS
 
 
 @click.group("hpe")
@@ -101,6 +102,13 @@ def hpe_grid(
 )
 @config_option("Start point override (repeatable).")
 @limit_option("Use only the first N search episodes.")
+@click.option(
+    "--max-rounds",
+    type=click.IntRange(min=1),
+    default=MAX_ROUNDS,
+    show_default=True,
+    help="Stop after this many rounds even if the search has not settled (smoke runs).",
+)
 @device_option()
 @threads_option(THREADS_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
@@ -112,6 +120,7 @@ def hpe_search(
     manifest: Path | None,
     out: Path,
     threads: int | None,
+    max_rounds: int,
     as_json: bool,
     **options: Any,
 ) -> None:
@@ -136,7 +145,9 @@ def hpe_search(
         raise click.UsageError("give either --dataset or --manifest, not both")
     run = run_spec(options, manifest=str(manifest), hpe="single", limit=options["limit"])
     with torch_threads(threads):
-        record = run_centre_search(run, app.registry, out, progress=show_progress(not as_json))
+        record = run_centre_search(
+            run, app.registry, out, progress=show_progress(not as_json), max_rounds=max_rounds
+        )
     if as_json:
         echo_json(record)
         return

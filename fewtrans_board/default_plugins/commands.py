@@ -27,6 +27,7 @@ def register_commands(cli: click.Group) -> None:
     from fewtrans_board.cli.manifest_cmd import datasets_scan, manifest_group
     from fewtrans_board.cli.meta_cmd import meta_train_command
     from fewtrans_board.cli.preflight_cmd import preflight_command
+    from fewtrans_board.cli.reproduce_cmd import reproduce_command
     from fewtrans_board.cli.site_cmd import site_group
     from fewtrans_board.cli.sub_benchmarks_cmd import sub_benchmarks_command
     from fewtrans_board.cli.sweep_cmd import sweep_command
@@ -59,6 +60,7 @@ def register_commands(cli: click.Group) -> None:
         tkl_command,
         analyze_group,
         meta_train_command,
+        reproduce_command,
     ):
         cli.add_command(command)
     cli.add_command(renamed_command(preflight_command, "validate"))

@@ -155,8 +155,13 @@ class _Axes:
         return values
 
 
-def centre_search(adapter: type[Adapter], start: AdapterConfig, score: Scorer) -> SearchResult:
+def centre_search(
+    adapter: type[Adapter], start: AdapterConfig, score: Scorer, max_rounds: int = MAX_ROUNDS
+) -> SearchResult:
     """Run the iterative local search from ``start`` with the given scorer.
+
+    ``max_rounds`` caps the rounds (the search's log then ends before it settled: its last
+    round's directions are not all ``still``).
 
     Raises:
         FewtransError: the adapter declares no HPE axis.
@@ -172,7 +177,7 @@ def centre_search(adapter: type[Adapter], start: AdapterConfig, score: Scorer) -
     scores: dict[str, float] = {}
     values = axes.around(current)
     directions: Directions = {}
-    for round_index in range(1, MAX_ROUNDS + 1):
+    for round_index in range(1, max_rounds + 1):
         grid = [
             adapter.Config.from_dict({**current, **dict(zip(values, combo, strict=True))})
             for combo in itertools.product(*values.values())

@@ -74,7 +74,7 @@ def parse_members(argument: str) -> list[tuple[str, Path | None]]:
     """``MODEL[=CHECKPOINT]+MODEL...`` into ``(name, checkpoint)`` pairs.
 
     Raises:
-        FewtransError: an empty member or a library of one.
+        FewtransError: an empty member or no member at all.
     """
     members = []
     for part in argument.split(SEPARATOR):
@@ -82,11 +82,7 @@ def parse_members(argument: str) -> list[tuple[str, Path | None]]:
         if not name:
             raise FewtransError(f"library:{argument}: empty member name")
         members.append((name, Path(weights) if weights else None))
-    if len(members) < 2:
-        raise FewtransError(
-            f"library:{argument}: a library needs at least two models joined by '{SEPARATOR}'"
-        )
-    return members
+    return members  # one member is BSCD-FSL Table 5's first row
 
 
 def load_library(

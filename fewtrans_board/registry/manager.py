@@ -41,6 +41,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "fewtrans_board.default_plugins.commands",
     "fewtrans_board.default_plugins.datasets",
     "fewtrans_board.default_plugins.models",
+    "fewtrans_board.default_plugins.smoke_models",
     "fewtrans_board.default_plugins.adapters",
 )
 """Built-in plugin modules, registered exactly like third-party plugins."""

@@ -13,7 +13,7 @@ import numpy as np
 from fewtrans_board.api.adapter import AdapterConfig
 from fewtrans_board.core.atomic import write_bytes_atomic
 from fewtrans_board.core.version import __version__
-from fewtrans_board.hpe.search import centre_search
+from fewtrans_board.hpe.search import MAX_ROUNDS, centre_search
 from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.results.row_schema import accuracy_percent
 from fewtrans_board.runner.plan import plan_run
@@ -22,7 +22,12 @@ from fewtrans_board.runner.spec import RunSpec
 
 
 def run_centre_search(
-    spec: RunSpec, registry: Registry, out: Path, *, progress: bool = True
+    spec: RunSpec,
+    registry: Registry,
+    out: Path,
+    *,
+    progress: bool = True,
+    max_rounds: int = MAX_ROUNDS,
 ) -> dict[str, Any]:
     """Search the HPE centre of ``spec.adapter`` on ``spec.manifest`` and write ``out`` (JSON).
 
@@ -50,7 +55,7 @@ def run_centre_search(
             bar.update(len(configs))
             return [float(v) for v in np.mean(np.array(per_episode), axis=0)]
 
-        result = centre_search(plan.adapter_cls, plan.centre.config, score)
+        result = centre_search(plan.adapter_cls, plan.centre.config, score, max_rounds)
         bar.close()
         weights_id = session.model_facts.weights_id
     record = {
@@ -66,6 +71,7 @@ def run_centre_search(
         "start": result.start,
         "centre": result.centre,
         "evaluations": result.evaluations,
+        "max_rounds": max_rounds,
         "log": result.rounds,
         "seconds": round(time.time() - started, 2),
         "created_with": f"fewtrans-board {__version__}",

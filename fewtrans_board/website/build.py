@@ -205,7 +205,16 @@ class _Pages:
 
 
 def _analysis_and_benchmark_pages(pages: _Pages, data: SiteData, leaderboard: Path) -> None:
-    """Each benchmark's analyses page (where it has analyses), then its page and tables."""
+    """Each benchmark's analyses page, its page and tables, and the reproduction pages.
+
+    A reproduction report's page is linked from the paper's table it compares with.
+    """
+    from fewtrans_board.website.reproductions import by_reported_table, load_reproductions
+
+    reports = load_reproductions(leaderboard)
+    for report in reports:
+        pages.render("reproduction.html", report["page"], report=report)
+    pages.env.globals["reproductions"] = by_reported_table(reports)
     analyses = analysis_pages(data.benchmarks, leaderboard)
     pages.env.globals["analysis_pages"] = sorted(analyses)  # benchmark pages link to theirs
     for view in data.benchmarks:
