@@ -11,8 +11,8 @@ sandboxed worker (``--isolation sandbox``) with a random-init timm ViT-S/16 at 2
 * full fine-tuning and LoRA, one configuration at 1 and at 2 epochs (``--hpe single``):
   the difference is the seconds per epoch, the rest the fixed cost per configuration;
 * CoOp on a random-init open_clip ViT-B/16 (text and image towers), 1 and 2 epochs;
-* the linear-probe HPE again on the Ray executor with 2 workers (its predictions must equal
-  the inline run's).
+* the linear-probe HPE on two episodes in two shards, inline and on the Ray executor with 2
+  workers (their HPE accuracies must be equal).
 
 It prints seconds per episode, per epoch and per configuration, the peak memory the runs
 record, the CPU-vs-H200 ratio of the seconds per epoch (the cost table's H200 figures are
@@ -180,26 +180,23 @@ def main() -> None:
             one["seconds_per_episode"] - per_epoch[adapter], 2
         )
 
-    out = work / "runs" / "linear-probe-ray"
+    # Ray vs inline on the same two episodes in two shards (a shard holds whole episodes)
+    two = [a if a != str(args.episodes) else "2" for a in common]
+    hpe = ["--adapter", "linear-probe", "--hpe", "fewtrans-paper", "--shards", "2", *two]
+    cli("evaluate", *vit_model, *hpe, "--out", str(work / "runs" / "inline-2"))
     wall, _ = cli(
         "evaluate",
         *vit_model,
-        "--adapter",
-        "linear-probe",
-        "--hpe",
-        "fewtrans-paper",
+        *hpe,
         "--out",
-        str(out),
+        str(work / "runs" / "ray-2"),
         "--executor",
         "ray",
         "--workers",
         "2",
-        "--shards",
-        "2",
-        *common,
     )
-    inline = summary(work / "runs" / "linear-probe-hpe")["aggregations"]["hpe"]["mean"]
-    ray = summary(out)["aggregations"]["hpe"]["mean"]
+    inline = summary(work / "runs" / "inline-2")["aggregations"]["hpe"]["mean"]
+    ray = summary(work / "runs" / "ray-2")["aggregations"]["hpe"]["mean"]
     report["ray-2-workers"] = {"wall_seconds": round(wall, 1), "hpe_equals_inline": ray == inline}
     print("ray", report["ray-2-workers"], flush=True)
 

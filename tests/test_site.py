@@ -508,3 +508,28 @@ def test_pages_in_headless_chromium(server: str) -> None:
         browser.close()
     assert errors == [] and outside == []
     assert (ARTIFACTS / "index.png").stat().st_size > 5000
+
+
+def test_real_sub_benchmarks_name_their_paper_leader_on_the_index(committed_site: Path) -> None:
+    """Each real sub-benchmark without entries names the best reported row, badged, unranked."""
+    import re
+
+    reported = Path(__file__).resolve().parents[1] / "leaderboard" / "reported"
+    best: dict[str, tuple[float, str]] = {}
+    for path in reported.glob("*.json"):
+        table = json.loads(path.read_text(encoding="utf-8"))
+        for row in table["rows"]:
+            means = {k: c["mean"] for k, c in row["cells"].items() if "mean" in c}
+            if means:
+                score = means["average"] if "average" in means else sum(means.values()) / len(means)
+                if score > best.get(table["benchmark"], (-1.0, ""))[0]:
+                    best[table["benchmark"]] = (score, row["method"])
+    index = (committed_site / "index.html").read_text(encoding="utf-8")
+    rows = re.findall(
+        r'<tr>\s*<td><a href="benchmark-([a-z0-9-]+)\.html[^"]*">(.*?)</tr>', index, re.S
+    )
+    shown = {name: body for name, body in rows}
+    assert best.keys() <= shown.keys()
+    for benchmark, (score, method) in best.items():
+        assert f">{method}</a>" in shown[benchmark] and "reported in paper" in shown[benchmark]
+        assert f"{score:.2f}" in shown[benchmark] and "no measured entry yet" in shown[benchmark]

@@ -223,3 +223,25 @@ def test_every_download_link_resolves_to_a_file_that_parses(site: Path, server: 
                 empty.append(href)
     # The whole-leaderboard files hold every entry's rows.
     assert "leaderboard.parquet" not in empty and "leaderboard.csv" not in empty
+
+
+def test_no_page_is_wider_than_its_window_at_desktop_and_phone_widths(
+    site: Path, server: str
+) -> None:
+    """Wide tables scroll inside themselves; headers, figures and text wrap (1400 and 390 px)."""
+    from playwright.sync_api import sync_playwright
+
+    pages = sorted(p.name for p in site.glob("*.html"))
+    wide: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        for width in (1400, 390):
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            for name in pages:
+                page.goto(f"{server}/{name}")
+                scroll = page.evaluate("() => document.documentElement.scrollWidth")
+                if scroll > width:
+                    wide.append(f"{name} at {width} px: {scroll} px wide")
+            page.close()
+        browser.close()
+    assert len(pages) > 20 and not wide, "\n".join(wide)

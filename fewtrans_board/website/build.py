@@ -38,7 +38,14 @@ from fewtrans_board.website.downloads import (
     settings_downloads,
     write_download,
 )
-from fewtrans_board.website.model import FEW_EPISODES, BenchmarkView, Download, MethodRun, SiteData
+from fewtrans_board.website.model import (
+    FEW_EPISODES,
+    BenchmarkView,
+    Download,
+    MethodRun,
+    SiteData,
+    paper_leader,
+)
 from fewtrans_board.website.regimes import (
     SHOT_RULE,
     SOURCE_RULE,
@@ -63,7 +70,7 @@ def environment(templates: Path) -> Environment:
         undefined=StrictUndefined,
         keep_trailing_newline=True,
     )
-    env.globals.update(version=__version__)
+    env.globals.update(version=__version__, paper_leader=paper_leader)
     return env
 
 

@@ -179,6 +179,47 @@ class ReportedTable:
         """Cell keys in the paper's column order."""
         return list(self.data["columns"])
 
+    @property
+    def leader(self) -> PaperLeader | None:
+        """The row with the best average accuracy, or ``None`` for a table of statistics.
+
+        A row's score is its ``average`` cell, else the mean of its cells.
+        """
+        best: PaperLeader | None = None
+        for row in self.data["rows"]:
+            cells = {k: c["mean"] for k, c in row["cells"].items() if "mean" in c}
+            if not cells:
+                continue
+            score = cells.get("average", sum(cells.values()) / len(cells))
+            if best is None or score > best.score:
+                best = PaperLeader(row["method"], score, "average" not in cells, self)
+        return best
+
+
+@dataclass(frozen=True)
+class PaperLeader:
+    """The best row of a paper's table: a reported number, never ranked with entries."""
+
+    method: str
+    score: float
+    averaged_here: bool
+    """Whether the score is our mean of its cells (the table prints no average)."""
+    table: ReportedTable
+
+    @property
+    def where(self) -> str:
+        """``FewTrans Table V`` / ``Inductive CLIP, in the text of Sec. 5.2``."""
+        data = self.table.data
+        label = str(data["table"])
+        return f"{data['source']['short']} " + (f"Table {label}" if " " not in label else label)
+
+
+def paper_leader(tables: list[ReportedTable]) -> PaperLeader | None:
+    """The best row over a sub-benchmark's reported tables of methods."""
+    leaders = [t.leader for t in tables]
+    found = [leader for leader in leaders if leader is not None]
+    return max(found, key=lambda leader: leader.score) if found else None
+
 
 @dataclass(frozen=True)
 class BaseNovelCell:
