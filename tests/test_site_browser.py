@@ -245,3 +245,52 @@ def test_no_page_is_wider_than_its_window_at_desktop_and_phone_widths(
             page.close()
         browser.close()
     assert len(pages) > 20 and not wide, "\n".join(wide)
+
+
+SORT_KEYS_JS = """
+(column) => Array.from(document.querySelector('table.sortable.results').tBodies[0].rows).map(
+  (row) => { const c = row.cells[column]; return c ? (c.dataset.sort ?? c.textContent.trim()) : ''; })
+"""
+
+
+def _order(keys: list[str]) -> list[tuple[int, Any]]:
+    """The order the site promises: numbers (numerically), then text, then empty cells."""
+    out: list[tuple[int, Any]] = []
+    for raw in keys:
+        if raw in ("", "-"):
+            out.append((2, ""))
+            continue
+        try:
+            out.append((0, float(raw)))
+        except ValueError:
+            out.append((1, raw.lower()))
+    return out
+
+
+def test_every_column_sorts_by_keyboard_with_its_sort_state(site: Path, server: str) -> None:
+    """Enter on a focused header sorts ascending, again descending (numbers as numbers, the
+    'vs reference' column by its difference, empty cells last), and aria-sort says so."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(f"{server}/benchmark-demo.html")
+        headers = page.locator("table.sortable.results").first.locator("thead th")
+        count = headers.count()
+        assert count >= 5
+        for column in range(count):
+            header = headers.nth(column)
+            for direction in ("ascending", "descending"):
+                header.focus()
+                page.keyboard.press("Enter")
+                assert header.get_attribute("aria-sort") == direction
+                order = _order(page.evaluate(SORT_KEYS_JS, column))
+                filled = [k for k in order if k[0] < 2]
+                expected = sorted(filled, reverse=direction == "descending")
+                expected = sorted(expected, key=lambda k: k[0])  # stable: kinds stay in order
+                assert filled == expected, (column, direction, order)
+                assert all(k[0] == 2 for k in order[len(filled) :]), "empty cells sort last"
+        others = [headers.nth(i).get_attribute("aria-sort") for i in range(count - 1)]
+        assert others == ["none"] * (count - 1)
+        browser.close()
