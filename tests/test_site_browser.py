@@ -294,3 +294,28 @@ def test_every_column_sorts_by_keyboard_with_its_sort_state(site: Path, server: 
         others = [headers.nth(i).get_attribute("aria-sort") for i in range(count - 1)]
         assert others == ["none"] * (count - 1)
         browser.close()
+
+
+def test_a_regime_link_shows_its_regime_in_the_selectors_anchor_format(
+    site: Path, server: str
+) -> None:
+    """Index links and the selector share one anchor (#regime=ID); a link shows its regime."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(f"{server}/benchmark-demo.html")
+        links = page.locator("p.regime-index a")
+        assert links.count() >= 2
+        href = str(links.nth(1).get_attribute("href"))
+        assert href.startswith("#regime=")
+        links.nth(1).click()
+        wanted = href.removeprefix("#regime=")
+        shown = page.evaluate(
+            "() => Array.from(document.querySelectorAll('section.regime'))"
+            ".filter((s) => !s.hidden).map((s) => s.dataset.regime)"
+        )
+        assert shown and set(shown) == {wanted}
+        assert page.locator("select.regime-select").first.input_value() == wanted
+        browser.close()
