@@ -533,3 +533,20 @@ def test_real_sub_benchmarks_name_their_paper_leader_on_the_index(committed_site
     for benchmark, (score, method) in best.items():
         assert f">{method}</a>" in shown[benchmark] and "reported in paper" in shown[benchmark]
         assert f"{score:.2f}" in shown[benchmark] and "no measured entry yet" in shown[benchmark]
+
+
+def test_reported_tables_show_the_papers_headers_and_no_latex(committed_site: Path) -> None:
+    """Table VIII's caption and keys, and BSCD's column slugs, read as the papers print them."""
+    from fewtrans_board.website.text import column_label, plain_tex
+
+    assert plain_tex(r"Cohen’s $d$ ($N=600$ tasks), $9\times 10^{-7}$") == (
+        "Cohen’s d (N=600 tasks), 9 × 10^-7"
+    )
+    assert column_label("bscd-cropdisease/50shot") == "CropDisease 50-shot"
+    assert column_label("full_ft_mean") == "Full-FT (%)" and column_label("dtd") == "dtd"
+    adapters = (committed_site / "benchmark-fewtrans-adapters.html").read_text(encoding="utf-8")
+    assert "$d$" not in adapters and "<th>full_ft_mean</th>" not in adapters
+    assert "<th>Cohen's d</th>" in adapters or "<th>Cohen&#39;s d</th>" in adapters
+    assert ">Overall</td>" in adapters  # Table VIII's last row as printed, not 'average'
+    bscd = (committed_site / "benchmark-bscd.html").read_text(encoding="utf-8")
+    assert "<th>ChestX 5-shot</th>" in bscd and "<th>bscd-chestx/5shot</th>" not in bscd

@@ -54,6 +54,7 @@ from fewtrans_board.website.regimes import (
     regime_page_data,
 )
 from fewtrans_board.website.reporting import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, shots_of
+from fewtrans_board.website.text import column_label, plain_tex
 
 AGGREGATION_TITLES = {
     "hpe": "HPE (the protocol's fusion: logit mean or vote)",
@@ -71,6 +72,7 @@ def environment(templates: Path) -> Environment:
         keep_trailing_newline=True,
     )
     env.globals.update(version=__version__, paper_leader=paper_leader)
+    env.filters.update(plain_tex=plain_tex, column_label=column_label)
     return env
 
 
