@@ -550,3 +550,21 @@ def test_reported_tables_show_the_papers_headers_and_no_latex(committed_site: Pa
     assert ">Overall</td>" in adapters  # Table VIII's last row as printed, not 'average'
     bscd = (committed_site / "benchmark-bscd.html").read_text(encoding="utf-8")
     assert "<th>ChestX 5-shot</th>" in bscd and "<th>bscd-chestx/5shot</th>" not in bscd
+
+
+def test_exact_ties_share_a_rank_in_per_shot_and_base_to_novel_tables(
+    committed_site: Path,
+) -> None:
+    """Competition ranks: equal scores share the first rank and say so; none is broken by name."""
+    import re
+
+    from fewtrans_board.website.reporting import shared_ranks
+
+    assert shared_ranks([70.0, 65.0, 65.0, 60.0]) == [(1, False), (2, True), (2, True), (4, False)]
+    assert shared_ranks([1.0, 1.0]) == [(1, True), (1, True)] and shared_ranks([]) == []
+    page = (committed_site / "benchmark-demo-clip-inductive.html").read_text(encoding="utf-8")
+    ranks = re.findall(r'<td class="num" data-sort="(\d+)">\d+( <span class="tie")?', page)
+    assert ranks, "the per-shot table has ranks"
+    tied = [int(r) for r, mark in ranks if mark]
+    assert tied, "CoOp and CLIP-Adapter both score 20.36 on the unlearned demo CLIP"
+    assert all(tied.count(r) >= 2 for r in tied), "a tie is shared by two rows at least"

@@ -240,6 +240,8 @@ class BaseNovelRow:
     novel: BootstrapCI
     harmonic: BootstrapCI
     rank: int = 0
+    tied: bool = False
+    """Whether another row has exactly the same score (they share the rank)."""
 
 
 @dataclass
@@ -250,6 +252,8 @@ class ShotRow:
     per_dataset: dict[str, PerShot]
     average: PerShot
     rank: int = 0
+    tied: bool = False
+    """Whether another row has exactly the same score (they share the rank)."""
 
 
 @dataclass(frozen=True)

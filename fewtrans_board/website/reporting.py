@@ -8,6 +8,7 @@ spread, ranked by the average over shots and datasets (the inductive-CLIP paper'
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -65,8 +66,10 @@ def base_novel_table(
             )
         )
     rows.sort(key=lambda r: (-r.harmonic.estimate, r.method.id))
-    for rank, row in enumerate(rows, start=1):
-        row.rank = rank
+    for row, (rank, tied) in zip(
+        rows, shared_ranks([r.harmonic.estimate for r in rows]), strict=True
+    ):
+        row.rank, row.tied = rank, tied
     return rows
 
 
@@ -84,9 +87,28 @@ def shot_table(
         picked = {d: results[d] for d in datasets}
         rows.append(ShotRow(method, picked, average_over_datasets(picked)))
     rows.sort(key=lambda r: (-r.average.average, r.method.id))
-    for rank, row in enumerate(rows, start=1):
-        row.rank = rank
+    for row, (rank, tied) in zip(
+        rows, shared_ranks([r.average.average for r in rows]), strict=True
+    ):
+        row.rank, row.tied = rank, tied
     return rows
+
+
+def shared_ranks(scores: Sequence[float]) -> list[tuple[int, bool]]:
+    """Competition ranks of scores sorted best first: equal scores share the first rank.
+
+    ``[70, 65, 65, 60]`` -> ranks 1, 2, 2, 4, the middle two marked tied: a tie is shown as
+    one, not broken by the method's name.
+    """
+    ranks: list[tuple[int, bool]] = []
+    for index, score in enumerate(scores):
+        same_as_previous = index > 0 and math.isclose(score, scores[index - 1], abs_tol=1e-9)
+        rank = ranks[index - 1][0] if same_as_previous else index + 1
+        ranks.append((rank, False))
+    counts: dict[int, int] = {}
+    for rank, _ in ranks:
+        counts[rank] = counts.get(rank, 0) + 1
+    return [(rank, counts[rank] > 1) for rank, _ in ranks]
 
 
 def shots_of(table: Sequence[ShotRow]) -> list[int]:
