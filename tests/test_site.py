@@ -568,3 +568,12 @@ def test_exact_ties_share_a_rank_in_per_shot_and_base_to_novel_tables(
     tied = [int(r) for r, mark in ranks if mark]
     assert tied, "CoOp and CLIP-Adapter both score 20.36 on the unlearned demo CLIP"
     assert all(tied.count(r) >= 2 for r in tied), "a tie is shared by two rows at least"
+
+
+def test_one_configuration_protocols_show_one_table_with_a_note(committed_site: Path) -> None:
+    """Under 'published' the vote, oracle and mean-single tables would equal the headline."""
+    page = (committed_site / "benchmark-demo-clip-inductive.html").read_text(encoding="utf-8")
+    assert 'id="per-shot-hpe' in page and 'id="per-shot-oracle' not in page
+    assert "would repeat this one" in page
+    demo = (committed_site / "benchmark-demo.html").read_text(encoding="utf-8")
+    assert 'id="table-oracle' in demo and "would repeat this one" not in demo

@@ -73,7 +73,21 @@ def environment(templates: Path) -> Environment:
     )
     env.globals.update(version=__version__, paper_leader=paper_leader)
     env.filters.update(plain_tex=plain_tex, column_label=column_label)
+    env.globals.update(column_sets_for=column_sets_for)
     return env
+
+
+def column_sets_for(protocol: str) -> list[str]:
+    """The aggregation tables a protocol's section shows.
+
+    Only the headline where every episode has one configuration (vote, oracle and
+    mean-single would equal it).
+    """
+    from fewtrans_board.hpe.protocols import get_hpe_protocol
+
+    if get_hpe_protocol(protocol).epoch_rule == "centre-only":
+        return ["hpe"]
+    return list(COLUMN_SETS)
 
 
 def _heatmaps(run: MethodRun) -> list[dict[str, Any]]:
@@ -144,7 +158,9 @@ def _benchmark_context(view: BenchmarkView) -> dict[str, Any]:
         "bootstrap_seed": BOOTSTRAP_SEED,
         "ci_plots": plots,
         "shot_values": shot_values,
-        "tables": {**benchmark_downloads(view, shot_values), **regime_downloads(view)},
+        "tables": _shown_tables(
+            view, {**benchmark_downloads(view, shot_values), **regime_downloads(view)}
+        ),
         "regime_data": regime_page_data(view),
         "regime_rules": {
             "shots": SHOT_RULE,
@@ -153,6 +169,15 @@ def _benchmark_context(view: BenchmarkView) -> dict[str, Any]:
             "few": FEW_EPISODES,
         },
     }
+
+
+def _shown_tables(view: BenchmarkView, tables: dict[str, Download]) -> dict[str, Download]:
+    """``tables`` without those of aggregations a section does not show (see above)."""
+    for section in view.sections:
+        for agg in set(COLUMN_SETS) - set(column_sets_for(section.protocol)):
+            for prefix in ("table", "per-shot", "base-novel"):
+                tables.pop(f"{prefix}-{agg}{section.anchor}", None)
+    return tables
 
 
 def _dataset_entries(data: SiteData, name: str) -> list[dict[str, Any]]:
