@@ -43,26 +43,51 @@ def test_novel_draws_follow_the_base_draws_in_one_stream() -> None:
     assert len({d.novel_classes for d in draws}) > 1
 
 
+ZERO_SHOT_EPISODES = 3
+"""Episodes of the shared zero-shot run's base-to-novel manifest (each one a fresh worker
+process): a spread across episodes (CIs above zero) and every one re-run by verification."""
+
+
+@pytest.fixture(scope="module")
+def zero_shot_b2n(tmp_path_factory: pytest.TempPathFactory) -> dict:  # type: ignore[type-arg]
+    """A short base-to-novel digits manifest in a fresh store and the zero-shot tiny CLIP's
+    run on it (with ``evaluate --json``'s output), made once per test run: read only."""
+    from click.testing import CliRunner
+
+    from fewtrans_board.cli import make_cli
+    from fewtrans_board.leaderboard.store import LeaderboardStore
+    from tests.conftest import shared_folder
+
+    def build(folder: Path) -> None:
+        app = make_cli(pm())
+        manifest = LeaderboardStore(folder / "leaderboard").manifests_dir / "b2n.parquet"
+        args = ["--protocol", "fewtrans-base2novel", "--dataset", "digits"]
+        args += ["--episodes", str(ZERO_SHOT_EPISODES), "--out", str(manifest)]
+        result = CliRunner().invoke(app, ["manifest", "build", *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        args = ["--model", "tiny-clip.test", "--adapter", "zero-shot-clip"]
+        args += ["--manifest", str(manifest), "--out", str(folder / "zs")]
+        result = CliRunner().invoke(
+            app, ["evaluate", *args, "--quiet", "--device", "cpu", "--json"], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.output
+        (folder / "evaluate.json").write_text(result.output)
+
+    folder = shared_folder(tmp_path_factory, "b2n-zero-shot-run", build)
+    store = folder / "leaderboard"
+    return {
+        "store": store,
+        "manifest": store / "manifests" / "b2n.parquet",
+        "run": folder / "zs",
+        "output": json.loads((folder / "evaluate.json").read_text()),
+    }
+
+
 @pytest.mark.slow
-def test_base2novel_manifest_and_evaluation(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
-    manifest = tmp_path / "b2n.parquet"
-    result = invoke(
-        [
-            "manifest",
-            "build",
-            "--protocol",
-            "fewtrans-base2novel",
-            "--dataset",
-            "digits",
-            "--episodes",
-            "6",
-            "--out",
-            str(manifest),
-        ],
-        pm=pm(),
-    )
-    assert result.exit_code == 0, result.output
+def test_base2novel_manifest_and_evaluation(zero_shot_b2n) -> None:  # type: ignore[no-untyped-def]
+    manifest = zero_shot_b2n["manifest"]
     episodes = Manifest.load(manifest).episodes()
+    assert len(episodes) == ZERO_SHOT_EPISODES
     for ep in episodes:
         assert set(ep.classes) <= {5, 6, 7, 8, 9} and set(ep.novel_classes) <= {0, 1, 2, 3, 4}
         assert sorted({label for _, label in ep.novel_query}) == list(range(len(ep.novel_classes)))
@@ -71,27 +96,8 @@ def test_base2novel_manifest_and_evaluation(tmp_path: Path, invoke) -> None:  # 
         "novel_queries" not in get_protocol("fewtrans-varied").sampler.params()
     )  # frozen hashes kept
 
-    out = tmp_path / "zs"
-    result = invoke(
-        [
-            "evaluate",
-            "--model",
-            "tiny-clip.test",
-            "--adapter",
-            "zero-shot-clip",
-            "--manifest",
-            str(manifest),
-            "--out",
-            str(out),
-            "--quiet",
-            "--device",
-            "cpu",
-            "--json",
-        ],
-        pm=pm(),
-    )
-    assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)["summary"]
+    out = zero_shot_b2n["run"]
+    summary = zero_shot_b2n["output"]["summary"]
     base, novel = summary["aggregations"]["hpe"]["mean"], summary["novel"]["hpe"]["mean"]
     hm = summary["harmonic_mean"]["hpe"]
     assert hm["mean"] == pytest.approx(harmonic_mean(base, novel))
@@ -150,7 +156,7 @@ def test_vision_only_adapters_cannot_score_novel_classes(tmp_path: Path, invoke)
 
 
 @pytest.mark.slow
-def test_verify_reruns_the_novel_split_of_base_to_novel_runs(tmp_path: Path, invoke) -> None:  # type: ignore[no-untyped-def]
+def test_verify_reruns_the_novel_split_of_base_to_novel_runs(tmp_path: Path, zero_shot_b2n) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.core.errors import SubmissionError
     from fewtrans_board.leaderboard.bundle import BundleContents
     from fewtrans_board.leaderboard.meta import parse_meta
@@ -159,30 +165,8 @@ def test_verify_reruns_the_novel_split_of_base_to_novel_runs(tmp_path: Path, inv
     from tests.adversarial.forgery import forge_rows, forge_run
     from tests.conftest import installed_distribution
 
-    store = LeaderboardStore(tmp_path / "leaderboard")
-    manifest = store.manifests_dir / "b2n.parquet"
-    args = ["--protocol", "fewtrans-base2novel", "--dataset", "digits", "--episodes", "3"]
-    result = invoke(["manifest", "build", *args, "--out", str(manifest)], pm=pm())
-    assert result.exit_code == 0, result.output
-    out = tmp_path / "zs"
-    result = invoke(
-        [
-            "evaluate",
-            "--model",
-            "tiny-clip.test",
-            "--adapter",
-            "zero-shot-clip",
-            "--manifest",
-            str(manifest),
-            "--out",
-            str(out),
-            "--quiet",
-            "--device",
-            "cpu",
-        ],
-        pm=pm(),
-    )
-    assert result.exit_code == 0, result.output
+    store = LeaderboardStore(zero_shot_b2n["store"])
+    out = zero_shot_b2n["run"]
     run = load_run(out)
     assert run.has_novel
     meta = f"""\
@@ -213,15 +197,19 @@ plugins = ["fewtrans-board==0.1.0", "fewtrans-tinymodels==0.1"]
     with installed_distribution(dist, "fewtrans-tinymodels", "0.1", "tests.plugins.tiny_models"):
         # Verification proper: the run is handed over as loaded (it is not a demo-benchmark
         # submission, so validation would refuse it before any episode is re-run).
+        # The probes (one episode of the honest run; none of the forged one, whose re-run
+        # alone refuses it) are fresh requests of their own, as costly as a re-run each.
         contents = BundleContents(parse_meta(meta), None, [out])
-        report = verify_contents(contents, store, VerificationOptions(), runs=[run])
+        options = VerificationOptions(probe_episodes=1)
+        report = verify_contents(contents, store, options, runs=[run])
         forged_contents = BundleContents(parse_meta(meta), None, [forged])
         with pytest.raises(SubmissionError) as refused:
-            verify_contents(forged_contents, store, VerificationOptions(), runs=[forged_run])
+            options = VerificationOptions(probe_episodes=0)
+            verify_contents(forged_contents, store, options, runs=[forged_run])
     # Control: every split re-run in the same environment, identical.
-    assert report["passed"] and len(report["episodes"]) == 3
+    assert report["passed"] and len(report["episodes"]) == ZERO_SHOT_EPISODES
     (dataset,) = report["datasets"]
-    assert dataset["mode"] == "exact" and dataset["identical_episodes"] == 3
+    assert dataset["mode"] == "exact" and dataset["identical_episodes"] == ZERO_SHOT_EPISODES
     assert set(dataset["agreement"]["fusions"]) == {"base", "novel"}
     claimed_hm = dataset["harmonic_mean"]["claimed"]
     assert claimed_hm == pytest.approx(dataset["harmonic_mean"]["rerun"])
@@ -237,7 +225,7 @@ plugins = ["fewtrans-board==0.1.0", "fewtrans-tinymodels==0.1"]
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "leaderboard" / "manifests"
-B2N_EPISODES = 12
+B2N_EPISODES = 6
 """Episodes of the fixture's base-to-novel manifest (each one a fresh worker process):
 enough for per-episode spread (CIs above zero) and a two-episode verification sample."""
 

@@ -77,13 +77,16 @@ def shell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shell]:
 @pytest.fixture(scope="module")
 def centre(shell: Shell, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """An adapter's centre, searched on demand and once per test run (both protocols, and
-    every xdist worker that runs a case of the adapter, use the same search)."""
+    every xdist worker that runs a case of the adapter, use the same search). One round of
+    the search (one episode, a plugin worker request) makes a centre file like a settled
+    search's; the rounds after it, each a request of its own, change only its values."""
 
     def centre_of(adapter: str) -> Path:
         def search(folder: Path) -> None:
             shell.ok(
                 f"hpe search --model tiny-clip.test --adapter {adapter} --manifest {{search}} "
-                f"--limit 1 --device cpu --threads 1 --out {folder}/centre.json --json",
+                f"--limit 1 --max-rounds 1 --device cpu --threads 1 "
+                f"--out {folder}/centre.json --json",
                 *(item for c in ADAPTERS[adapter] for item in ("--config", c)),
             )
 

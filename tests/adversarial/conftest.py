@@ -22,7 +22,7 @@ from click.testing import CliRunner, Result
 from fewtrans_board.cli import make_cli
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS, SubBenchmark
 from fewtrans_board.registry.manager import PluginManager, get_plugin_manager
-from tests.conftest import REPO, installed_distribution, require_sandbox
+from tests.conftest import REPO, installed_distribution, require_sandbox, shared_folder
 
 MANIFESTS = REPO / "leaderboard" / "manifests"
 PINS = '["fewtrans-board==0.1.0", "fewtrans-redteam==0.1"]'
@@ -199,6 +199,14 @@ REDTEAM_FIXED = SubBenchmark(
 )
 """For a test whose cost is the cheater's own work in every request, and whose defence acts
 on each plugin worker alike (one per dataset): it runs on one manifest."""
+REDTEAM_VARIED = SubBenchmark(
+    name="redteam-varied",
+    title="Red team, varied ways and shots",
+    description="The varied manifest of the red-team suite alone.",
+    manifests=(VARIED,),
+    held_out=("digits",),
+)
+"""The same for a defence whose statistic is widest on the varied manifest."""
 CENTRE = "centre.json"
 HONEST = {"varied": "lp-varied", "fixed": "lp-fixed"}
 """Run folders of the honest linear-probe submission, one per manifest."""
@@ -220,12 +228,18 @@ def redteam_benchmark(*extra: SubBenchmark) -> Iterator[None]:
 
 @pytest.fixture(scope="package")
 def board_template(redteam_pm: PluginManager, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A board built once for the package: its manifests, a centre search, the honest runs.
+    """A board built once per test run: its manifests, a centre search, the honest runs.
 
     Every module copies it (:func:`board`), so the centre search and the honest evaluations
-    run once, not once per module, while each module still writes to a store of its own.
+    run once, not once per module (nor once per xdist worker: :func:`shared_folder`),
+    while each module still writes to a store of its own.
     """
-    root = tmp_path_factory.mktemp("board-template")
+    return shared_folder(
+        tmp_path_factory, "redteam-board-template", lambda root: _build_board(root, redteam_pm)
+    )
+
+
+def _build_board(root: Path, redteam_pm: PluginManager) -> None:
     manifests = root / "leaderboard" / "manifests"
     manifests.mkdir(parents=True)
     shutil.copy(MANIFESTS / "fewtrans-search--digits.parquet", manifests)
@@ -258,7 +272,6 @@ def board_template(redteam_pm: PluginManager, tmp_path_factory: pytest.TempPathF
         )
         for manifest, out in ((VARIED, HONEST["varied"]), (FIXED, HONEST["fixed"])):
             ok(board.evaluate("linear-probe", out, manifest=manifest, centre=board.work / CENTRE))
-    return root
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,10 @@ Each cheater runs first where the route is open (in-process, or a worker without
 sandbox) to show the route is real, then through the sandboxed worker, where it finds
 nothing and changes nothing.
 
-A cheater acts in every request it gets, so a verification that must pass re-runs two
-episodes per dataset (``--sample 2``, every probe: the judge's lazy imports all run); one
-that must fail re-runs every episode without the probes
-(:meth:`~tests.adversarial.conftest.Board.verify_reruns`).
+A cheater acts in every request it gets, and the sandbox hides the judge from every
+dataset's worker alike, so each submits on one manifest (``redteam-fixed``); a
+verification that must pass re-runs two episodes (``--sample 2``, every probe: the judge's
+lazy imports all run); one that must fail re-runs episodes without the probes.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
+from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 from fewtrans_board.registry.manager import get_plugin_manager
 from tests.adversarial.cheaters import JUDGE_TMP, PLANT_HINT, SHADOWED, STORE_HINT, _hints
 from tests.adversarial.conftest import (
     FIXED,
     REDTEAM_FIXED,
-    VARIED,
     Board,
     ok,
     redteam_benchmark,
@@ -36,14 +36,12 @@ from tests.adversarial.conftest import (
 
 
 def cheater_bundle(board: Board, adapter: str, isolation: str = "auto") -> Path:
-    for manifest, suffix in ((VARIED, "varied"), (FIXED, "fixed")):
-        ok(
-            board.evaluate(
-                adapter, f"{adapter}-{isolation}-{suffix}", manifest=manifest, isolation=isolation
-            )
-        )
-    runs = [f"{adapter}-{isolation}-varied", f"{adapter}-{isolation}-fixed"]
-    return board.pack(f"{adapter}-{isolation}--redteam", adapter, runs)
+    """The cheater's submission to ``redteam-fixed`` (call inside
+    ``redteam_benchmark(REDTEAM_FIXED)``): the sandbox hides the judge from each dataset's
+    worker alike, and the cheater acts in every request, so one manifest shows it."""
+    out = f"{adapter}-{isolation}-fixed"
+    ok(board.evaluate(adapter, out, manifest=FIXED, isolation=isolation))
+    return board.pack(f"{adapter}-{isolation}--redteam-fixed", adapter, [out], REDTEAM_FIXED.name)
 
 
 def verify(board: Board, bundle: Path, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -73,11 +71,11 @@ def test_searching_for_the_judges_files_finds_nothing_in_the_sandbox(board: Boar
         assert [d["rerun_accuracy"] for d in report["report"]["datasets"]] == [100.0]
         assert report["report"]["isolation"] == "process"
         # In the sandbox there is no file of the judge's, no /proc of it, no store: the
-        # re-runs of every episode (the default sample) predict what a plain centroid does.
-        code, report = board.verify_reruns(bundle)
+        # re-runs of as many episodes predict what a plain centroid does (about 68%).
+        code, report = board.verify_with(bundle, sample=3, probe_episodes=0)
     assert code == 1 and report["code"] == "verification-failed", report
     (dataset,) = report["report"]["datasets"]
-    assert dataset["rerun_episodes"] == 8 and dataset["rerun_accuracy"] < 95.0, dataset
+    assert dataset["rerun_episodes"] == 3 and dataset["rerun_accuracy"] < 95.0, dataset
 
 
 def member_hashes(bundle: Path) -> dict[str, str]:
@@ -111,11 +109,12 @@ def test_rewriting_the_extracted_bundle_has_no_effect(
 ) -> None:
     import tempfile
 
+    monkeypatch.setitem(SUB_BENCHMARKS, REDTEAM_FIXED.name, REDTEAM_FIXED)
     bundle = cheater_bundle(board, "redteam-rewriter")
     judge_tmp = tmp_path / JUDGE_TMP  # the judge's temporary folders, where it extracts
     judge_tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(judge_tmp))
-    ident = "redteam-rewriter-auto--redteam"
+    ident = "redteam-rewriter-auto--redteam-fixed"
     store = tmp_path / "leaderboard"
     shutil.copytree(board.store / "manifests", store / "manifests")
     # Without a sandbox the worker reaches the folder 'leaderboard add' extracted the bundle
@@ -157,6 +156,7 @@ def test_modules_planted_for_the_judge_are_never_imported(
 
     watched.before = None  # type: ignore[attr-defined]
     monkeypatch.setattr(isolated.PluginWorker, "start", watched)
+    monkeypatch.setitem(SUB_BENCHMARKS, REDTEAM_FIXED.name, REDTEAM_FIXED)
     bundle = cheater_bundle(board, "redteam-planter")
     watched.before = None  # type: ignore[attr-defined]  # from verification's first worker on
     code, report = verify(board, bundle, "--sample", "2")

@@ -9,6 +9,8 @@ A test whose forgery the re-run comparison must refuse verifies with
 :meth:`~tests.adversarial.conftest.Board.verify_reruns` (the default sample, no probe: a
 probe can only add a failure); a test about a probe or a passing verification keeps them,
 with ``--sample`` only where its statistic allows; tests that read the same report share it.
+A cheater whose defence acts in every dataset's worker alike is submitted on one manifest
+(the one its statistic is measured on): a worker and half the requests fewer.
 """
 
 from __future__ import annotations
@@ -21,16 +23,35 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.adversarial.conftest import FIXED, MANIFESTS, VARIED, Board, edit_provenance, ok
+from fewtrans_board.leaderboard.sub_benchmarks import SubBenchmark
+from tests.adversarial.conftest import (
+    FIXED,
+    MANIFESTS,
+    REDTEAM_FIXED,
+    REDTEAM_VARIED,
+    VARIED,
+    Board,
+    edit_provenance,
+    ok,
+    redteam_benchmark,
+)
 from tests.adversarial.forgery import correct_outside, forge_bundle, shaved
 
 
-def cheater_bundle(board: Board, adapter: str, *, isolation: str = "auto") -> Path:
-    for manifest, suffix in ((VARIED, "varied"), (FIXED, "fixed")):
+def cheater_bundle(
+    board: Board, adapter: str, *, isolation: str = "auto", only: SubBenchmark | None = None
+) -> Path:
+    """The cheater's submission to ``redteam`` (both manifests), or to ``only`` (one of them:
+    call inside :func:`redteam_benchmark` with it)."""
+    manifests = [(VARIED, "varied"), (FIXED, "fixed")]
+    if only is not None:
+        manifests = [(m, suffix) for m, suffix in manifests if m in only.manifests]
+    for manifest, suffix in manifests:
         out = f"{adapter}-{isolation}-{suffix}"
         ok(board.evaluate(adapter, out, manifest=manifest, isolation=isolation))
-    runs = [f"{adapter}-{isolation}-varied", f"{adapter}-{isolation}-fixed"]
-    return board.pack(f"{adapter}-{isolation}--redteam", adapter, runs)
+    runs = [f"{adapter}-{isolation}-{suffix}" for _, suffix in manifests]
+    benchmark = only.name if only is not None else "redteam"
+    return board.pack(f"{adapter}-{isolation}--{benchmark}", adapter, runs, benchmark)
 
 
 def verify(board: Board, bundle: Path, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -203,7 +224,7 @@ def test_labels_read_where_unchecked_do_not_survive_verification(board: Board) -
         ("redteam-quiet", "inline", "4", "predict differently from the stored results"),
         # Transductive everywhere, hiding behind a first-answer cache: the subsets go to
         # another episode process, where nothing is cached. The inductive probe sees the
-        # balancing on every episode, so two per dataset (each probed) suffice.
+        # balancing on every episode, so two (each probed) suffice.
         ("redteam-cached", "auto", "2", "declare transductive = True"),
         ("redteam-balanced", "auto", "2", "declare transductive = True"),
     ],
@@ -214,18 +235,27 @@ def test_undeclared_transductive_adapters_are_caught(
     # Other tests of the same pytest process import the worker module; the in-process run
     # here must still be the cheating one (the whole suite once verified it as honest).
     importlib.import_module("fewtrans_board.runner.worker.serve")
-    bundle = cheater_bundle(board, adapter, isolation=isolation)
-    code, report = verify(board, bundle, "--sample", sample)
+    # The fixed manifest alone: each defence acts in every dataset's worker alike, and the
+    # cheaters' cost is in every request.
+    with redteam_benchmark(REDTEAM_FIXED):
+        bundle = cheater_bundle(board, adapter, isolation=isolation, only=REDTEAM_FIXED)
+        code, report = verify(board, bundle, "--sample", sample)
     assert code == 1 and report["code"] == "verification-failed", report
     assert reason in report["error"]
 
 
 @pytest.mark.slow
 def test_fit_many_that_beats_fit_is_caught(board: Board) -> None:
-    bundle = cheater_bundle(board, "redteam-fitmany")
-    code, report = verify(board, bundle)
+    # The varied manifest alone, every episode probed (the default rule): fit_many's gain
+    # there is about 25 points, its 99% lower bound over the 8 episodes about 12, against a
+    # margin of 0.5.
+    with redteam_benchmark(REDTEAM_VARIED):
+        bundle = cheater_bundle(board, "redteam-fitmany", only=REDTEAM_VARIED)
+        code, report = verify(board, bundle)
     assert code == 1 and report["code"] == "verification-failed", report
     assert "fit_many() must compute what fit() computes" in report["error"]
+    (dataset,) = failure(report)["datasets"]
+    assert dataset["rerun_episodes"] == 8 and dataset["fit_many_gain"]["bound"] > 0.5
 
 
 @pytest.mark.slow
@@ -237,15 +267,20 @@ def test_a_shipped_answer_key_is_flagged(board: Board, redteam_dist: Path) -> No
     (redteam_dist / "fewtrans_redteam-0.1.dist-info" / "answer_key.json").write_text(
         json.dumps(table)
     )
-    bundle = cheater_bundle(board, "redteam-answer-key")
-    code, valid = board.json(["submission", "validate", bundle, "--leaderboard", board.store])
-    assert code == 0 and valid["runs"][0]["hpe"]["mean"] > 95, valid
-    code, report = verify(board, bundle)
+    # The fixed manifest alone (the probe acts in every dataset's worker alike): there the
+    # key's answers drop by about 55 points under the probe, a 95% bound near 50 over its 8
+    # episodes (on the varied one, where 2-way episodes keep a plain centroid near 90%, 25).
+    with redteam_benchmark(REDTEAM_FIXED):
+        bundle = cheater_bundle(board, "redteam-answer-key", only=REDTEAM_FIXED)
+        args = ["submission", "validate", bundle, "--leaderboard", board.store]
+        code, valid = board.json(args)
+        assert code == 0 and valid["runs"][0]["hpe"]["mean"] > 95, valid
+        code, report = verify(board, bundle)
     assert code == 1 and report["code"] == "lookup-suspected", report
-    for dataset in failure(report)["datasets"]:
-        probe = dataset["memorisation_probe"]
-        assert dataset["mode"] == "exact" and dataset["identical_episodes"] == 8  # consistent
-        assert probe["drop_bound"] > probe["threshold"]
+    (dataset,) = failure(report)["datasets"]
+    probe = dataset["memorisation_probe"]
+    assert dataset["mode"] == "exact" and dataset["identical_episodes"] == 8  # consistent
+    assert probe["drop_bound"] > probe["threshold"]
 
 
 @pytest.mark.slow

@@ -23,7 +23,9 @@ from fewtrans_board.leaderboard.verification.rerun import EpisodeCheck
 from fewtrans_board.leaderboard.verification.sampling import Seed, plan_sample
 from fewtrans_board.leaderboard.verification.verdict import CostFacts, judge_dataset
 from tests.adversarial.conftest import (
+    FIXED,
     MANIFESTS,
+    REDTEAM_FIXED,
     Board,
     edit_provenance,
     ok,
@@ -253,18 +255,22 @@ def test_a_table_keyed_after_the_published_probe_is_still_flagged(
     (redteam_dist / "fewtrans_redteam-0.1.dist-info" / "answer_key_replica.json").write_text(
         json.dumps(table)
     )
-    for manifest, suffix in (
-        ("redteam-varied.parquet", "varied"),
-        ("redteam-fixed.parquet", "fixed"),
-    ):
-        ok(board.evaluate("redteam-probe-replica", f"replica-{suffix}", manifest=manifest))
-    bundle = board.pack(
-        "replica--redteam", "redteam-probe-replica", ["replica-varied", "replica-fixed"]
-    )
-    # Its honest control, the linear probe through the same probes, is
-    # tests/adversarial/test_verify.py::test_honest_submission_verifies_exactly.
-    code, report = board.verify_with(bundle, probe_episodes=4, sample=4)
+    # The fixed manifest alone (the probe acts in every dataset's worker alike), all 8 of its
+    # episodes probed: the table's answers drop by 55-58 points under the probe, a 95% bound
+    # near 50. (Four episodes per manifest left the bound to the draw: a plain centroid's
+    # accuracy varies so much between episodes that it fell below 15 in 5 of 12 draws.)
+    with redteam_benchmark(REDTEAM_FIXED):
+        ok(board.evaluate("redteam-probe-replica", "replica-fixed", manifest=FIXED))
+        bundle = board.pack(
+            "replica--redteam-fixed",
+            "redteam-probe-replica",
+            ["replica-fixed"],
+            benchmark=REDTEAM_FIXED.name,
+        )
+        # Its honest control, the linear probe through the same probes, is
+        # tests/adversarial/test_verify.py::test_honest_submission_verifies_exactly.
+        code, report = board.verify_with(bundle, probe_episodes=8, sample=8)
     assert code == 1 and report["code"] == "lookup-suspected", report
-    for dataset in report["report"]["datasets"]:
-        assert dataset["identical_episodes"] == 4  # consistent: only the probe refutes it
-        assert dataset["memorisation_probe"]["drop_bound"] > 15
+    (dataset,) = report["report"]["datasets"]
+    assert dataset["identical_episodes"] == 8  # consistent: only the probe refutes it
+    assert dataset["memorisation_probe"]["drop_bound"] > 15
