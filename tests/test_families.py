@@ -102,10 +102,13 @@ def test_family_goes_from_evaluate_to_the_store(
 ) -> None:
     ident = f"{adapter}--{protocol}"
     work, store = shell.root / ident, "--leaderboard {root}/leaderboard"
+    # In this process (a plugin worker's start costs more than the episode): the grid and
+    # the rows are the runner's either way, and the sandboxed re-run of `leaderboard add`
+    # below must reproduce them bit for bit.
     shell.ok(
         f"evaluate --model tiny-clip.test --adapter {adapter} --protocol {protocol} "
         f"--manifest {{root}}/leaderboard/manifests/families.parquet --centre {centre(adapter)} "
-        f"--out {work}/run --device cpu --threads 1 --quiet {store}"
+        f"--out {work}/run --device cpu --threads 1 --isolation inline --quiet {store}"
     )
     (work / "submission.toml").write_text(
         f'[submission]\nid = "{ident}"\nmethod = "{adapter}"\nmodel = "tiny-clip.test"\n'

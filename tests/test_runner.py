@@ -389,7 +389,9 @@ def test_process_workers_load_only_the_callers_plugins(  # type: ignore[no-untyp
 
     marker = tmp_path / "imported-by.txt"
     monkeypatch.setenv(MARKER_ENV, str(marker))
-    pooled = ("--limit", "2", "--shards", "2", "--executor", "process", "--workers", "2")
+    # One pool worker computes both shards: it is a spawned process like any other, and a
+    # second one would only import torch and the plugins again.
+    pooled = ("--limit", "2", "--shards", "2", "--executor", "process", "--workers", "1")
 
     def importers() -> set[str]:
         """Processes other than this one that imported the plugin (the workers)."""

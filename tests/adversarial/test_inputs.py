@@ -78,7 +78,9 @@ def test_position_oracle_scores_chance_and_fails_preflight(board: Board) -> None
     manifest = "position-40.parquet"
     build = ["manifest", "build", "--protocol", "fewtrans-varied", "--dataset", "digits"]
     ok(run_cli(board.pm, [*build, "--episodes", "40", "--out", board.manifest(manifest)]))
-    ok(board.evaluate("redteam-position", "position", manifest=manifest))
+    # In-process: the presentation order is drawn before any adapter code runs (a worker
+    # gets the inputs in the same order), and 40 episodes in a worker are 40 processes.
+    ok(board.evaluate("redteam-position", "position", manifest=manifest, isolation="inline"))
     correct, queries, expected, bound = blind_guess_bound(board, "position", manifest)
     assert correct <= bound, (correct, queries, expected, bound)
     # Tight enough to catch a partial leak: under 5 points above blind guessing.
