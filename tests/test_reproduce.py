@@ -160,6 +160,25 @@ def test_the_plan_lists_missing_roots_and_estimates_from_the_cost_table(tmp_path
     assert all("nvidia-h100" in s.estimate.source for s in h100.steps if s.estimate)
 
 
+def test_only_the_preparations_of_the_chosen_rows_are_planned(tmp_path: Path) -> None:
+    def prepared(name: str, rows: tuple[str, ...]) -> list[str]:
+        """The preparations planned, by name (a per-dataset one once)."""
+        options = PlanOptions(work=tmp_path, rows=rows)
+        steps = plan_target(get_target(name), options).steps
+        return sorted({s.label.split()[0] for s in steps if s.kind == "prepare"})
+
+    # Rows naming {prepare:NAME} in their weights (meta-trained checkpoints).
+    assert len(prepared("bscd:table-1", ())) == 8
+    assert prepared("bscd:table-1", ("MAML",)) == ["maml"]
+    # Rows whose unlearned model names the severity (serves = "@tklN").
+    assert len(prepared("inductive-clip:fig-4a", ())) == 4
+    chosen = prepared("inductive-clip:fig-4a", ("CoOp at 3% loss", "SEPRES at 90% loss"))
+    assert chosen == ["unlearn-tkl3", "unlearn-tkl90"]
+    # A preparation no row names serves them all.
+    first = get_target("inductive-clip:fig-2").rows[0].reported
+    assert prepared("inductive-clip:fig-2", (first,)) == prepared("inductive-clip:fig-2", ())
+
+
 def test_running_without_roots_refuses_before_anything_runs(invoke, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     result = invoke(["reproduce", "fewtrans:table-5", "--work", str(tmp_path / "w")])
     assert result.exit_code != 0

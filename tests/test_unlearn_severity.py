@@ -228,3 +228,13 @@ def test_unlearn_command_searches_a_severity_and_the_oracle(
         cli, [*args, "--knowledge-loss", "0.5", "--alpha", "10", "--out", str(out)]
     )
     assert fixed.exit_code != 0 and "fix the SSD strength" in fixed.output
+
+    # A budget of one evaluation: the search stops at the paper's default strength (whose
+    # gap is over 20 points, above), keeps it and records that the target was not reached.
+    budget = ["--match-oracle", "demo-clip.digits-0-4", "--max-evaluations", "1"]
+    short = CliRunner().invoke(cli, [*args, *budget, "--out", str(out)])
+    assert short.exit_code == 0, short.output
+    search = json.loads(short.output)["search"]
+    assert [p["alpha"] for p in search["points"]] == [30.0] and not search["reached"]
+    unsearched = CliRunner().invoke(cli, [*args, "--max-evaluations", "2", "--out", str(out)])
+    assert unsearched.exit_code != 0 and "steer a --knowledge-loss" in unsearched.output

@@ -139,6 +139,14 @@ def split_list(value: str) -> list[str]:
     help="How close a search must come: a share of knowledge below the target (default "
     "0.02) or probe points either side of the oracle (default 2).",
 )
+@click.option(
+    "--max-evaluations",
+    type=click.IntRange(min=1),
+    default=None,
+    help="At most this many strengths a search evaluates (default 24; each is a zero-shot "
+    "pass over the validation datasets or a probe training); stopped short, the search keeps "
+    "the closest point and says so.",
+)
 @device_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 @pass_app
@@ -161,6 +169,7 @@ def unlearn_command(
     validation: str | None,
     weighting: str,
     tolerance: float | None,
+    max_evaluations: int | None,
     device: str | None,
     as_json: bool,
 ) -> None:
@@ -193,6 +202,7 @@ def unlearn_command(
         validation=None if validation is None else split_list(validation),
         weighting=weighting,
         tolerance=tolerance,
+        max_evaluations=max_evaluations,
     )
     if oracle_weights is not None and match_oracle is None:
         raise FewtransError("--oracle-weights goes with --match-oracle MODEL")

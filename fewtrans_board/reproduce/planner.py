@@ -137,12 +137,35 @@ def prepare_steps(target: Target, options: PlanOptions) -> dict[str, PlannedStep
     steps: dict[str, PlannedStep] = {}
     datasets = _datasets(target, options)
     for step in target.prepare:
+        if not _needed(target, step, options):
+            continue
         for dataset in datasets if step.for_each == "dataset" else [""]:
             key = f"{step.name}:{dataset}" if dataset else step.name
             folder = options.work / "prepare" / slug(key)
             out = folder / (step.output or step.name)
             steps[key] = _filled_step("prepare", step, options, out, {"dataset": dataset})
     return steps
+
+
+def _needed(target: Target, step: Step, options: PlanOptions) -> bool:
+    """Whether the chosen rows or an analysis use the preparation ``step``.
+
+    A row uses it when its fields name ``{prepare:NAME}`` or, for a step with ``serves``,
+    when its model contains that text; a step no row names (and without ``serves``) is
+    always made.
+    """
+    wanted = f"{{prepare:{step.name}}}"
+    if any(wanted in argument for a in target.analysis for argument in a.command):
+        return True
+
+    def uses(row: Row) -> bool:
+        if step.serves and step.serves in target.row_model(row):
+            return True
+        return wanted in row.model_dump_json()
+
+    if not step.serves and not any(uses(row) for row in target.rows):
+        return True
+    return any(uses(row) for _, row in chosen_rows(target, options))
 
 
 def _datasets(target: Target, options: PlanOptions) -> list[str]:

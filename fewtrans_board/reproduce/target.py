@@ -49,6 +49,10 @@ class Step(_Strict):
     """Arguments appended under ``--limit`` so the step stays a smoke (fewer epochs)."""
     seconds: float = 60.0
     """Estimated device seconds at full scale (the cost table has no entry for it)."""
+    serves: str = ""
+    """Text in the model names of the rows that use this preparation (``@tkl3``), where they
+    do not name ``{prepare:NAME}``. A preparation no chosen row uses is skipped (``--row``
+    and smokes choose rows)."""
 
 
 class Row(_Strict):

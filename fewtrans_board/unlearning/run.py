@@ -35,7 +35,7 @@ from fewtrans_board.unlearning.sets import (
     default_validation,
 )
 from fewtrans_board.unlearning.ssd import EXCLUDED, dampen
-from fewtrans_board.unlearning.strength import StrengthSearch, search_strength
+from fewtrans_board.unlearning.strength import MAX_EVALUATIONS, StrengthSearch, search_strength
 from fewtrans_board.unlearning.zeroshot import zero_shot
 
 if TYPE_CHECKING:
@@ -73,6 +73,8 @@ class UnlearnRequest:
         weighting: the TKL weighting the knowledge-loss search targets (``mmd``, ``uniform``).
         tolerance: how close a search must come (a fraction of knowledge, or probe points;
             ``None``: the defaults of :mod:`.sets`).
+        max_evaluations: at most this many strengths a search evaluates (``None``: the
+            default of :mod:`.strength`); a search stopped short keeps the closest point.
     """
 
     model: str
@@ -94,6 +96,7 @@ class UnlearnRequest:
     validation: Sequence[str] | None = None
     weighting: str = "mmd"
     tolerance: float | None = None
+    max_evaluations: int | None = None
 
     @property
     def variant(self) -> str | None:
@@ -134,10 +137,11 @@ def _check(request: UnlearnRequest) -> None:
             "--alpha/--lambda fix the SSD strength, --knowledge-loss/--match-oracle search it; "
             "give one or the other"
         )
-    if not request.searched and (request.validation is not None or request.tolerance is not None):
+    steering = (request.validation, request.tolerance, request.max_evaluations)
+    if not request.searched and any(value is not None for value in steering):
         raise FewtransError(
-            "--validation and --tolerance steer a --knowledge-loss/--match-oracle search; "
-            "a fixed strength uses neither (measure its loss with 'fewtrans-board tkl')"
+            "--validation, --tolerance and --max-evaluations steer a --knowledge-loss/"
+            "--match-oracle search; a fixed strength uses none of them (measure its loss with 'fewtrans-board tkl')"
         )
     if request.knowledge_loss is not None:
         severity_variant(request.knowledge_loss)  # a whole percentage between 1 and 99
@@ -339,6 +343,7 @@ def choose_strength(
     dampener = Dampener(backbone, forget_importance, retain_importance)
     result: StrengthSearch
     extra: dict[str, Any] = {"knowledge": baseline.to_dict()}
+    budget = request.max_evaluations or MAX_EVALUATIONS
     if request.knowledge_loss is not None:
         tolerance = KNOWLEDGE_LOSS_TOLERANCE if request.tolerance is None else request.tolerance
         result = search_strength(
@@ -346,6 +351,7 @@ def choose_strength(
             request.knowledge_loss,
             tolerance,
             "at-most",
+            max_evaluations=budget,
         )
         mode = "knowledge-loss"
     else:
@@ -357,7 +363,11 @@ def choose_strength(
         )
         tolerance = ORACLE_GAP_TOLERANCE if request.tolerance is None else request.tolerance
         result = search_strength(
-            oracle_measure(registry, dampener, backbone, probe, say), 0.0, tolerance, "nearest"
+            oracle_measure(registry, dampener, backbone, probe, say),
+            0.0,
+            tolerance,
+            "nearest",
+            max_evaluations=budget,
         )
         with dampener.applied(result.chosen.alpha, result.chosen.lam):
             result.chosen.detail.update(baseline.measure(backbone))
