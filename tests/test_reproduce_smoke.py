@@ -9,7 +9,6 @@ one epoch per configuration, and must write a report whose every run completed.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -37,33 +36,25 @@ def _per_class(dataset: str) -> int:
 
 @pytest.fixture(scope="module")
 def miniature(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Synthetic copies of every dataset a smoke touches, in their official layouts.
-
-    Written once per test session: pytest-xdist's workers share the parent of their base
-    temporary folders, and the first one to take the lock writes the copies there.
-    """
-    from filelock import FileLock
-
+    """Synthetic copies of every dataset a smoke touches, in their official layouts (written
+    once per test run, whichever xdist worker asks first)."""
     from fewtrans_board.datasets.synthetic import write_synthetic_copy
     from fewtrans_board.episodes.frozen import EMBEDDED
     from fewtrans_board.registry.lookup import Registry
     from fewtrans_board.registry.manager import get_plugin_manager
+    from tests.conftest import shared_folder
 
     registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent
-    base = shared / "smoke-miniature"
     names = {smallest_dataset(t, registry) for t in all_targets()} | set(EXTRA)
-    roots = {name: base / name for name in sorted(names - set(EMBEDDED))}
-    with FileLock(str(shared / "smoke-miniature.lock")):
-        for name, root in roots.items():
-            done = root.with_name(f"{name}.done")
-            if not done.exists():
-                spec = registry.datasets.get(name).obj
-                write_synthetic_copy(spec, root, per_class=_per_class(name))
-                done.touch()
-    return roots
+    names -= set(EMBEDDED)
+
+    def write(base: Path) -> None:
+        for name in sorted(names):
+            spec = registry.datasets.get(name).obj
+            write_synthetic_copy(spec, base / name, per_class=_per_class(name))
+
+    base = shared_folder(tmp_path_factory, "smoke-miniature", write)
+    return {name: base / name for name in sorted(names)}
 
 
 @pytest.mark.parametrize("name", [t.name for t in all_targets()])
