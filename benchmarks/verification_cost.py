@@ -9,9 +9,15 @@ Prints, measured in this run on the embedded digits data:
    the sampling rule (every episode within the budget, else the 5%-forgery minimum);
 3. the memorisation probe's accuracy drop for honest methods (clean minus queries
    perturbed by draws of the randomised probe), which the flag threshold is set above;
-4. the sample sizes and catch probabilities of the rule (no timing).
+4. the sample sizes and catch probabilities of the rule (no timing);
+5. with ``--real-resolution N``: the estimate printed before a verification against the
+   measured verification, at 224 px: a random-init timm ResNet-18 evaluated on N episodes
+   of a synthetic BSCD EuroSAT layout (256 px JPEGs), then verified in a plugin worker
+   (every episode re-run, 8 probed), and the per-image constants of the estimate
+   (:mod:`fewtrans_board.leaderboard.verification.cost`) measured on this CPU.
 
 Usage: python benchmarks/verification_cost.py [--episodes 6] [--families ...]
+       [--real-resolution 12 [--adapters mean-centroid linear-probe]]
 """
 
 from __future__ import annotations
@@ -168,11 +174,127 @@ def probabilities() -> None:
         )
 
 
+REAL_META = """\
+[submission]
+id = "bench"
+method = "benchmark"
+model = "timm:resnet18.random"
+adapter = "{adapter}"
+benchmark = "demo"
+hpe_protocol = "fewtrans-reference"
+authors = ["benchmark"]
+hardware = "this CPU"
+plugins = ["fewtrans-board=={version}"]
+"""
+
+
+def _cli(args: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from fewtrans_board.cli import make_cli
+
+    result = CliRunner().invoke(make_cli(get_plugin_manager(entry_points=False)), args)
+    if result.exit_code != 0:
+        raise SystemExit(f"{' '.join(args[:2])} failed:\n{result.output}")
+
+
+def per_image_constants(spec, root: Path, items: list[str]) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """Measured seconds to decode one image to 224 px, and to embed one at 224 px."""
+    import torch
+
+    from fewtrans_board.api.backbone import Preprocessing
+    from fewtrans_board.datasets.images import ImageStore
+    from fewtrans_board.models.timm_family import load_timm_backbone
+
+    preprocessing = Preprocessing.named("bscd", 224)
+    ImageStore(spec, root, preprocessing).pixels(items[:2])  # imports torchvision: not timed
+    store = ImageStore(spec, root, preprocessing)
+    begun = time.perf_counter()
+    pixels = store.pixels(items)
+    decode = (time.perf_counter() - begun) / len(items)
+    backbone = load_timm_backbone("resnet18", None, "cpu", random_init=True)
+    torch.set_num_threads(1)
+    with torch.no_grad():
+        backbone.embed(pixels[:4], 64)
+        begun = time.perf_counter()
+        backbone.embed(pixels, 64)
+    return decode, (time.perf_counter() - begun) / len(items)
+
+
+def real_resolution(episodes: int, adapters: list[str]) -> None:
+    """The printed estimate against the measured verification at 224 px (section 5)."""
+    import tempfile
+    from importlib.metadata import version
+
+    from fewtrans_board.core.errors import FewtransError
+    from fewtrans_board.datasets.synthetic import write_synthetic_copy
+    from fewtrans_board.episodes.manifest import Manifest
+    from fewtrans_board.leaderboard.bundle import BundleContents
+    from fewtrans_board.leaderboard.meta import parse_meta
+    from fewtrans_board.leaderboard.store import LeaderboardStore
+    from fewtrans_board.leaderboard.verification import VerificationOptions, cost, verify_contents
+    from fewtrans_board.results.load import load_run
+    from fewtrans_board.runner.worker.remote import resolve_isolation
+
+    print(f"## 5. Estimate vs measured verification at 224 px ({episodes} episodes)")
+    try:
+        resolve_isolation("sandbox", for_verification=True)
+        unsandboxed = False
+    except FewtransError:
+        unsandboxed = True
+    registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
+    spec = registry.datasets.get("bscd-eurosat").obj
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        root, store = work / "eurosat", work / "store"
+        write_synthetic_copy(spec, root, 25, image_size=256)
+        (store / "manifests").mkdir(parents=True)
+        manifest = store / "manifests" / "bench.parquet"
+        _cli(["manifest", "build", "--protocol", "bscd", "--dataset", spec.name, "--root",
+              str(root), "--shots", "5", "--episodes", str(episodes), "--out", str(manifest)])  # fmt: skip
+        items = sorted(set(Manifest.load(manifest).rows["item"]))
+        decode, embed = per_image_constants(spec, root, items[:64])
+        print(
+            f"per image at 224 px, measured: decode {decode * 1000:.1f} ms (constant "
+            f"{cost.DECODE_S * 1000:.1f}), ResNet-18 embed {embed * 1000:.1f} ms on one thread "
+            f"(constant {cost.EMBED_S * 1000:.1f})"
+        )
+        print("adapter          estimate s  measured s  estimate/measured  (isolation)")
+        for adapter in adapters:
+            out = work / adapter
+            _cli(["evaluate", "--model", "timm:resnet18.random", "--adapter", adapter,
+                  "--manifest", str(manifest), "--root", str(root), "--out", str(out),
+                  "--hpe", "fewtrans-reference", "--threads", "1", "--device", "cpu",
+                  "--leaderboard", str(store), "--quiet"])  # fmt: skip
+            meta = parse_meta(REAL_META.format(adapter=adapter, version=version("fewtrans-board")))
+            options = VerificationOptions(
+                roots={spec.name: root}, unsandboxed=unsandboxed, threads=1, progress=print
+            )
+            begun = time.perf_counter()
+            report = verify_contents(
+                BundleContents(meta, None, [out]), LeaderboardStore(store), options,
+                runs=[load_run(out)],
+            )  # fmt: skip
+            measured = time.perf_counter() - begun
+            (dataset,) = report["datasets"]
+            estimate = dataset["estimate"]["total_s"]
+            print(
+                f"{adapter:16s} {estimate:10.1f}  {measured:10.1f}  {estimate / measured:17.2f}  "
+                f"({'process' if unsandboxed else 'sandbox'}; {dataset['rerun_episodes']} of "
+                f"{dataset['episodes']} episodes re-run)"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=6)
     parser.add_argument("--families", nargs="*", default=list(FAMILIES))
+    parser.add_argument("--real-resolution", type=int, default=0, metavar="EPISODES")
+    parser.add_argument("--adapters", nargs="*", default=["mean-centroid", "linear-probe"])
     args = parser.parse_args()
+    if args.real_resolution:
+        real_resolution(args.real_resolution, args.adapters)
+        return
     startup()
     per_family(args.families, args.episodes)
     probabilities()

@@ -215,6 +215,7 @@ BASELINES: dict[str, tuple[str, str]] = {
         "--no-index",
     ),
     "leaderboard record-status": ("{root}/folder", "--leaderboard {root}/empty-store"),
+    "leaderboard pr-comment": ("{root}/runs/a/run.json", "--run-url https://ci.example/runs/1"),
     "leaderboard rebuild": ("", "--leaderboard {root}/store --check"),
     "leaderboard migrate-blobs": ("", "--leaderboard {root}/store"),
     "leaderboard export-blobs": ("sweep-entry", "--leaderboard {root}/store --to {root}/new"),
@@ -323,6 +324,7 @@ def free_text_values(ws: Workspace) -> dict[str, list[str]]:
         "blobs_from": ["", ws.path("nothing"), "no-such-scheme://x", ws.path("file.txt")],
         "from_location": ["", ws.path("nothing"), "no-such-scheme://x"],
         "since": ["no-such-ref"],
+        "run_url": ["http://ci.example/1", "javascript:alert(1)", "https://x y"],
         "entries": ["no-such-id", "../escape"],
     }
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fewtrans_board.registry.manager import get_plugin_manager
-from tests.conftest import run_commands, workflow
+from tests.conftest import VERIFY_WORKFLOW, run_commands, workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def workflow_commands() -> list[list[str]]:
     """The fewtrans-board subcommands the workflow's steps run (comments are not steps)."""
     commands = []
-    for job in workflow()["jobs"].values():
+    jobs = [*workflow()["jobs"].values(), *workflow(VERIFY_WORKFLOW)["jobs"].values()]
+    for job in jobs:
         for step in job["steps"]:
             for words in run_commands(step):
                 if words[0].endswith("fewtrans-board"):
@@ -41,7 +42,8 @@ def test_workflow_commands_exist(invoke) -> None:  # type: ignore[no-untyped-def
         and "actions/deploy-pages@v4" in deploy
     )
     # the GPU runner label is configurable
-    assert "vars.VERIFY_RUNNER" in data["jobs"]["check-submissions"]["runs-on"]
+    assert "vars.VERIFY_RUNNER" in workflow(VERIFY_WORKFLOW)["jobs"]["verify"]["runs-on"]
+    assert ["leaderboard", "pr-comment"] in [c[:2] for c in commands]
 
 
 @pytest.mark.slow
@@ -95,9 +97,9 @@ def test_only_the_publish_job_holds_blob_credentials_and_nothing_reaches_a_shell
     assert publish["permissions"] == {"contents": "read"}
     text = json.dumps(publish)
     assert "secrets.BLOBS_" in text and "pull_request" not in text
-    for name, job in jobs.items():
+    for name, job in {**jobs, **workflow(VERIFY_WORKFLOW)["jobs"]}.items():
         secrets = set(re.findall(r"secrets\.(\w+)", json.dumps(job)))
-        allowed = {"VERIFY_SECRET"} if name == "check-submissions" else set()
+        allowed = {"VERIFY_SECRET"} if name == "verify" else set()
         if name == "publish-blobs":
             allowed = {
                 "BLOBS_AWS_ACCESS_KEY_ID",

@@ -216,4 +216,6 @@ class DatasetSpec:
             "benchmarks": list(self.benchmarks),
             "license": self.license,
             "source_url": self.source_url,
+            "layout": self.layout,
+            "reader": type(self.reader).__name__,
         }

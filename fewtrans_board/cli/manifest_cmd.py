@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import SEED, OutputPath, echo_json, root_option, show_progress
+
+if TYPE_CHECKING:
+    from fewtrans_board.api.dataset_spec import DatasetSpec
 
 ROOT_HELP = "Folder of your local copy of the dataset (omit for embedded datasets)."
 ROOT = root_option(ROOT_HELP)
@@ -34,7 +38,7 @@ def datasets_scan(
         spec, root, verify_images=not no_verify_images, progress=show_progress(not as_json)
     )
     if as_json:
-        echo_json(report.to_dict())
+        echo_json({**report.to_dict(), "layout": spec.layout})
     else:
         click.echo(
             f"{spec.name}: {report.total} items in {len(report.counts)} classes"
@@ -61,8 +65,42 @@ def datasets_scan(
             expected = report.expected_total
             click.echo(f"  item count {report.total} differs from a complete copy's {expected}")
         click.echo("OK" if report.ok else "FAILED")
+        if not report.ok:
+            click.echo(f"expected layout of {spec.name} under --root:\n{spec.layout}")
     if not report.ok:
         sys.exit(1)
+
+
+def _scan_warning(spec: DatasetSpec, root: Path | None) -> str | None:
+    """The warning to give where ``datasets scan`` would fail on the copy a manifest is built from.
+
+    The listing is checked without decoding (the manifest's items are decoded by
+    ``manifest verify``): a missing class, a short class or files missing from the official
+    numbering build a manifest with a new sha256 that no published one matches.
+    """
+    from fewtrans_board.datasets.check import check_local_copy
+
+    report = check_local_copy(spec, root, verify_images=False)
+    if report.ok:
+        return None
+    problems = [
+        f"{len(values)} {label} (first: {values[0]})"
+        for label, values in (
+            ("missing or empty classes", report.empty_classes),
+            ("classes below the minimum size", report.small_classes),
+            ("extra class folders", report.extra_classes),
+            ("files missing from the official copy", report.missing_files),
+            ("miscounted classes", list(report.miscounted_classes)),
+        )
+        if values
+    ]
+    if report.expected_total is not None and report.total != report.expected_total:
+        problems.append(f"{report.total} items where a complete copy has {report.expected_total}")
+    return (
+        f"'fewtrans-board datasets scan {spec.name}' fails on this copy: "
+        f"{'; '.join(problems)}; the manifest's sha256 will match no manifest built from "
+        "a complete official copy"
+    )
 
 
 @click.group("manifest")
@@ -133,10 +171,14 @@ def manifest_build(
     recipe = manifest_recipe(
         protocol_name, dataset_name, with_root=root is not None, overrides=overrides
     )
+    warning = _scan_warning(spec, root)
+    if warning and not as_json:
+        click.echo(f"warning: {warning}", err=True)
     manifest = build_manifest(spec, root, protocol, command=recipe)
     file_hash = manifest.write(out)
     if as_json:
-        echo_json({"path": str(out), "file_sha256": file_hash, **manifest.summary()})
+        extra = {"scan_warning": warning} if warning else {}
+        echo_json({"path": str(out), "file_sha256": file_hash, **manifest.summary(), **extra})
     else:
         click.echo(
             f"wrote {out}: {len(manifest.episodes())} episodes, "
@@ -168,16 +210,29 @@ def manifest_show(path: Path, as_json: bool) -> None:
 @manifest_group.command("verify")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
 @ROOT
+@click.option(
+    "--no-decode",
+    is_flag=True,
+    help="Check presence and classes only; skip decoding every item (faster, misses "
+    "truncated or non-image files).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @pass_app
-def manifest_verify(app: App, path: Path, root: Path | None, as_json: bool) -> None:
-    """Check that a local dataset copy holds every item of a manifest. Exits 1 if not."""
+def manifest_verify(
+    app: App, path: Path, root: Path | None, no_decode: bool, as_json: bool
+) -> None:
+    """Check that a local dataset copy holds every item of a manifest, each decodable.
+
+    Exits 1 when an item is missing, filed under another class or does not decode.
+    """
     from fewtrans_board.episodes.manifest import Manifest
     from fewtrans_board.episodes.verify import verify_manifest
 
     manifest = Manifest.load(path)
     spec = app.registry.datasets.get(manifest.dataset).obj
-    check = verify_manifest(manifest, spec, root)
+    check = verify_manifest(
+        manifest, spec, root, decode=not no_decode, progress=show_progress(not as_json)
+    )
     if as_json:
         echo_json(check.to_dict())
     else:
@@ -197,6 +252,10 @@ def manifest_verify(app: App, path: Path, root: Path | None, as_json: bool) -> N
             if values:
                 shown = ", ".join(f"{c}/{i}" if not i.startswith(c) else i for c, i in values[:10])
                 click.echo(f"  {len(values)} {label}: {shown}")
+        for item, problem in check.unreadable[:10]:
+            click.echo(f"  does not decode: {item}: {problem}")
+        if len(check.unreadable) > 10:
+            click.echo(f"  ... {len(check.unreadable)} items do not decode in all")
         click.echo("OK" if check.ok else "FAILED")
     if not check.ok:
         sys.exit(1)

@@ -1,4 +1,4 @@
-"""The pull-request commands of ``leaderboard``: check-pr, record-status, fetch-plugins.
+"""The pull-request commands of ``leaderboard``: check-pr, pr-comment, record-status, fetch-plugins.
 
 CI's side of a submission (see :mod:`fewtrans_board.leaderboard.intake`); they are added
 to the ``leaderboard`` group in :mod:`fewtrans_board.cli.leaderboard_cmd`.
@@ -47,6 +47,15 @@ from fewtrans_board.cli.store_options import (
     "verified (a pull request carries no status.json; record them after the merge with "
     "'leaderboard record-status DIR').",
 )
+@click.option(
+    "--weights-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="The runners' weights registry: each entry re-runs with DIR/<sha256>.safetensors "
+    "(its recorded weights_sha256) or DIR/<model>.safetensors (.pt/.pth too) where DIR "
+    "holds one, else with --weights.",
+)
 @verification_options(
     root_help="Local dataset copies.",
     switch="--verify",
@@ -60,6 +69,7 @@ def leaderboard_check_pr(
     plugins_root: Path | None,
     blobs_from: str | None,
     status_out: Path | None,
+    weights_dir: Path | None,
     as_json: bool,
     **options: Any,
 ) -> None:
@@ -78,7 +88,15 @@ def leaderboard_check_pr(
     source = None if blobs_from is None else BlobStore(blobs_from)
     with refusals(as_json):
         report = check_pull_request(
-            repo, base, verification, head, store_folder, plugins_root, source, status_out
+            repo,
+            base,
+            verification,
+            head,
+            store_folder,
+            plugins_root=plugins_root,
+            blobs_from=source,
+            status_out=status_out,
+            weights_dir=weights_dir,
         )
     if as_json:
         echo_json(report.to_dict())
@@ -93,6 +111,38 @@ def leaderboard_check_pr(
             click.echo("the pull request adds no leaderboard entry")
     if not report.ok:
         sys.exit(1)
+
+
+def _run_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if value and (not value.startswith("https://") or any(c.isspace() for c in value)):
+        raise click.BadParameter(f"{value!r} is not an https:// URL")
+    return value
+
+
+@click.command("pr-comment")
+@click.argument("report", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--run-url",
+    default="",
+    callback=_run_url,
+    metavar="URL",
+    help="The workflow run (https://...), linked from the comment on a failed check.",
+)
+def leaderboard_pr_comment(report: Path, run_url: str) -> None:
+    """Print the Markdown comment for REPORT, the JSON 'check-pr --json' wrote.
+
+    The report is read as data: its values are shown as code, never as Markdown. A missing,
+    empty or malformed REPORT (the check crashed before writing it) still prints a comment,
+    saying that nothing was verified and where to look, and then exits with status 1.
+    """
+    from fewtrans_board.leaderboard.pr_comment import read_report, render_comment
+
+    parsed, reason = read_report(report)
+    click.echo(render_comment(parsed, reason, run_url), nl=False)
+    if parsed is None:
+        raise click.ClickException(
+            f"{report}: {reason}; the comment printed says that nothing was verified"
+        )
 
 
 @click.command("record-status")

@@ -121,8 +121,20 @@ def verification_from(options: dict[str, Any]) -> Verification:
         python=options.pop("worker_python", None),
         plugin_dirs=tuple(options.pop("plugin_dirs", ())),
         unsandboxed=bool(options.pop("unsandboxed", False)),
+        progress=_estimate_printer(),
     )
     return Verification(enabled, settings)
+
+
+def _estimate_printer() -> Callable[[str], None] | None:
+    """Print each dataset's cost estimate and progress lines on stderr.
+
+    Not with ``--json``: its readers parse the output.
+    """
+    context = click.get_current_context(silent=True)
+    if context is not None and context.params.get("as_json"):
+        return None
+    return lambda line: click.echo(line, err=True)
 
 
 def _switch_options(switch: str | None, switch_help: str) -> list[Callable[[F], F]]:

@@ -76,7 +76,14 @@ class CopyReport:
         }
 
 
-def _image_is_readable(spec: DatasetSpec, root: Path | None, item: str) -> bool:
+def image_problem(spec: DatasetSpec, root: Path | None, item: str) -> str | None:
+    """Why ``item`` of a local copy cannot be decoded, or ``None`` when every pixel decodes.
+
+    Args:
+        spec: the dataset.
+        root: its local copy (``None`` for embedded datasets).
+        item: the item id.
+    """
     try:
         if root is None:
             spec.reader.load_image(root, item)
@@ -85,9 +92,13 @@ def _image_is_readable(spec: DatasetSpec, root: Path | None, item: str) -> bool:
         else:
             # A reader without verify_image (e.g. a plugin's) still has its items decoded as files.
             check_image(root / item)
-    except FewtransError:
-        return False
-    return True
+    except FewtransError as exc:
+        return str(exc)
+    return None
+
+
+def _image_is_readable(spec: DatasetSpec, root: Path | None, item: str) -> bool:
+    return image_problem(spec, root, item) is None
 
 
 def _miscounted(spec: DatasetSpec, counts: dict[str, int]) -> dict[str, list[int]]:

@@ -56,7 +56,7 @@ def submission_problems(
         accepted = sorted({p for b in benchmarks for p in b.hpe_protocols})
         problems.append(
             f"sub-benchmark(s) {', '.join(b.name for b in benchmarks)} accept the HPE "
-            f"protocols {', '.join(accepted)}, not {hpe!r} (--protocol)"
+            f"protocols {', '.join(accepted)}, not {hpe!r} (--hpe)"
         )
         return problems
     protocol = get_hpe_protocol(hpe)

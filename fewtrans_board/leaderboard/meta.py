@@ -19,7 +19,16 @@ PIN_PATTERN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!_-]
 WHEEL_HASH_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 URL_PATTERN = re.compile(r"^https?://[^\s\"'<>]+\Z")
 REQUIRED = ("id", "method", "model", "adapter", "benchmark", "hpe_protocol", "authors", "hardware")
-FIELDS = (*REQUIRED, "plugins", "wheels", "paper", "code", "supersedes")
+FIELDS = (
+    *REQUIRED,
+    "plugins",
+    "wheels",
+    "paper",
+    "code",
+    "supersedes",
+    "weights_sha256",
+    "weights_source",
+)
 """Every key ``[submission]`` may hold; any other is refused (a typo would be ignored)."""
 MAX_TEXT = 500
 MAX_NAME = 200
@@ -43,6 +52,9 @@ hardware = "2-core CPU"
 plugins = ["fewtrans-board==0.1.0"]    # every distribution that provided the model or adapter
 # CI installs third-party pins from wheels only, checked against these hashes:
 # wheels = { "fewtrans-yourmethod" = "sha256:<sha256 of fewtrans_yourmethod-1.0-py3-none-any.whl>" }
+# The checkpoint the runs loaded (--weights): verification refuses any other file.
+# weights_sha256 = "sha256:<sha256sum of the checkpoint file>"
+# weights_source = "https://example.org/yourmodel.safetensors"  # or a hub tag / registry name
 """
 
 
@@ -63,10 +75,17 @@ class SubmissionMeta:
     paper: str = ""
     code: str = ""
     supersedes: str = ""
+    weights_sha256: str = ""
+    weights_source: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly form."""
-        return {**dataclasses.asdict(self), "authors": list(self.authors)}
+        """JSON-friendly form (the optional weights fields only where given)."""
+        out = {**dataclasses.asdict(self), "authors": list(self.authors)}
+        # Entries stored before the weights fields existed keep their index bytes.
+        for key in ("weights_sha256", "weights_source"):
+            if not out[key]:
+                del out[key]
+        return out
 
 
 def _text(data: dict[str, Any], key: str, limit: int = MAX_TEXT, required: bool = False) -> str:
@@ -127,6 +146,32 @@ def _wheels(data: dict[str, Any], pins: dict[str, str]) -> dict[str, str]:
             )
         checked[distribution] = digest
     return checked
+
+
+def _weights(data: dict[str, Any]) -> tuple[str, str]:
+    """``submission.weights_sha256`` and ``weights_source``: which checkpoint, from where."""
+    digest = _text(data, "weights_sha256", 80)
+    if digest and not WHEEL_HASH_PATTERN.match(digest):
+        raise SubmissionError(
+            "meta-bad-value",
+            f"submission.weights_sha256 {shown(digest)} must be 'sha256:' and 64 lowercase hex "
+            "digits (the output of 'sha256sum CHECKPOINT')",
+        )
+    source = _text(data, "weights_source", MAX_NAME)
+    url = "://" in source
+    if source and not (URL_PATTERN.match(source) if url else is_name(source)):
+        raise SubmissionError(
+            "meta-bad-value",
+            f"submission.weights_source {shown(source)} must be an http(s) URL, a hub tag "
+            "(e.g. timm:resnet18.a1_in1k) or a registry name",
+        )
+    if source and not digest:
+        raise SubmissionError(
+            "meta-bad-value",
+            "submission.weights_source is given without submission.weights_sha256; add the "
+            "checkpoint's 'sha256:<hex>' so verification can check the file it is given",
+        )
+    return digest, source
 
 
 def _pins(data: dict[str, Any]) -> dict[str, str]:
@@ -229,6 +274,7 @@ def parse_meta(text: str) -> SubmissionMeta:
         raise SubmissionError(
             "meta-bad-value", f"submission.supersedes {shown(supersedes)} is not a submission id"
         )
+    weights_sha256, weights_source = _weights(data)
     return SubmissionMeta(
         id=ident,
         method=_text(data, "method", MAX_NAME, required=True),
@@ -243,4 +289,6 @@ def parse_meta(text: str) -> SubmissionMeta:
         paper=_text(data, "paper"),
         code=_text(data, "code"),
         supersedes=supersedes,
+        weights_sha256=weights_sha256,
+        weights_source=weights_source,
     )

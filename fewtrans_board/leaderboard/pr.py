@@ -212,3 +212,54 @@ def unsplit_shards(store_root: Path, ident: str) -> list[str]:
         for path in sorted(folder.rglob("shards/shard-*.parquet"))
         if not read_record(path).get("sha256")
     ]
+
+
+CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth")
+"""Suffixes of a checkpoint in a maintainers' weights folder (safetensors first)."""
+
+
+def weights_in(folder: Path, model: str, sha256: str = "") -> Path | None:
+    """The checkpoint a maintainers' weights folder holds for an entry, if any.
+
+    The folder is the runners' read-only weights registry (the workflow's
+    ``vars.FEWTRANS_WEIGHTS_DIR``). A file named by the digest the entry records
+    (``<hex>.safetensors``: content-addressed, so two entries of one model with different
+    weights cannot collide) wins over one named by the model (``<model>.safetensors``).
+    Names come from the pull request's data: only plain file names are tried, never a path.
+
+    Args:
+        folder: the weights folder.
+        model: the entry's model name (``arch.tag``).
+        sha256: the entry's recorded ``sha256:<hex>`` of its checkpoint, or ``""``.
+
+    Returns:
+        The checkpoint file, or ``None`` where the folder holds none for the entry.
+    """
+    import re
+
+    stems = []
+    digest = sha256.removeprefix("sha256:")
+    if re.fullmatch(r"[0-9a-f]{64}", digest):
+        stems.append(digest)
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", model) and ".." not in model:
+        stems.append(model)
+    for stem in stems:
+        for suffix in CHECKPOINT_SUFFIXES:
+            path = folder / f"{stem}{suffix}"
+            if path.is_file():
+                return path
+    return None
+
+
+def entry_weights(store_root: Path, ident: str, folder: Path) -> Path | None:
+    """:func:`weights_in` for the stored entry ``ident`` (its model and recorded digest).
+
+    Raises:
+        SubmissionError: the entry's ``submission.toml`` is unreadable (its own code).
+    """
+    from fewtrans_board.leaderboard.fail_closed import fail_closed
+    from fewtrans_board.leaderboard.store import LeaderboardStore
+
+    with fail_closed(f"entry {ident}"):
+        meta = LeaderboardStore(store_root).meta(ident)
+    return weights_in(folder, meta.model, str(getattr(meta, "weights_sha256", "") or ""))

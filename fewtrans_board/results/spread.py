@@ -116,6 +116,14 @@ def episode_shots(run: RunResults) -> np.ndarray | None:
     return np.array([pairs[int(e)][0] for e in episodes], dtype=np.int64)
 
 
+def fixed_shots(run: RunResults) -> int | None:
+    """The shots per class every episode of the run has (BSCD's 5, 20, 50), else ``None``."""
+    shots = episode_shots(run)
+    if shots is None or len(shots) == 0 or len(set(shots.tolist())) != 1:
+        return None
+    return int(shots[0])
+
+
 def spread_by_shots(run: RunResults, aggregation: str = "hpe", ddof: int = 1) -> list[Spread]:
     """The single-task spread of a run's tasks per shot count (ascending; varied: one).
 

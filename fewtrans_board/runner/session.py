@@ -23,6 +23,7 @@ from fewtrans_board.runner import provenance
 from fewtrans_board.runner.episode_rows import episode_rows
 from fewtrans_board.runner.evaluate import ConfigOutcome, evaluate_episode
 from fewtrans_board.runner.features import FeatureCache
+from fewtrans_board.runner.image_scope import decoded_scope
 from fewtrans_board.runner.plan import RunPlan, episode_items, episode_text, lockstep_settings
 from fewtrans_board.runner.presentation import EpisodeInputs, Serve, episode_inputs
 from fewtrans_board.runner.spec import resolved_threads
@@ -191,11 +192,12 @@ class RunSession:
             plan = self.plan
             decoded = None
             if self.decoded_folder is not None:
+                scope = decoded_scope(plan)  # one file per dataset copy: every manifest's
                 decoded = DecodedImages(
                     self.decoded_folder,
-                    plan.manifest.sha256,
+                    scope.key,
                     self.preprocessing.digest(),
-                    episode_items(plan.manifest.episodes()),
+                    scope.items,
                     self.preprocessing.image_size,
                     source=plan.image_source(),
                 )

@@ -42,6 +42,10 @@ class RunSpec:
         max_memory: memory budget of the configurations trained together (``40GiB``,
             ``60%`` of free memory; ``None``: 80% of free memory).
         image_cache: folder of the shared decoded-image files (``None``: ``OUT/decoded``).
+        feature_cache_dir: folder of frozen-feature entries shared across runs (``None``:
+            ``OUT/features``). An entry is keyed by the weights id, the transform (the
+            resolution), the dataset, device, threads and the run's item universe, so runs
+            of one manifest and backbone (other adapters, other protocols) embed once.
         isolation: where plugin code runs: ``auto`` (a sandboxed worker where one can be
             made, else a plain worker process), ``sandbox``, ``process`` or ``inline`` (this
             process; for analyses and debugging). Not part of the identity: every mode
@@ -68,6 +72,7 @@ class RunSpec:
     batching: str = "auto"
     max_memory: str | None = None
     image_cache: str | None = None
+    feature_cache_dir: str | None = None
     isolation: str = "auto"
     recipe: str | None = None
     sweep: dict[str, list[Any]] | None = None

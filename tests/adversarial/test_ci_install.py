@@ -22,7 +22,14 @@ import pytest
 
 from fewtrans_board.registry.manager import get_plugin_manager
 from tests.adversarial.conftest import run_cli
-from tests.conftest import WORKFLOW, command_options, run_commands, workflow, workflow_step
+from tests.conftest import (
+    VERIFY_WORKFLOW,
+    WORKFLOW,
+    command_options,
+    run_commands,
+    workflow,
+    workflow_step,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -208,25 +215,33 @@ def test_a_third_party_pin_needs_a_wheel_hash(tmp_path: Path) -> None:
 
 
 def test_the_workflow_installs_no_code_where_it_judges() -> None:
-    # The parsed workflow: the commands its steps run, not text a comment could hold.
-    job = "check-submissions"
+    # The parsed workflows: the commands their steps run, not text a comment could hold.
+    job, path = "verify", VERIFY_WORKFLOW
     (_, fetch) = run_commands(
-        workflow_step(job, "Pinned plugins, as wheels with their recorded hashes only")
+        workflow_step(job, "Pinned plugins, as wheels with their recorded hashes only", path)
     )
-    check_step = workflow_step(job, "Check the pull request (sandboxed verification)")
-    (check,) = run_commands(check_step)
+    check_step = workflow_step(job, "Check the pull request (sandboxed verification)", path)
+    (check,) = [c for c in run_commands(check_step) if c[0].endswith("fewtrans-board")]
     assert fetch[1:3] == ["leaderboard", "fetch-plugins"] and fetch[0] == check[0]
     assert command_options(fetch)["--into"] == command_options(check)["--plugins-root"] == "plugins"
     assert command_options(check)["--secret-env"] == "VERIFY_SECRET"
     assert check_step["env"]["VERIFY_SECRET"] == "${{ secrets.VERIFY_SECRET }}"
-    text = WORKFLOW.read_text()
-    assert "pull_request.number" not in text  # never a seed
-    install = run_commands(workflow_step(job, "Install the base branch, then make it read-only"))
-    assert install[-1][:4] == ["chmod", "-R", "a-w", "base/.venv"]  # after the install
-    sandbox = run_commands(workflow_step(job, "Sandbox for the plugin worker"))
+    for workflow_path in (WORKFLOW, VERIFY_WORKFLOW):
+        text = workflow_path.read_text()
+        assert "pull_request.number" not in text  # never a seed
+        # No pip run installs anything from the pull request.
+        assert not [line for line in text.splitlines() if "pip install" in line]
+    for job, path in (("verify", VERIFY_WORKFLOW), ("check-submissions", WORKFLOW)):
+        step = workflow_step(job, "Install the base branch, then make it read-only", path)
+        install = run_commands(step)
+        assert install[-1][:4] == ["chmod", "-R", "a-w", "base/.venv"]  # after the install
+        # the pinned environment: every version from the base branch's constraints
+        assert step["env"]["PIP_CONSTRAINT"].endswith("base/constraints/ci.txt")
+    sandbox = run_commands(
+        workflow_step("verify", "Sandbox for the plugin worker", VERIFY_WORKFLOW)
+    )
     assert sandbox[-1][1:3] == ["apt-get", "install"] and sandbox[-1][-1] == "bubblewrap"
-    # No pip run installs anything from the pull request.
-    assert not [line for line in text.splitlines() if "pip install" in line]
-    steps = workflow()["jobs"][job]["steps"]
-    commands = [c for s in steps for c in run_commands(s)]
-    assert not [c for c in commands if "pip install" in " ".join(c)], commands
+    for path in (WORKFLOW, VERIFY_WORKFLOW):
+        steps = [s for job in workflow(path)["jobs"].values() for s in job["steps"]]
+        commands = [c for s in steps for c in run_commands(s)]
+        assert not [c for c in commands if "pip install" in " ".join(c)], commands

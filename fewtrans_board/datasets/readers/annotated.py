@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fewtrans_board.datasets.readers.base import FileReader
 from fewtrans_board.datasets.readers.common import ImageWriter, require_file, require_root
+from fewtrans_board.datasets.readers.metadata import (
+    csv_rows,
+    metadata_error,
+    parse_value,
+    read_json,
+    warn_missing_images,
+)
 
 if TYPE_CHECKING:
     from fewtrans_board.api.dataset_spec import DatasetSpec
@@ -29,12 +36,25 @@ class VggFlowerReader(FileReader):
 
         base = require_root(root, spec)
         mat = require_file(spec, base / "imagelabels.mat")
-        labels = loadmat(str(mat))["labels"].ravel()
+        try:
+            labels = loadmat(str(mat))["labels"].ravel()
+        except (OSError, ValueError, KeyError) as exc:
+            raise metadata_error(
+                spec, mat, None, f"is not the official label file ({type(exc).__name__}: {exc})"
+            ) from None
         listing: list[list[str]] = [[] for _ in spec.class_ids]
+        missing = []
         for position, label in enumerate(labels, start=1):
+            if not 1 <= int(label) <= len(spec.class_ids):
+                raise metadata_error(
+                    spec, mat, None, f"label {int(label)} of image {position} is not a class"
+                )
             item = f"jpg/image_{position:05d}.jpg"
             if (base / item).is_file():
                 listing[int(label) - 1].append(item)
+            else:
+                missing.append((f"image {position}", item))
+        warn_missing_images(spec, mat, missing)
         return listing
 
     def write_synthetic(
@@ -75,13 +95,30 @@ class CocoJsonReader(FileReader):
         listing: list[list[str]] = [[] for _ in spec.class_ids]
         for name in self.annotation_files:
             path = require_file(spec, base / name, "annotation file")
-            data = json.loads(path.read_text(encoding="utf-8"))
-            files = {im["id"]: im["file_name"] for im in data["images"]}
-            for ann in data["annotations"]:
-                position = index.get(int(ann["category_id"]))
-                item = files[ann["image_id"]]
-                if position is not None and (base / item).is_file():
+            data = read_json(spec, path)
+            try:
+                files = {im["id"]: im["file_name"] for im in data["images"]}
+                pairs = [(int(a["category_id"]), files[a["image_id"]]) for a in data["annotations"]]
+            except (KeyError, TypeError, ValueError) as exc:
+                raise metadata_error(
+                    spec,
+                    path,
+                    None,
+                    f"is not a COCO annotation file ({type(exc).__name__}: {exc}); it needs "
+                    "'images' with id and file_name and 'annotations' with image_id and "
+                    "category_id",
+                ) from None
+            missing = []
+            for number, (category, item) in enumerate(pairs):
+                position = index.get(category)
+                if position is None:
+                    continue
+                if (base / item).is_file():
                     listing[position].append(item)
+                else:
+                    missing.append((f"annotation {number}", item))
+            if missing:
+                warn_missing_images(spec, path, missing)
         return listing
 
     def write_synthetic(
@@ -124,18 +161,35 @@ class OneHotCsvReader(FileReader):
     image_dir: str = "ISIC2018_Task3_Training_Input"
     suffix: str = ".jpg"
 
-    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
-        """Assign each CSV row to the argmax of its one-hot columns (CSV order)."""
-        base = require_root(root, spec)
+    def _rows(self, base: Path, spec: DatasetSpec) -> Iterator[tuple[int, int, str]]:
+        """``(line, class index, item)`` of every CSV row, each value checked."""
         path = require_file(spec, base / self.csv_path, "label file")
+        for line, row in csv_rows(spec, path, ("image", *spec.class_ids)):
+            scores = [parse_value(spec, path, line, cid, row[cid], float) for cid in spec.class_ids]
+            if not row["image"].strip():
+                raise metadata_error(spec, path, line, "column 'image' is empty")
+            yield line, scores.index(max(scores)), f"{self.image_dir}/{row['image']}{self.suffix}"
+
+    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
+        """Assign each CSV row to the argmax of its one-hot columns (CSV order).
+
+        Rows whose image file is missing are left out with a warning counting them
+        (``datasets scan`` lists them and fails).
+        """
+        base = require_root(root, spec)
         listing: list[list[str]] = [[] for _ in spec.class_ids]
-        with path.open(newline="", encoding="utf-8") as handle:
-            for row in csv.DictReader(handle):
-                scores = [float(row[cid]) for cid in spec.class_ids]
-                item = f"{self.image_dir}/{row['image']}{self.suffix}"
-                if (base / item).is_file():
-                    listing[scores.index(max(scores))].append(item)
+        missing = []
+        for line, label, item in self._rows(base, spec):
+            if (base / item).is_file():
+                listing[label].append(item)
+            else:
+                missing.append((f"line {line}", item))
+        warn_missing_images(spec, base / self.csv_path, missing)
         return listing
+
+    def missing_items(self, root: Path, spec: DatasetSpec, listing: list[list[str]]) -> list[str]:
+        """Items the CSV names whose image file the copy lacks."""
+        return [item for _, _, item in self._rows(root, spec) if not (root / item).is_file()]
 
     def write_synthetic(
         self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter
@@ -168,19 +222,37 @@ class ChestXReader(FileReader):
     csv_path: str = "Data_Entry_2017.csv"
     image_dir: str = "images"
 
-    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
-        """Read single-label rows of the CSV."""
-        base = require_root(root, spec)
+    def _rows(self, base: Path, spec: DatasetSpec) -> Iterator[tuple[int, int, str]]:
+        """``(line, class index, item)`` of every kept (single-label, listed class) row."""
         path = require_file(spec, base / self.csv_path, "label file")
         index = {cid: i for i, cid in enumerate(spec.class_ids)}
+        for line, row in csv_rows(spec, path, ("Image Index", "Finding Labels")):
+            label = row["Finding Labels"]
+            if label in index:
+                if not row["Image Index"].strip():
+                    raise metadata_error(spec, path, line, "column 'Image Index' is empty")
+                yield line, index[label], f"{self.image_dir}/{row['Image Index']}"
+
+    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
+        """Read single-label rows of the CSV.
+
+        Kept rows whose image file is missing are left out with a warning counting them
+        (``datasets scan`` lists them and fails).
+        """
+        base = require_root(root, spec)
         listing: list[list[str]] = [[] for _ in spec.class_ids]
-        with path.open(newline="", encoding="utf-8") as handle:
-            for row in csv.DictReader(handle):
-                label = row["Finding Labels"]
-                item = f"{self.image_dir}/{row['Image Index']}"
-                if label in index and (base / item).is_file():
-                    listing[index[label]].append(item)
+        missing = []
+        for line, label, item in self._rows(base, spec):
+            if (base / item).is_file():
+                listing[label].append(item)
+            else:
+                missing.append((f"line {line}", item))
+        warn_missing_images(spec, base / self.csv_path, missing)
         return listing
+
+    def missing_items(self, root: Path, spec: DatasetSpec, listing: list[list[str]]) -> list[str]:
+        """Items of kept CSV rows whose image file the copy lacks."""
+        return [item for _, _, item in self._rows(root, spec) if not (root / item).is_file()]
 
     def write_synthetic(
         self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter

@@ -118,7 +118,10 @@ def open_rgb(path: Path) -> Image.Image:
 
 
 def check_image(path: Path) -> None:
-    """Decode-check an image file without converting it.
+    """Decode-check an image file: every pixel decoded, none converted.
+
+    ``Image.verify`` alone passes a truncated JPEG (it reads the headers only), so the
+    pixels are decoded too; a truncated file then fails instead of being padded grey.
 
     Args:
         path: the image file.
@@ -130,7 +133,7 @@ def check_image(path: Path) -> None:
 
     try:
         with Image.open(path) as image:
-            image.verify()
+            image.load()
     except FileNotFoundError:
         raise FewtransError(f"image file {path} does not exist") from None
     # verify() reports corrupt data with assorted exception types, not only OSError.

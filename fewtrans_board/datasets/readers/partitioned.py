@@ -18,6 +18,12 @@ from fewtrans_board.datasets.readers.common import (
     require_file,
     require_root,
 )
+from fewtrans_board.datasets.readers.metadata import (
+    metadata_error,
+    read_json,
+    read_text,
+    warn_missing_images,
+)
 
 if TYPE_CHECKING:
     from fewtrans_board.api.dataset_spec import DatasetSpec
@@ -42,23 +48,53 @@ class SplitJsonReader(PartitionedReader):
         """List ``parts`` per class in json order, reading the split file once."""
         data = self._load(base, spec)
         n = len(spec.class_ids)
-        return {part: listing_of(self._json_rows(base, data, part), n) for part in parts}
+        return {part: listing_of(self._json_rows(base, spec, data, part), n) for part in parts}
 
     def _rows(self, base: Path, spec: DatasetSpec, partition: str) -> Rows:
         """The json's rows of one partition, in file order."""
-        return self._json_rows(base, self._load(base, spec), partition)
+        return self._json_rows(base, spec, self._load(base, spec), partition)
 
     def _load(self, base: Path, spec: DatasetSpec) -> dict[str, list[list[object]]]:
         path = require_file(spec, base / self.split_file, "split file")
-        data: dict[str, list[list[object]]] = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(spec, path)
+        if not isinstance(data, dict):
+            raise metadata_error(spec, path, None, "is not a JSON object of partitions")
         return data
 
-    def _json_rows(self, base: Path, data: dict[str, list[list[object]]], part: str) -> Rows:
-        rows = []
-        for impath, label, _ in data[part]:
+    def _json_rows(
+        self, base: Path, spec: DatasetSpec, data: dict[str, list[list[object]]], part: str
+    ) -> Rows:
+        path = base / self.split_file
+        entries = data.get(part)
+        if not isinstance(entries, list):
+            raise metadata_error(
+                spec, path, None, f"has no list {part!r} ([[image path, label, class name], ...])"
+            )
+        rows, missing = [], []
+        for position, entry in enumerate(entries):
+            if not (isinstance(entry, list) and len(entry) == 3):
+                raise metadata_error(
+                    spec,
+                    path,
+                    None,
+                    f"{part}[{position}] is {json.dumps(entry)[:80]}, not [image path, label, "
+                    "class name]",
+                )
+            impath, label, _ = entry
+            try:
+                index = int(str(label))
+            except ValueError:
+                index = -1
+            if not 0 <= index < len(spec.class_ids):
+                raise metadata_error(
+                    spec, path, None, f"{part}[{position}] has label {label!r}, not a class index"
+                )
             item = f"{self.image_dir}/{impath}" if self.image_dir else str(impath)
             if (base / item).is_file():
-                rows.append((int(str(label)), item))
+                rows.append((index, item))
+            else:
+                missing.append((f"{part}[{position}]", item))
+        warn_missing_images(spec, path, missing)
         return rows
 
     def write_synthetic(
@@ -91,12 +127,19 @@ class AircraftVariantReader(PartitionedReader):
         """``images_variant_<partition>.txt`` rows in file order."""
         index = {name: i for i, name in enumerate(spec.class_names)}
         path = require_file(spec, base / f"images_variant_{partition}.txt", "split file")
-        rows = []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        rows, missing = [], []
+        for number, line in enumerate(read_text(spec, path).splitlines(), start=1):
+            if not line.strip():
+                continue
             image_id, _, variant = line.strip().partition(" ")
+            if variant not in index:  # a variant outside the spec's classes is not listed
+                continue
             item = f"images/{image_id}.jpg"
-            if variant in index and (base / item).is_file():
+            if (base / item).is_file():
                 rows.append((index[variant], item))
+            else:
+                missing.append((f"line {number}", item))
+        warn_missing_images(spec, path, missing)
         return rows
 
     def write_synthetic(
@@ -119,6 +162,36 @@ class AircraftVariantReader(PartitionedReader):
             )
 
 
+def _id_table(spec: DatasetSpec, path: Path) -> dict[str, tuple[int, str]]:
+    """``<id> <value>`` lines of an index file: ``{id: (line, value)}``."""
+    table: dict[str, tuple[int, str]] = {}
+    for number, line in enumerate(read_text(spec, path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = line.split(maxsplit=1)
+        if len(parts) != 2:
+            raise metadata_error(spec, path, number, f"{line.strip()!r} is not '<id> <value>'")
+        table[parts[0]] = (number, parts[1].strip())
+    return table
+
+
+def _entry(
+    spec: DatasetSpec,
+    base: Path,
+    tables: dict[str, dict[str, tuple[int, str]]],
+    name: str,
+    image_id: str,
+    line: int,
+) -> str:
+    """The value ``tables[name]`` holds for ``image_id`` (listed at images.txt ``line``)."""
+    found = tables[name].get(image_id)
+    if found is None:
+        raise metadata_error(
+            spec, base / "images.txt", line, f"image {image_id} has no line in {name}"
+        )
+    return found[1]
+
+
 @dataclass(frozen=True)
 class CubOfficialReader(PartitionedReader):
     """CUB-200-2011 read through its official index files.
@@ -138,26 +211,35 @@ class CubOfficialReader(PartitionedReader):
         ``all`` keeps ``images.txt`` order rather than pooling train then test.
         """
         base = require_root(root, spec)
-        tables = {}
-        for name in ("images.txt", "image_class_labels.txt", "train_test_split.txt"):
-            path = require_file(spec, base / name)
-            tables[name] = dict(
-                line.split(maxsplit=1)
-                for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip()
-            )
+        tables = {
+            name: _id_table(spec, require_file(spec, base / name))
+            for name in ("images.txt", "image_class_labels.txt", "train_test_split.txt")
+        }
         splits = {"train": {"1"}, "test": {"0"}, "all": {"0", "1"}}
         wanted = {name: splits[name] for name in names}
         listings: dict[str, Listing] = {name: [[] for _ in spec.class_ids] for name in names}
-        for image_id, rel in tables["images.txt"].items():
-            split = tables["train_test_split.txt"][image_id].strip()
+        missing = []
+        for image_id, (line, rel) in tables["images.txt"].items():
+            split = _entry(spec, base, tables, "train_test_split.txt", image_id, line)
             targets = [name for name, values in wanted.items() if split in values]
-            if targets:
-                item = f"images/{rel.strip()}"
-                if (base / item).is_file():
-                    label = int(tables["image_class_labels.txt"][image_id]) - 1
-                    for name in targets:
-                        listings[name][label].append(item)
+            if not targets:
+                continue
+            item = f"images/{rel}"
+            if not (base / item).is_file():
+                missing.append((f"line {line}", item))
+                continue
+            text = _entry(spec, base, tables, "image_class_labels.txt", image_id, line)
+            label = int(text) - 1 if text.isdigit() else -1
+            if not 0 <= label < len(spec.class_ids):
+                raise metadata_error(
+                    spec,
+                    base / "image_class_labels.txt",
+                    tables["image_class_labels.txt"][image_id][0],
+                    f"label {text!r} of image {image_id} is not a class number",
+                )
+            for name in targets:
+                listings[name][label].append(item)
+        warn_missing_images(spec, base / "images.txt", missing)
         return listings
 
     def write_synthetic(

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fewtrans_board.core.sandbox import Isolation, Limits
@@ -47,6 +48,8 @@ class VerificationOptions:
             in them are shown to it read-only.
         unsandboxed: run the worker without an OS sandbox (unsafe; recorded in the report).
         probe_episodes: episodes per dataset that also get the probes.
+        progress: called with one line per dataset before its re-runs start (the cost
+            estimate, :mod:`~fewtrans_board.leaderboard.verification.cost`); ``None``: quiet.
     """
 
     sample: int | None = None
@@ -62,6 +65,7 @@ class VerificationOptions:
     plugin_dirs: tuple[Path, ...] = ()
     unsandboxed: bool = False
     probe_episodes: int = PROBE_EPISODES
+    progress: Callable[[str], None] | None = field(default=None, compare=False)
 
     @property
     def isolation(self) -> Isolation:
