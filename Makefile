@@ -18,12 +18,18 @@ SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 # careful with folders ..."); pip re-emits it as a BuildBackendWarning. It is informational.
 QUIET_BUILD := PYTHONWARNINGS="ignore:Editable installation"
 
+# pip runs quietly, so each step says what it installs (a few minutes on a fresh machine).
 $(STAMP): pyproject.toml setup.py plugins/fewtrans-example/pyproject.toml Makefile
+	@echo "install: a virtual environment in $(VENV) with pip, $(TORCH_SPEC), fewtrans-board[dev,ray] and the example plugin (editable)$(if $(EXTRA_PACKAGES), and $(EXTRA_PACKAGES)); a few minutes on a fresh machine"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "install: 1/3 pip"
 	$(PY) -m pip install --quiet --upgrade pip
+	@echo "install: 2/3 $(TORCH_SPEC) (the largest download)"
 	$(PY) -m pip install --quiet $(TORCH_SPEC)
+	@echo "install: 3/3 fewtrans-board[dev,ray] and plugins/fewtrans-example, editable$(if $(EXTRA_PACKAGES), with $(EXTRA_PACKAGES))"
 	$(QUIET_BUILD) $(PY) -m pip install --quiet -e ".[dev,ray]" -e plugins/fewtrans-example $(TORCH_SPEC) $(EXTRA_PACKAGES)
 	touch $(STAMP)
+	@echo "install: done ($(VENV)/bin/fewtrans-board)"
 
 install: $(STAMP)
 

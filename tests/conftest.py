@@ -279,6 +279,7 @@ def mean_centroid_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
         for model in DEMO_MODELS:
             args = ["evaluate", "--model", model, "--adapter", "mean-centroid"]
             args += ["--manifest", str(VARIED_DIGITS), "--out", str(folder / model)]
+            args += ["--hpe", "fewtrans-paper"]  # the site tests' second protocol section
             result = CliRunner().invoke(
                 cli, [*args, "--quiet", "--device", "cpu"], catch_exceptions=False
             )
@@ -416,22 +417,24 @@ def sandbox_required() -> None:
 # --- the CI workflow, parsed -------------------------------------------------------------
 
 WORKFLOW = REPO / ".github" / "workflows" / "leaderboard.yml"
+VERIFY_WORKFLOW = REPO / ".github" / "workflows" / "leaderboard-verify.yml"
+"""The privileged half (workflow_run): verifies with the secret and comments."""
 
 
-def workflow() -> dict[str, Any]:
+def workflow(path: Path = WORKFLOW) -> dict[str, Any]:
     """The leaderboard workflow as data (comments dropped; YAML 1.1's ``on:`` key is
     returned under ``"on"``, not ``True``)."""
     import yaml  # PyYAML: a dependency of timm
 
-    data: dict[Any, Any] = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    data: dict[Any, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
     if True in data:
         data["on"] = data.pop(True)
     return data
 
 
-def workflow_step(job: str, name: str) -> dict[str, Any]:
+def workflow_step(job: str, name: str, path: Path = WORKFLOW) -> dict[str, Any]:
     """The step called ``name`` of ``job`` (exactly one)."""
-    (step,) = [s for s in workflow()["jobs"][job]["steps"] if s.get("name") == name]
+    (step,) = [s for s in workflow(path)["jobs"][job]["steps"] if s.get("name") == name]
     return dict(step)
 
 

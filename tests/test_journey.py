@@ -193,13 +193,16 @@ def test_from_an_empty_folder_to_a_leaderboard_entry(
         centre=centre,
     )
     assert "not submittable" not in evaluated.output, evaluated.output
-    template = journey.ok("submission template").output
+    # The template fills in the benchmark, model, adapter and protocol; the author names
+    # the entry (its placeholder id is refused) and pins the plugin.
+    template = journey.ok(
+        f"submission template --benchmark journey --model demo-cnn.digits --adapter ridge-head "
+        f"--hpe {protocol}"
+    ).stdout
     (work / "submission.toml").write_text(
-        template.replace('"linear-probe--demo-cnn"', f'"{ident}"')
-        .replace('adapter = "linear-probe"', 'adapter = "ridge-head"')
-        .replace('benchmark = "demo"', 'benchmark = "journey"')
-        .replace('hpe_protocol = "fewtrans-paper"', f'hpe_protocol = "{protocol}"')
-        .replace('["fewtrans-board==0.1.0"]', '["fewtrans-board==0.1.0", "fewtrans-ridge==0.1.0"]')
+        template.replace('"my-method--demo-cnn.digits"', f'"{ident}"').replace(
+            '["fewtrans-board==0.1.0"]', '["fewtrans-board==0.1.0", "fewtrans-ridge==0.1.0"]'
+        )
     )
     journey.ok(
         f"submission pack {{work}}/run --meta {{work}}/submission.toml --out {{work}}/b.zip {store}",

@@ -22,15 +22,14 @@ from fewtrans_board.cli.groups import (
     manifest_option,
     model_option,
     optional_str,
-    print_summaries,
     root_option,
     run_spec,
     shards_option,
-    show_progress,
     threads_option,
     weights_option,
 )
 from fewtrans_board.cli.store_options import LEADERBOARD_ENV
+from fewtrans_board.cli.summaries import print_summaries
 
 if TYPE_CHECKING:
     from fewtrans_board.runner.plan import RunPlan
@@ -51,7 +50,11 @@ def parse_shard(value: str | None) -> tuple[int, int] | None:
     if not sep or not index.isdigit() or not count.isdigit() or int(count) < 1:
         raise click.BadParameter(f"{value!r} is not i/n (e.g. 3/12)", param_hint="--shard")
     if int(index) >= int(count):
-        raise click.BadParameter(f"shard index {index} must be below {count}", param_hint="--shard")
+        raise click.BadParameter(
+            f"shard {index}/{count} does not exist: shards are numbered from 0, so the "
+            f"shards of {count} are 0/{count} to {int(count) - 1}/{count}",
+            param_hint="--shard",
+        )
     return int(index), int(count)
 
 
@@ -72,7 +75,10 @@ def check_max_memory(ctx: click.Context, param: click.Parameter, value: str | No
 @weights_option("Local checkpoint for the model (safetensors preferred).")
 @adapter_option("Adapter name, e.g. linear-probe.")
 @manifest_option("Frozen episode manifest (Parquet).", required=True)
-@hpe_option("HPE protocol: fewtrans-paper, fewtrans-reference, published or single.")
+@hpe_option(
+    "HPE protocol: fewtrans-paper, fewtrans-reference, published or single. Entries are "
+    "ranked only with entries of the same protocol."
+)
 @root_option("Local dataset copy (omit for embedded datasets).")
 @click.option(
     "--out",
@@ -91,7 +97,13 @@ def check_max_memory(ctx: click.Context, param: click.Parameter, value: str | No
     help="Under --hpe published: the adapter's published recipe to run (default: its only "
     "one; 'fewtrans-board adapters list ADAPTER --options' lists them).",
 )
-@click.option("--shard", "shard", default=None, metavar="I/N", help="Run only shard I of N.")
+@click.option(
+    "--shard",
+    "shard",
+    default=None,
+    metavar="I/N",
+    help="Run only shard I of N, numbered from 0 (0/N to N-1/N; N/N is refused).",
+)
 @shards_option
 @limit_option("Evaluate only the first N episodes (such a run cannot be submitted).")
 @device_option()
@@ -142,7 +154,15 @@ def check_max_memory(ctx: click.Context, param: click.Parameter, value: str | No
     "--image-cache",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Folder of decoded-image files shared across runs (default: OUT/decoded).",
+    help="Folder of decoded-image files shared across runs and manifests of a dataset copy "
+    "(default: OUT/decoded).",
+)
+@click.option(
+    "--feature-cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder of frozen features shared across runs of a manifest and backbone, e.g. "
+    "several adapters (default: OUT/features).",
 )
 @isolation_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the run report and summary as JSON.")
@@ -167,13 +187,19 @@ def evaluate_command(
     submitted to any sub-benchmark (limited run, manifest or protocol a sub-benchmark does
     not accept, no held-out centre search).
     """
+    from fewtrans_board.cli.protocol_choice import announce, default_store, protocol_for_manifest
     from fewtrans_board.runner.plan import plan_run
     from fewtrans_board.runner.run import run_plan
 
+    choice = protocol_for_manifest(
+        run_options["hpe"], run_options["manifest"], default_store(leaderboard)
+    )
+    run_options["hpe"] = choice.protocol
     spec, shard_index = run_spec_of_options(run_options, shard)
-    plan = plan_run(spec, app.registry)
+    plan = plan_run(spec, app.registry)  # bad input fails here, in one line
     warnings = submission_warnings(plan, leaderboard)
     if not as_json:
+        announce(choice)
         for warning in warnings:
             click.echo(f"Warning: not submittable: {warning}", err=True)
     report = run_plan(
@@ -182,7 +208,7 @@ def evaluate_command(
         shard=shard_index,
         executor=executor,
         workers=workers,
-        progress=show_progress(not (quiet or as_json)),
+        progress=not (quiet or as_json),  # a bar on a terminal, lines with ETA in a log
     )
     print_run_outcome(report, warnings, as_json)
 
@@ -210,6 +236,7 @@ def run_spec_of_options(options: dict[str, Any], shard: str | None) -> tuple[Run
         batching=options["batching"],
         max_memory=options["max_memory"],
         image_cache=optional_str(options["image_cache"]),
+        feature_cache_dir=optional_str(options.get("feature_cache_dir")),
         isolation=options.get("isolation") or "auto",
         recipe=options.get("recipe"),
     )
@@ -327,6 +354,7 @@ def results_summary(
     from fewtrans_board.leaderboard.sub_benchmarks import statistic_ddof_of_run
     from fewtrans_board.results.grid_table import labels_for, manifest_labels
     from fewtrans_board.results.load import find_runs, load_run, run_progress
+    from fewtrans_board.results.spread import fixed_shots
     from fewtrans_board.results.summary import paper_forms, summarize
 
     if manifests and not grid:
@@ -336,6 +364,7 @@ def results_summary(
         )
     store = Path(os.environ.get(LEADERBOARD_ENV, "leaderboard")) / "manifests"
     summaries, unfinished = [], []
+    shots: dict[int, int | None] = {}
     read = {path: manifest_labels(path) for path in manifests}  # each read once, checked now
     for path in find_runs(list(paths)):
         progress = run_progress(path)
@@ -356,10 +385,12 @@ def results_summary(
             wanted = {"single_task": spread, "grid": grid, "cost": cost}
             summary.update({k: v for k, v in forms.items() if wanted[k]})
         summaries.append(summary)
+        shots[id(summary)] = fixed_shots(run)
     if as_json:
         echo_json(summaries)
     elif summaries:
-        print_summaries(summaries)
+        # The table names each fixed-shot run's shots (BSCD: 5, 20, 50 on one dataset).
+        print_summaries([{**s, "shots": shots[id(s)]} for s in summaries])
         if spread:
             print_spread(summaries)
         if grid:

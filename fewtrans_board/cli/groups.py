@@ -67,88 +67,6 @@ def echo_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
             click.echo("  ".join("-" * w for w in widths))
 
 
-def print_summaries(summaries: list[dict[str, Any]]) -> None:
-    """Print one row per run: headline HPE accuracy, vote, oracle, mean single config.
-
-    Base-to-novel runs add a line with base, novel and their harmonic mean; k-shot (CLIP)
-    runs a line per K (mean over seeds ± their std) and the average over shots, their
-    headline, since a mean ± CI pooled over shots mixes different tasks.
-    """
-    inductive = [s for s in summaries if not s.get("transductive")]
-    apart = [s for s in summaries if s.get("transductive")]
-    if inductive:
-        _print_summary_table(inductive)
-    if apart:
-        click.echo("\ntransductive (a query's logits depend on the other queries; ranked apart):")
-        _print_summary_table(apart)
-    for s in summaries:
-        if s.get("configuration"):
-            values = ", ".join(f"{k}={v}" for k, v in sorted(s["configuration"].items()))
-            click.echo(f"{s['model']} / {s['adapter']}: non-default configuration {values}")
-    _print_split_lines(summaries)
-    _print_peak_memory(summaries)
-
-
-def _print_peak_memory(summaries: list[dict[str, Any]]) -> None:
-    """One line per run that recorded its peak memory (FewTrans Table IX)."""
-    for s in summaries:
-        peak = s.get("peak_memory")
-        if not peak:
-            continue
-        growth = peak.get("growth_bytes")
-        added = "" if growth is None else f", {growth / 2**20:.1f} MiB above the shard's start"
-        click.echo(
-            f"{s['model']} / {s['adapter']} on {s['dataset']}: peak memory "
-            f"{peak['mib']:.1f} MiB ({peak['measure']} on {peak.get('device') or '?'}{added}; "
-            f"largest of {peak['shards_measured']}/{peak['shards']} shard(s))"
-        )
-
-
-def cell(stats: dict[str, Any]) -> str:
-    """``mean ± ci95`` of a ``{mean, ci95}`` record."""
-    return f"{stats['mean']:.2f} ± {stats['ci95']:.2f}"
-
-
-def _print_summary_table(summaries: list[dict[str, Any]]) -> None:
-    rows = []
-    for s in summaries:
-        a = s["aggregations"]
-        rows.append(
-            [
-                *(s["model"], s["adapter"], s["dataset"], s["hpe_protocol"], s["configurations"]),
-                f"{cell(a['hpe'])} ({s['headline']})",
-                *(cell(a[k]) for k in ("vote", "oracle", "mean-single")),
-                f"{s['hpe_penalty']:.2f}",
-                s["episodes"],
-            ]
-        )
-    headers = [
-        *("model", "adapter", "dataset", "HPE protocol", "configs", "HPE % (95% CI)"),
-        *("vote", "oracle", "mean single", "penalty", "episodes"),
-    ]
-    echo_table(headers, rows)
-
-
-def _print_split_lines(summaries: list[dict[str, Any]]) -> None:
-    for s in summaries:
-        label = f"{s['model']} / {s['adapter']} on {s['dataset']} (HPE):"
-        if "harmonic_mean" in s:
-            click.echo(
-                f"{label} base {cell(s['aggregations']['hpe'])}, novel {cell(s['novel']['hpe'])}, "
-                f"harmonic mean {cell(s['harmonic_mean']['hpe'])}"
-            )
-        if "per_shot" in s:
-            shots = s["per_shot"]["hpe"]
-            per_k = ", ".join(
-                f"K={k['shots']} {k['mean']:.2f} ± {k['std']:.2f}" for k in shots["shots"]
-            )
-            click.echo(
-                f"{label} {per_k}; average over shots {shots['average']:.2f} "
-                f"± {shots['average_std']:.2f} (± = std over seeds; the pooled CI above mixes "
-                "shots)"
-            )
-
-
 def parse_config_options(values: tuple[str, ...]) -> dict[str, Any]:
     """Parse ``key=value`` pairs; values are read as JSON when possible (``1e-3``, ``true``).
 
@@ -316,16 +234,29 @@ def manifest_option(help_text: str, *, required: bool = False) -> Callable[[F], 
 def hpe_option(help_text: str) -> Callable[[F], F]:
     """``--hpe NAME``: the HPE protocol, passed as ``hpe`` (formerly ``--protocol``).
 
-    ``--protocol`` names the episode-sampling protocol of ``manifest build``; the old
-    spelling here is kept as a hidden, warning alias for one release.
+    ``--protocol`` names the sampling protocol of ``manifest build``; the old spelling is
+    a hidden, warning alias for one release. ``None`` when not given (see ``protocol_choice``).
     """
     return renamed_option(
-        "--hpe", "hpe", old="--protocol", default="fewtrans-paper", help=help_text
+        "--hpe",
+        "hpe",
+        old="--protocol",
+        default=None,
+        help=help_text,
+        default_text="the leaderboard protocol of the manifest's sub-benchmark "
+        "('fewtrans-board sub-benchmarks'; fewtrans-paper for other manifests)",
     )
 
 
 def renamed_option(
-    flag: str, dest: str, *, old: str, default: Any, help: str, **kwargs: Any
+    flag: str,
+    dest: str,
+    *,
+    old: str,
+    default: Any,
+    help: str,
+    default_text: str | None = None,
+    **kwargs: Any,
 ) -> Callable[[F], F]:
     """An option ``flag`` with a hidden former spelling ``old`` that still works, with a warning.
 
@@ -335,6 +266,7 @@ def renamed_option(
         old: the former spelling (hidden from ``--help``).
         default: the value when neither spelling is given.
         help: help text of ``flag``.
+        default_text: how ``--help`` describes the default (default: ``default``).
         kwargs: further ``click.option`` arguments (e.g. ``type``).
     """
     key = f"renamed-option:{dest}"
@@ -364,7 +296,7 @@ def renamed_option(
             dest,
             default=None,
             callback=resolve,
-            help=f"{help}  [default: {default}]",
+            help=f"{help}  [default: {default if default_text is None else default_text}]",
             **kwargs,
         )(function)
         return click.option(

@@ -11,7 +11,6 @@ from fewtrans_board.cli.analyze_cmd import AS_JSON, OUT, RUN_MANIFESTS, _finish,
 from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import (
     OutputPath,
-    cell,
     centre_option,
     config_option,
     device_option,
@@ -24,6 +23,7 @@ from fewtrans_board.cli.groups import (
     threads_option,
     weights_option,
 )
+from fewtrans_board.cli.summaries import cell
 
 if TYPE_CHECKING:
     from fewtrans_board.results.load import RunResults

@@ -57,12 +57,16 @@ def preflight_command(
     same plugin worker evaluate uses: twice in separate workers (results must be
     identical), once more with the queries in another order (predictions must not change),
     query subsets in a separate episode process (each query is predicted on its own), and
-    fit() against fit_many() in accuracy; and that importing the plugin does not import
-    torch. Exits 1 with the reason on the first failure. A progress bar per check goes
-    to stderr (none with --json or --quiet).
+    fit() against fit_many() in accuracy (an adapter that inherits the default fit_many,
+    one fit() per configuration, gets a line saying there is nothing to compare); and that
+    importing the plugin does not import torch. Exits 1 with the reason on the first
+    failure. A progress bar per check goes to stderr (none with --json or --quiet).
     """
-    from fewtrans_board.runner.preflight import run_preflight
+    from fewtrans_board.cli.protocol_choice import announce, default_store, protocol_for_manifest
+    from fewtrans_board.runner.preflight import DEFAULT_MANIFEST, run_preflight
 
+    choice = protocol_for_manifest(options["hpe"], manifest or DEFAULT_MANIFEST, default_store())
+    options["hpe"] = choice.protocol
     run = run_spec(
         options,
         manifest=str(manifest) if manifest else "",
@@ -75,8 +79,14 @@ def preflight_command(
     if as_json:
         echo_json(report)
     else:
+        announce(choice)
         for check in report["checks"]:
             click.echo(f"  ok  {check}")
+        if not any("fit_many" in check for check in report["checks"]):
+            click.echo(
+                f"  --  fit() against fit_many(): nothing to compare, {run.adapter} inherits "
+                "the default fit_many (fit() once per configuration)"
+            )
         centre = options["centre_file"]
         around = f" around the centre of {centre}" if centre else ""
         click.echo(

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from fewtrans_board.cli.groups import cell, echo_json, echo_table
+from fewtrans_board.cli.groups import echo_json, echo_table
+from fewtrans_board.cli.summaries import cell, shots_label
 
 if TYPE_CHECKING:
     from fewtrans_board.core.errors import SubmissionError
@@ -88,7 +89,7 @@ def print_verification(report: dict[str, Any], as_json: bool) -> None:
         headers,
         [
             [
-                d["dataset"],
+                shots_label(d["dataset"], d.get("shots")),
                 d["mode"],
                 f"{d['rerun_episodes']} of {d['episodes']}",
                 f"{d['claimed_on_rerun_episodes']:.2f}",

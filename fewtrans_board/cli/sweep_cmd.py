@@ -12,7 +12,6 @@ from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.cli.groups import (
     OutputPath,
     adapter_option,
-    cell,
     config_option,
     device_option,
     echo_json,
@@ -28,6 +27,7 @@ from fewtrans_board.cli.groups import (
     threads_option,
     weights_option,
 )
+from fewtrans_board.cli.summaries import cell
 
 SHOWN_EPISODES = 20
 """Rows of the per-episode table printed on the terminal (all are in ``sweep.json``)."""

@@ -12,7 +12,6 @@ from fewtrans_board.cli.groups import (
     F,
     FiniteFloatRange,
     OutputPath,
-    cell,
     device_option,
     echo_json,
     echo_table,
@@ -20,6 +19,7 @@ from fewtrans_board.cli.groups import (
     resolve_device,
     weights_option,
 )
+from fewtrans_board.cli.summaries import cell
 from fewtrans_board.core.errors import FewtransError
 
 

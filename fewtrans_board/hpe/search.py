@@ -6,6 +6,11 @@ value sits on the grid's low (high) edge moves down (up); later rounds evaluate 
 current} on moving axes; an axis stops once its best no longer moves, and the search when all do.
 The reference decides the 1-2-5 step from the decimal string of the learning rate, which
 misfires on exponents ('1e-05' contains a '5'); here the step follows the leading digit.
+
+Options off the HPE axes (``hpe search --grid NAME=v1,v2``) are searched as a cross product
+with the axes: every round scores each point of the round's axis grid with every listed
+value of every such option, and the best point fixes them too (they do not move; the axes
+move as above). The centre holds the chosen values.
 """
 
 from __future__ import annotations
@@ -80,12 +85,14 @@ class SearchResult:
         rounds: per round, the evaluated grid with accuracies, the best point and the
             axis directions after the round.
         evaluations: number of distinct configurations evaluated.
+        options: the values searched of each option off the HPE axes (``--grid``).
     """
 
     centre: dict[str, Any]
     start: dict[str, Any]
     rounds: list[dict[str, Any]] = field(default_factory=list)
     evaluations: int = 0
+    options: dict[str, list[Any]] = field(default_factory=dict)
 
 
 Directions = dict[str, str]
@@ -155,29 +162,66 @@ class _Axes:
         return values
 
 
+def grid_options(
+    adapter: type[Adapter], start: AdapterConfig, options: dict[str, list[Any]]
+) -> dict[str, list[Any]]:
+    """Check and type the values of options off the HPE axes to search (``--grid``).
+
+    Raises:
+        FewtransError: an option that is an HPE axis, not an option of the adapter, has
+            no value, repeats a value, or a value its ``Config`` refuses.
+    """
+    roles = hpe_roles(adapter)
+    fields = start.to_dict()
+    typed: dict[str, list[Any]] = {}
+    for name, values in options.items():
+        if name in roles:
+            raise FewtransError(
+                f"--grid {name}: {name} is an HPE axis ({roles[name]}); the search moves it "
+                "already (give a start point with --config)"
+            )
+        if name not in fields:
+            raise FewtransError(
+                f"--grid {name}: adapter {adapter.name!r} has no option {name!r}; its "
+                f"options: {', '.join(fields)}"
+            )
+        checked = [adapter.Config.from_dict({**fields, name: v}).to_dict()[name] for v in values]
+        if not checked or len({repr(v) for v in checked}) != len(checked):
+            raise FewtransError(f"--grid {name}: give distinct values, e.g. {name}=0.1,0.5")
+        typed[name] = checked
+    return typed
+
+
 def centre_search(
-    adapter: type[Adapter], start: AdapterConfig, score: Scorer, max_rounds: int = MAX_ROUNDS
+    adapter: type[Adapter],
+    start: AdapterConfig,
+    score: Scorer,
+    max_rounds: int = MAX_ROUNDS,
+    options: dict[str, list[Any]] | None = None,
 ) -> SearchResult:
     """Run the iterative local search from ``start`` with the given scorer.
 
     ``max_rounds`` caps the rounds (the search's log then ends before it settled: its last
-    round's directions are not all ``still``).
+    round's directions are not all ``still``). ``options`` lists values of options off the
+    HPE axes, searched as a cross product with every round's grid (:func:`grid_options`).
 
     Raises:
-        FewtransError: the adapter declares no HPE axis.
+        FewtransError: the adapter declares no HPE axis, or a bad ``options`` entry.
     """
     axes = _Axes(hpe_roles(adapter))
     if not axes.roles:
         raise FewtransError(
             f"adapter {adapter.name!r} declares no HPE axis (hpe='lr'/'epochs'); nothing to search"
         )
+    extra = grid_options(adapter, start, options or {})
     current = start.to_dict()
     current.update({n: axes.snap(n, current[n]) for n in axes.roles})
-    result = SearchResult(centre={}, start=dict(current))
+    result = SearchResult(centre={}, start=dict(current), options=extra)
     scores: dict[str, float] = {}
-    values = axes.around(current)
+    moving = axes.around(current)
     directions: Directions = {}
     for round_index in range(1, max_rounds + 1):
+        values = {**moving, **extra}
         grid = [
             adapter.Config.from_dict({**current, **dict(zip(values, combo, strict=True))})
             for combo in itertools.product(*values.values())
@@ -188,7 +232,7 @@ def centre_search(
         ranked = [(scores[c.digest()], -i, c) for i, c in enumerate(grid)]
         best = max(ranked, key=lambda r: (r[0], r[1]))[2].to_dict()
         directions = (
-            axes.first_directions(values, best)
+            axes.first_directions(moving, best)
             if round_index == 1
             else axes.next_directions(directions, current, best)
         )
@@ -204,7 +248,7 @@ def centre_search(
         current = best
         if all(d == "still" for d in directions.values()):
             break
-        values = axes.next_values(directions, current)
+        moving = axes.next_values(directions, current)
     result.centre = current
     result.evaluations = len(scores)
     return result

@@ -43,25 +43,41 @@ def run_demo(
     device: str = "cpu",
     progress: bool = True,
     build_site_too: bool = True,
+    store: Path | None = None,
 ) -> DemoResult:
     """Build the digits manifest, evaluate every (model, adapter) with HPE, compare models.
+
+    Each pair the ``store`` ranks on the demo sub-benchmark runs under that entry's HPE
+    protocol and searched centre, so its numbers are the board's (on all 600 episodes;
+    ``board`` in its summary holds the entry's); other pairs run under the sub-benchmark's
+    leaderboard protocol (:mod:`.demo_entries`).
 
     Returns:
         Per-run summaries and, per adapter, the paired difference (pretrained minus
         random-init) of per-episode HPE accuracy with its 95% CI.
     """
+    from fewtrans_board.jobs.demo_entries import board_entries
+
     manifest = digits_manifest(DEMO_MANIFEST, out / "manifests")
     summaries = []
     hpe_by_run: dict[tuple[str, str], np.ndarray] = {}
+    entries = board_entries(store, [(m, a) for a in adapters for m in models])
     for adapter in adapters:
         for model in models:
             run_dir = out / "results" / model / adapter
+            entry = entries[(model, adapter)]
             spec = RunSpec(
-                model=model, adapter=adapter, manifest=str(manifest), limit=episodes, device=device
+                model=model,
+                adapter=adapter,
+                manifest=str(manifest),
+                limit=episodes,
+                device=device,
+                hpe=entry.hpe,
+                centre_file=None if entry.centre_file is None else str(entry.centre_file),
             )
             run_evaluation(spec, registry, run_dir, progress=progress)
             results = load_run(run_dir)
-            summaries.append(summarize(results))
+            summaries.append({**summarize(results), "board": entry_summary(entry)})
             hpe_by_run[(model, adapter)] = results.aggregations()["hpe"]
     gains = []
     if len(models) == 2:
@@ -79,6 +95,13 @@ def run_demo(
     if build_site_too:
         result.site_index = build_demo_site(registry, out, manifest)
     return result
+
+
+def entry_summary(entry: Any) -> dict[str, Any] | None:
+    """What the demo prints of the board entry a run repeats (``None``: no entry)."""
+    if entry.id is None:
+        return None
+    return {"id": entry.id, "hpe_protocol": entry.hpe, "headline": entry.headline}
 
 
 def build_demo_site(registry: Registry, out: Path, manifest: Path, **options: Any) -> Path:

@@ -160,6 +160,25 @@ def render_toolkit_table() -> str:
     return "\n".join([*lines, "", end_marker("TOOLKIT TABLE")])
 
 
+def render_sub_benchmark_table() -> str:
+    """The README's table of sub-benchmarks and the HPE protocol each ranks under."""
+    from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
+
+    marker = "SUB-BENCHMARK TABLE"
+    rows = [
+        "| sub-benchmark | manifests | leaderboard protocol (the `--hpe` default) "
+        "| other protocols (ranked apart) | centre search on |",
+        "|---|---|---|---|---|",
+    ]
+    for b in SUB_BENCHMARKS.values():
+        others = ", ".join(f"`{p}`" for p in b.hpe_protocols if p != b.leaderboard_protocol)
+        rows.append(
+            f"| `{b.name}` | {len(b.manifests)} | `{b.leaderboard_protocol}` | {others or '-'} "
+            f"| {', '.join(b.held_out)} |"
+        )
+    return "\n".join([begin_marker(marker), "", *rows, "", end_marker(marker)])
+
+
 def render_schemas() -> dict[str, str]:
     """The JSON Schema of every published document by file name (``run.schema.json`` ...)."""
     from fewtrans_board.results.documents import PUBLISHED
@@ -190,6 +209,7 @@ SECTIONS: dict[str, Callable[[], str]] = {
     "HOOK REFERENCE": render_hook_reference,
     "METHOD TABLE": render_method_table,
     "TOOLKIT TABLE": render_toolkit_table,
+    "SUB-BENCHMARK TABLE": render_sub_benchmark_table,
 }
 
 

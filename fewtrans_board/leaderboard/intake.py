@@ -25,14 +25,18 @@ from fewtrans_board.leaderboard.bundle import (
 )
 from fewtrans_board.leaderboard.fail_closed import fail_closed
 from fewtrans_board.leaderboard.index import build_index
-from fewtrans_board.leaderboard.meta import read_meta
+from fewtrans_board.leaderboard.meta import SubmissionMeta, read_meta
 from fewtrans_board.leaderboard.runs import GIT_ONLY, fetching
 from fewtrans_board.leaderboard.store import LeaderboardStore, index_text
 from fewtrans_board.leaderboard.validate import ValidationReport, validate_contents
 from fewtrans_board.leaderboard.verification import VerificationOptions, verify_contents
+from fewtrans_board.leaderboard.verify_records import default_root as records_root
+from fewtrans_board.leaderboard.verify_records import find_record, record_key, save_record
 from fewtrans_board.results.blobs import BlobStore
 
 NOT_VERIFIED = "not verified: added with --unsafe-no-verify"
+PLACEHOLDER_ID = "my-method--"
+"""How ``submission template``'s id begins: refused until the submitter names the entry."""
 
 
 @dataclass(frozen=True)
@@ -50,10 +54,15 @@ class Verification:
 
 @dataclass
 class CheckResult:
-    """A validation report and, when verified, the verification report."""
+    """A validation report and, when verified, the verification report.
+
+    ``reused``: the record of this installation's earlier verification of the same bundle
+    that was reused instead of re-running it (:mod:`.verify_records`), else ``None``.
+    """
 
     validation: ValidationReport
     verification: dict[str, Any] | None
+    reused: Path | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -61,6 +70,21 @@ class CheckResult:
         if self.verification is not None:
             out["verification"] = self.verification
         return out
+
+
+def check_named(meta: SubmissionMeta, where: str) -> None:
+    """Refuse the id ``submission template`` proposes until the submitter changes it.
+
+    Raises:
+        SubmissionError: ``placeholder-id``.
+    """
+    if meta.id.startswith(PLACEHOLDER_ID):
+        raise SubmissionError(
+            "placeholder-id",
+            f"{where}: id {meta.id!r} is the template's placeholder; name your entry "
+            f"(e.g. {meta.adapter}--{meta.model.lower()}, lowercase, '-' or '.' separated, "
+            "an id no stored entry uses)",
+        )
 
 
 def validate_bundle(bundle: Path, store: LeaderboardStore) -> ValidationReport:
@@ -72,12 +96,21 @@ def validate_bundle(bundle: Path, store: LeaderboardStore) -> ValidationReport:
 def verify_bundle(
     bundle: Path, store: LeaderboardStore, options: VerificationOptions | None = None
 ) -> dict[str, Any]:
-    """Extract, validate and verify a bundle (see :func:`~.verification.verify_contents`)."""
+    """Extract, validate and verify a bundle (see :func:`~.verification.verify_contents`).
+
+    A passed verification is recorded for this installation (:mod:`.verify_records`), so
+    ``leaderboard add`` of the same bundle with the same options does not re-run it.
+    """
+    options = options or VerificationOptions()
     with tempfile.TemporaryDirectory() as tmp:
         with fail_closed(bundle.name):
             contents = extract_bundle(bundle, Path(tmp))
             loaded = validate_contents(contents, store).loaded
-        return verify_contents(contents, store, options, runs=loaded)
+        key = record_key(contents.digest(), contents.meta.plugins, options)
+        report = verify_contents(contents, store, options, runs=loaded)
+        if contents.digest() == key["digest"]:  # files a worker changed are no record
+            save_record(records_root(), key, report)
+    return report
 
 
 def pack_checked(
@@ -89,7 +122,8 @@ def pack_checked(
     uploads a bundle that cannot be accepted.
 
     Raises:
-        SubmissionError: the first fault validation finds.
+        SubmissionError: every fault validation finds in one message (each run folder
+            named as given), with the first one's code.
     """
     with fail_closed(str(meta)):
         record: dict[str, Any] | None
@@ -102,12 +136,45 @@ def pack_checked(
             parsed = read_meta(meta.read_bytes())
         except SubmissionError as exc:  # name the file the user gave, not "submission.toml"
             raise SubmissionError(exc.code, f"--meta {meta}: {exc.message}") from exc
-        contents = BundleContents(
-            parsed, record, list(runs), {run: f"results/{run.name}" for run in runs}
-        )
-        report = validate_contents(contents, store)
+        contents = BundleContents(parsed, record, list(runs), {run: str(run) for run in runs})
+        try:
+            report = validate_contents(contents, store)
+        except SubmissionError as exc:
+            raise _every_problem(contents, store, exc) from exc
+        check_named(parsed, f"--meta {meta}")  # last: the runs' problems matter more
     pack_bundle(runs, meta, out, centre)
     return report
+
+
+def _every_problem(
+    contents: BundleContents, store: LeaderboardStore, first: SubmissionError
+) -> SubmissionError:
+    """Every run folder's own fault (named by its path), and ``first`` if none of them.
+
+    A folder's own fault is found by validating it as if it were the only one; faults
+    between folders (a manifest covered twice or not at all) are only ``first``'s.
+    """
+    found: dict[tuple[str, str], list[Path]] = {}  # (code, message): the folders with it
+    for run in contents.runs:
+        alone = dataclasses.replace(contents, runs=[run])
+        try:
+            with fail_closed(contents.name(run)):
+                validate_contents(alone, store)
+        except SubmissionError as exc:
+            if exc.code not in ("missing-manifest", "duplicate-episode"):
+                found.setdefault((exc.code, exc.message), []).append(run)
+    problems: list[tuple[str, str]] = []  # (code, message naming the folder)
+    for (code, message), runs in found.items():
+        if len(runs) == len(contents.runs) > 1:  # every folder's: the metadata's fault
+            problems.append((code, message))
+        else:
+            problems += [(code, message if str(r) in message else f"{r}: {message}") for r in runs]
+    if not any(first.message in message for _, message in problems):
+        problems.insert(0, (first.code, first.message))
+    if len(problems) == 1:
+        return SubmissionError(*problems[0])
+    listed = "; ".join(f"({i}) [{c}] {m}" for i, (c, m) in enumerate(problems, 1))
+    return SubmissionError(problems[0][0], f"{len(problems)} problems: {listed}")
 
 
 def add_bundle(
@@ -141,7 +208,8 @@ def add_bundle(
             contents = extract_bundle(bundle, Path(tmp))
             validated = contents.file_hashes()
             report = validate_contents(contents, store)
-        result = CheckResult(report, _verify(contents, store, report, verification))
+            check_named(contents.meta, f"{bundle.name}: submission.toml")
+        result = _verify_once(contents, store, report, verification)
         status: dict[str, Any] = (
             {"status": "validated", "verification": {"skipped": NOT_VERIFIED}}
             if result.verification is None
@@ -210,6 +278,32 @@ def check_entry(
                 raise
             raise SubmissionError(exc.code, f"stored entry {ident}: {exc.message}") from exc
     return CheckResult(report, _verify(contents, store, report, verification))
+
+
+def _verify_once(
+    contents: BundleContents,
+    store: LeaderboardStore,
+    report: ValidationReport,
+    verification: Verification,
+) -> CheckResult:
+    """Verify validated contents, or reuse this installation's passed verification of them.
+
+    Only a record this installation wrote is read (:mod:`.verify_records`), found by the
+    digest of the extracted files, never anything the bundle carries.
+    """
+    if not verification.enabled:
+        return CheckResult(report, None)
+    root = records_root()
+    key = record_key(contents.digest(), contents.meta.plugins, verification.options)
+    found = find_record(root, key)
+    if found is not None:
+        return CheckResult(report, found[0], reused=found[1])
+    result = CheckResult(report, _verify(contents, store, report, verification))
+    # A verification during which the extracted files changed (a worker reaching them)
+    # is refused by the caller; it must not be remembered as one of these files either.
+    if contents.digest() == key["digest"]:
+        save_record(root, key, result.verification or {})
+    return result
 
 
 def _verify(
@@ -290,6 +384,7 @@ def check_pull_request(
     plugins_root: Path | None = None,
     blobs_from: BlobStore | None = None,
     status_out: Path | None = None,
+    weights_dir: Path | None = None,
 ) -> PullRequestReport:
     """Check that a pull request only adds entries' data, and check each new entry.
 
@@ -304,7 +399,9 @@ def check_pull_request(
 
     A pull request carries no ``status.json``: with ``status_out``, the status this check
     established is written there instead, ``<id>.json`` for every entry it verified, for
-    the maintainers to record after the merge (:mod:`.ci_status`).
+    the maintainers to record after the merge (:mod:`.ci_status`). With ``weights_dir``
+    (the runners' weights registry), each verified entry re-runs with the checkpoint it
+    holds for that entry (:func:`~.pr.weights_in`), else with ``verification``'s.
 
     Raises:
         SubmissionError: the pull request changes anything but new entries' data.
@@ -316,6 +413,7 @@ def check_pull_request(
         check_added_blobs,
         check_entries_split,
         classify,
+        entry_weights,
     )
 
     blob_folder = blob_folder_of(repo / leaderboard)
@@ -332,6 +430,12 @@ def check_pull_request(
             options = dataclasses.replace(verification.options, plugin_dirs=dirs)
             entry_verification = dataclasses.replace(verification, options=options)
         try:
+            if weights_dir is not None and entry_verification.enabled:
+                # The maintainers' weights registry: each entry re-runs with its own checkpoint.
+                found = entry_weights(store.root, ident, weights_dir)
+                if found is not None:
+                    options = dataclasses.replace(entry_verification.options, weights=str(found))
+                    entry_verification = dataclasses.replace(entry_verification, options=options)
             source = blobs_from if blob_folder is not None else source_of(store, ident, blobs_from)
             report.results[ident] = check_entry(
                 ident, store, entry_verification, with_logits=True, blobs=source

@@ -37,6 +37,9 @@ class SubBenchmark:
             two on the datasets they share).
         recipe: the published recipe (``Adapter.recipes`` name) a submission under the
             ``published`` HPE protocol runs here; ``""`` where that protocol is not accepted.
+        leaderboard_protocol: the HPE protocol this table ranks its entries under (one of
+            ``hpe_protocols``; entries are ranked only with entries of the same protocol).
+            Commands that take ``--hpe`` default to it for this table's manifests.
     """
 
     name: str
@@ -51,6 +54,14 @@ class SubBenchmark:
     model_rule: str = "any"
     paired_with: str = ""
     recipe: str = ""
+    leaderboard_protocol: str = "fewtrans-paper"
+
+    def __post_init__(self) -> None:
+        if self.leaderboard_protocol not in self.hpe_protocols:
+            raise ValueError(
+                f"sub-benchmark {self.name!r}: leaderboard protocol "
+                f"{self.leaderboard_protocol!r} is not one of {self.hpe_protocols}"
+            )
 
     @property
     def recipe_rule(self) -> str:
@@ -122,7 +133,11 @@ CLIP_SETTINGS = {
 
 def _clip(**fields: Any) -> SubBenchmark:
     """A few-shot CLIP benchmark: the CLIP protocols and recipe, reported per K."""
-    shared = {"hpe_protocols": CLIP_PROTOCOLS, "recipe": INDUCTIVE_CLIP_RECIPE}
+    shared = {
+        "hpe_protocols": CLIP_PROTOCOLS,
+        "recipe": INDUCTIVE_CLIP_RECIPE,
+        "leaderboard_protocol": "published",
+    }
     return SubBenchmark(**{**shared, "held_out": CLIP_HELD_OUT, "reporting": "per-shot", **fields})
 
 
@@ -139,6 +154,7 @@ SUB_BENCHMARKS: dict[str, SubBenchmark] = {
             manifests=("fewtrans-varied--digits.parquet",),
             held_out=("digits",),
             reference_adapter="finetune",
+            leaderboard_protocol="fewtrans-reference",
         ),
         SubBenchmark(
             name="fewtrans-models",
@@ -164,6 +180,7 @@ SUB_BENCHMARKS: dict[str, SubBenchmark] = {
             held_out=("digits",),
             reference_adapter="zero-shot-clip",
             reporting="base-to-novel",
+            leaderboard_protocol="fewtrans-reference",
         ),
         SubBenchmark(
             name="fewtrans-multimodal",
@@ -262,6 +279,11 @@ def benchmark_of_run(manifest: dict[str, Any]) -> SubBenchmark | None:
         if any(protocols.get(m) == protocol for m in benchmark.manifests):
             return benchmark
     return None
+
+
+def benchmarks_of_manifest(filename: str) -> list[SubBenchmark]:
+    """The sub-benchmarks whose frozen manifests include ``filename`` (a file name, no folder)."""
+    return [b for b in SUB_BENCHMARKS.values() if filename in b.manifests]
 
 
 def statistic_ddof_of_run(manifest: dict[str, Any]) -> int:

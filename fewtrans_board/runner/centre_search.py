@@ -28,22 +28,26 @@ def run_centre_search(
     *,
     progress: bool = True,
     max_rounds: int = MAX_ROUNDS,
+    options: dict[str, list[Any]] | None = None,
 ) -> dict[str, Any]:
     """Search the HPE centre of ``spec.adapter`` on ``spec.manifest`` and write ``out`` (JSON).
 
-    ``spec.config`` gives the start point (the adapter's defaults otherwise).
+    ``spec.config`` gives the start point (the adapter's defaults otherwise); ``options``
+    the values of options off the HPE axes searched with them (``grid_options`` in the
+    record; the centre holds the values chosen).
 
     Returns:
         The record written to ``out``; ``evaluate --centre out`` uses it.
     """
-    from tqdm import tqdm
+    from fewtrans_board.core.progress import progress_meter
 
     started = time.time()
     plan = plan_run(dataclasses.replace(spec, hpe="single"), registry)
     with RunSession(plan) as session:
         adapter = session.inline_adapter()
         session.prefetch_features(plan.episodes, progress)
-        bar = tqdm(desc="centre search", unit="config", disable=not progress)
+        # The number of rounds is unknown up front: the log lines count configurations.
+        bar = progress_meter(None, f"centre search of {spec.adapter}", "config", enabled=progress)
 
         def score(configs: list[AdapterConfig]) -> list[float]:
             per_episode = []
@@ -55,7 +59,7 @@ def run_centre_search(
             bar.update(len(configs))
             return [float(v) for v in np.mean(np.array(per_episode), axis=0)]
 
-        result = centre_search(plan.adapter_cls, plan.centre.config, score, max_rounds)
+        result = centre_search(plan.adapter_cls, plan.centre.config, score, max_rounds, options)
         bar.close()
         weights_id = session.model_facts.weights_id
     record = {
@@ -72,6 +76,7 @@ def run_centre_search(
         "centre": result.centre,
         "evaluations": result.evaluations,
         "max_rounds": max_rounds,
+        **({"grid_options": result.options} if result.options else {}),
         "log": result.rounds,
         "seconds": round(time.time() - started, 2),
         "created_with": f"fewtrans-board {__version__}",

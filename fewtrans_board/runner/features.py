@@ -197,15 +197,18 @@ class FeatureCache:
             self.embedder, self.device = backbone, "cpu"
         self.images = images
         self.batch_size = batch_size
-        self.fields = cache_fields(
-            self.embedder, images.preprocessing, images.spec.name, batch_size
-        )
+        self._universe = sorted(set(universe))
+        self._chunk_of = {item: i // batch_size for i, item in enumerate(self._universe)}
+        # The chunks an item is embedded in change its last bits on CPU: an entry shared
+        # across runs (--feature-cache-dir) serves only runs with the same item universe.
+        self.fields = {
+            **cache_fields(self.embedder, images.preprocessing, images.spec.name, batch_size),
+            "universe_sha256": items_sha256(self._universe),
+        }
         self.key = entry_key(self.fields)
         self.path = folder / f"{self.key}.npz" if folder is not None else None
         self._rows: dict[str, int] = {}
         self._matrix = np.zeros((0, self.embedder.feature_dim), dtype=np.float32)
-        self._universe = sorted(set(universe))
-        self._chunk_of = {item: i // batch_size for i, item in enumerate(self._universe)}
         if self.path is not None:
             self._locked_write(None)
             if self.path.is_file():
@@ -228,8 +231,11 @@ class FeatureCache:
         self._rows = {item: i for i, item in enumerate(items)}
 
     def ensure(self, items: Sequence[str], progress: bool = False) -> None:
-        """Embed every item not cached yet, in batches, and persist the cache."""
-        from tqdm import tqdm
+        """Embed every item not cached yet, in batches, and persist the cache.
+
+        ``progress``: a bar on a terminal, else a line every 30 s (``core.progress``).
+        """
+        from fewtrans_board.core.progress import progress_meter
 
         wanted = [i for i in dict.fromkeys(items) if i not in self._rows]
         if not wanted:
@@ -242,7 +248,7 @@ class FeatureCache:
             start = chunk * self.batch_size
             batches.append(self._universe[start : start + self.batch_size])
         missing = [i for batch in batches for i in batch]
-        bar = tqdm(total=len(missing), desc="embedding", unit="img", disable=not progress)
+        bar = progress_meter(len(missing), "embedding", "img", enabled=progress)
         chunks = self.embedder.embed_batches(
             [self.images.pixels(batch) for batch in batches], self.batch_size, bar.update
         )

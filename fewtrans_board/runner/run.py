@@ -10,7 +10,6 @@ The folder's layout (``run.json``, locks, shards) is :mod:`fewtrans_board.runner
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -102,6 +101,11 @@ def decoded_folder(spec: RunSpec, out: Path) -> Path:
     return Path(spec.image_cache) if spec.image_cache else out / "decoded"
 
 
+def feature_folder(spec: RunSpec, out: Path) -> Path:
+    """Where the run's frozen features live (``--feature-cache-dir``, else ``OUT/features``)."""
+    return Path(spec.feature_cache_dir) if spec.feature_cache_dir else Path(out) / "features"
+
+
 def _worker_run_shard(
     spec_dict: dict[str, Any],
     out: str,
@@ -133,7 +137,7 @@ def _worker_run_shard(
         session = RunSession(
             plan_run(spec, registry, check_items=False),
             device=device,
-            feature_folder=Path(out) / "features",
+            feature_folder=feature_folder(spec, Path(out)),
             decoded_folder=decoded_folder(spec, Path(out)),
         )
         differences = environment_differences(environment, session.numeric_environment())
@@ -182,7 +186,8 @@ def run_evaluation(
         shard: run only this shard index (``--shard i/n``).
         executor: ``"inline"``, ``"process"`` (local process pool) or ``"ray"``.
         workers: parallel workers for ``process`` / ``ray``.
-        progress: show a progress bar with ETA on stderr, if stderr is a terminal (a bar
+        progress: show progress on stderr: a bar with ETA on a terminal, else a line
+            with rate and time left every 30 s (``fewtrans_board.core.progress``; a bar
             redrawn into a CI log is noise).
 
     Raises:
@@ -219,7 +224,7 @@ def run_plan(
     # Every executor computes with the same per-worker thread count (part of the identity).
     torch.set_num_threads(resolved_threads(plan.spec))
     try:
-        how = _Execution(shard, executor, workers, progress and sys.stderr.isatty())
+        how = _Execution(shard, executor, workers, progress)
         return _run(plan, out, how, started)
     finally:
         torch.set_num_threads(previous_threads)
@@ -262,7 +267,9 @@ def _run(plan: RunPlan, out: Path, how: _Execution, started: float) -> RunReport
     plugins = how.check(plan)
     indices = [how.shard] if how.shard is not None else list(range(plan.shard_count))
     session = RunSession(
-        plan, feature_folder=out / "features", decoded_folder=decoded_folder(plan.spec, out)
+        plan,
+        feature_folder=feature_folder(plan.spec, out),
+        decoded_folder=decoded_folder(plan.spec, out),
     )
     with session:
         # The identity loads the model and adapter: a broken plugin fails before any folder.
@@ -304,7 +311,7 @@ class _Job:
 
 def _execute(job: _Job) -> None:
     """Compute the shards ``job.todo``, in this process or in a process pool or Ray."""
-    from tqdm import tqdm
+    from fewtrans_board.core.progress import progress_meter
 
     session, todo = job.session, job.todo
     plan = session.plan
@@ -313,11 +320,11 @@ def _execute(job: _Job) -> None:
             [ep for i in todo for ep in plan.shard_episodes(i)], job.how.progress
         )
     total = sum(job.episodes(i) for i in todo)
-    job.bar = tqdm(
-        total=total,
-        desc=f"{plan.spec.adapter} x {len(plan.grid)} configs on {plan.manifest.dataset}",
-        unit="episode",
-        disable=not job.how.progress or total == 0,
+    job.bar = progress_meter(
+        total,
+        f"{plan.spec.adapter} x {len(plan.grid)} configs on {plan.manifest.dataset}",
+        "episode",
+        enabled=job.how.progress,
     )
     try:
         if job.how.executor == "inline" or len(todo) <= 1 or job.plugins is None:
@@ -370,20 +377,37 @@ def _run_ray(job: _Job, plugins: PluginSelection) -> None:
         raise FewtransError(
             "the ray executor needs Ray: pip install 'fewtrans-board[ray]'"
         ) from exc
+    from fewtrans_board.runner import ray_cleanup
+
     started_here = not ray.is_initialized()
-    if started_here:
+    # RAY_ADDRESS names a cluster someone started (docs/ray-multi-node.md): join it, and
+    # never record or end its processes.
+    local = started_here and not os.environ.get("RAY_ADDRESS")
+    if local:
+        # A run killed with kill -9 left its local cluster's agents alive: end them first.
+        ray_cleanup.reap_stale(Path(job.out))
         ray.init(num_cpus=job.how.workers, include_dashboard=False, log_to_driver=False)
+        ray_cleanup.record_cluster(Path(job.out))
+    elif started_here:
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
     try:
-        _run_ray_actors(ray, job, plugins)
+        _run_ray_actors(ray, job, plugins, local)
     finally:
         if started_here:
             ray.shutdown()
+        if local:
+            ray_cleanup.clear_record(Path(job.out))
 
 
-def _run_ray_actors(ray: Any, job: _Job, plugins: PluginSelection) -> None:
-    """One actor per worker (per GPU for ``--device cuda``), each keeping its loaded model."""
+def _run_ray_actors(ray: Any, job: _Job, plugins: PluginSelection, record: bool = False) -> None:
+    """One actor per worker (per GPU for ``--device cuda``), each keeping its loaded model.
+
+    With ``record``, the cluster's processes are recorded again once the first shard is
+    done (its workers and agents are running then: :mod:`.ray_cleanup`).
+    """
     from ray.util import ActorPool
 
+    from fewtrans_board.runner import ray_cleanup
     from fewtrans_board.runner.placement import ray_device, spreads_over_gpus
 
     # The actor class captures only these picklable values, never the job's bar or session.
@@ -411,6 +435,9 @@ def _run_ray_actors(ray: Any, job: _Job, plugins: PluginSelection) -> None:
     try:
         for index, _ in ActorPool(actors).map_unordered(lambda a, i: a.run.remote(i), job.todo):
             job.bar.update(job.episodes(index))
+            if record:
+                ray_cleanup.record_cluster(Path(job.out))
+                record = False
     except BaseException:
         for running in actors:  # an error or Ctrl-C: no shard goes on computing
             ray.kill(running)

@@ -375,8 +375,11 @@ def rerun_dataset(
     stored: dict[int, StoredEpisode],
     probe_episodes: int,
     rng: np.random.Generator,
+    tick: Callable[[int], Any] | None = None,
 ) -> tuple[list[EpisodeCheck], bool]:
     """Re-run the planned episodes in order, the first ``probe_episodes`` with probes.
+
+    ``tick(1)`` is called after each episode (a progress meter's ``update``).
 
     Goes past the plan's minimum while the judge's own measure of a re-run request
     projects every planned episode within the budget (:meth:`SamplePlan.keep_going`);
@@ -402,4 +405,6 @@ def rerun_dataset(
             cache.ensure(episode_items([episode]))
         probes = kinds if len(checks) < probe_episodes else set()
         checks.append(check_episode(job, episode, stored[episode.index], probes, rng))
+        if tick is not None:
+            tick(1)
     return checks, len(checks) < len(plan.order)
