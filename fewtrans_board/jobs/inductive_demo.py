@@ -276,7 +276,12 @@ def run_inductive_demo(
             )
         _compare_models(result, adapter, per_role, margin)
     if build_site_too:
-        oracle_check = {"models": MODELS, "rows": result.oracle_rows(), "margin": margin}
+        oracle_check = {
+            "models": MODELS,
+            "rows": result.oracle_rows(),
+            "margin": margin,
+            "protocol": HPE,  # the site shows a verdict only beside runs of this protocol
+        }
         result.site_index = build_demo_site(registry, out, manifest, oracle_check=oracle_check)
     return result
 

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-SUMMARY_VERSION = 2
+SUMMARY_VERSION = 3
 """Version of what is cached: bump it whenever :func:`~fewtrans_board.results.summary.summarize`,
 :class:`~fewtrans_board.results.digest.RunDigest` or the checks a stored run passes change
 (every cached entry is then recomputed)."""

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from fewtrans_board.results.collapse import run_collapse
 from fewtrans_board.results.cost import run_cost
 from fewtrans_board.results.documents import AdapterRef, ShardRef
 from fewtrans_board.results.grid_table import Labels, grid_table
@@ -138,6 +139,8 @@ def summarize(
         spread, and the average over shots (their headline). Runs that recorded
         their peak memory add ``peak_memory`` (:func:`peak_memory`), runs that counted
         their trainable parameters ``trainable_parameters`` (:func:`trainable_parameters`).
+        ``collapse`` says on how many episodes the headline fusion's predictions fell on
+        one class (:func:`~fewtrans_board.results.collapse.run_collapse`).
     """
     aggregations = run.aggregations()
     _, matrix, _ = run.config_matrix()
@@ -160,6 +163,7 @@ def summarize(
         "aggregations": stats,
         "hpe_penalty": float(stats["oracle"]["mean"] - stats["hpe"]["mean"]),
         "sensitivity": float(np.std(config_means)) if len(config_means) > 1 else 0.0,
+        "collapse": run_collapse(run).to_dict(),
     }
     peak = peak_memory(run)
     if peak is not None:  # runs from before peaks were measured keep the summary they had
