@@ -23,6 +23,7 @@ import pytest
 
 import fewtrans_board
 from fewtrans_board.leaderboard.meta import SubmissionMeta
+from fewtrans_board.leaderboard.status import VerificationStatus, entry_status
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 from fewtrans_board.leaderboard.table import AGGREGATIONS, LeaderboardTableError, csv_cell
 from fewtrans_board.website import badges as badges_module
@@ -35,6 +36,12 @@ ROOT = Path(__file__).resolve().parents[1]
 HOSTILE_ENTRY = "simpleshot--demo-cnn"  # ranked first on the demo benchmark
 EVIL = '=1+2 Mean centroid <script>alert("pwned")</script> & "quotes" \'apos\' ]]> <![CDATA['
 SVG = "{http://www.w3.org/2000/svg}"
+
+
+def stored_status(store: Path, ident: str) -> VerificationStatus:
+    """The status every surface must show for a stored entry, from its ``status.json``."""
+    record = json.loads((store / "submissions" / ident / "status.json").read_text())
+    return entry_status(record["status"], record.get("verification"))
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +137,7 @@ def test_the_leaderboard_table_has_the_numbers_of_the_stored_rows(built: tuple[P
             assert row["manifest_sha256"] == meta["manifest"]["sha256"]
             assert row["run_id"] == meta["run_id"]
             assert row["hpe_protocol"] == meta["hpe"]["name"]
-            assert row["status"] == "verified"
+            assert row["status"] == stored_status(store, run_entry).kind
             assert row["plugins"] == ";".join(sorted(pins[run_entry]))
             assert row["fewtrans_board_version"] == fewtrans_board.__version__
             if any(r["split"] == "novel" for r in raw):
@@ -421,16 +428,17 @@ def test_every_verified_entry_has_a_well_formed_badge(built: tuple[Path, Path]) 
         assert root.tag == f"{SVG}svg"
         texts = [t.text for t in root.iter(f"{SVG}text")]
         assert texts[0] == "fewtrans-board" and texts[1] is not None
-        assert texts[1].endswith(", verified") and "rank " in texts[1]
+        assert texts[1].endswith(f", {stored_status(store, ident).kind}") and "rank " in texts[1]
 
 
 def test_the_badge_shows_the_benchmark_tables_numbers_and_escapes_the_name(
     built: tuple[Path, Path],
 ) -> None:
-    _, out = built
+    store, out = built
     row = next(
         r for r in read_csv(out / "benchmark-demo--table-hpe.csv") if r["entry_id"] == HOSTILE_ENTRY
     )
+    status = stored_status(store, HOSTILE_ENTRY).kind
     raw = (out / "badges" / f"{HOSTILE_ENTRY}.svg").read_text(encoding="utf-8")
     assert "<script" not in raw and "<![CDATA[" not in raw
     assert "&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt; &amp; &#34;quotes&#34;" in raw
@@ -439,7 +447,7 @@ def test_the_badge_shows_the_benchmark_tables_numbers_and_escapes_the_name(
     assert title is not None and title.text is not None and EVIL in title.text
     message = [t.text for t in root.iter(f"{SVG}text")][1]
     average = f"{float(row['average']):.1f} [{float(row['average_low']):.1f}, {float(row['average_high']):.1f}]"
-    assert message == f"{average}, rank {row['rank_low']}–{row['rank_high']} of 6, verified"
+    assert message == f"{average}, rank {row['rank_low']}–{row['rank_high']} of 6, {status}"
     assert root.get("aria-label") == f"fewtrans-board: {message}"
 
 

@@ -371,7 +371,7 @@ def test_valid_bundle_is_accepted_and_added(valid_bundle: Path, store: Path, inv
     index = json.loads((store / "index.json").read_text())
     assert (
         index["benchmarks"]["demo"] == ["lp--demo"]
-        and index["submissions"][0]["status"] == "validated"
+        and index["submissions"][0]["status"] == "not verified"
     )
     assert (
         invoke(["leaderboard", "rebuild", "--check", "--leaderboard", str(store)], pm=pm).exit_code

@@ -13,15 +13,18 @@ from fewtrans_board.cli.groups import OutputPath, echo_json
 from fewtrans_board.cli.pr_cmds import (
     leaderboard_check_pr,
     leaderboard_fetch_plugins,
+    leaderboard_pr_comment,
     leaderboard_record_status,
 )
 from fewtrans_board.cli.pr_options import BlobLocation
 from fewtrans_board.cli.reports import print_validation, print_verification, refusals
+from fewtrans_board.cli.reverify_cmd import leaderboard_reverify
 from fewtrans_board.cli.store_options import (
     leaderboard_option,
     verification_from,
     verification_options,
 )
+from fewtrans_board.cli.submission_template import submission_template
 
 
 @click.group("submission")
@@ -29,12 +32,7 @@ def submission_group() -> None:
     """Pack, validate and verify submission bundles."""
 
 
-@submission_group.command("template")
-def submission_template() -> None:
-    """Print an example submission.toml."""
-    from fewtrans_board.leaderboard.meta import EXAMPLE
-
-    click.echo(EXAMPLE, nl=False)
+submission_group.add_command(submission_template)
 
 
 @submission_group.command("pack")
@@ -108,7 +106,9 @@ def submission_verify(bundle: Path, leaderboard: Path, as_json: bool, **options:
 
     The plugin runs in a sandboxed worker that sees episode tensors only, with the queries
     in an order only this process knows; this process scores. The episodes are drawn from
-    a seed fixed only now (printed, to reproduce the verification with --seed).
+    a seed fixed only now (printed, to reproduce the verification with --seed). A passed
+    verification is recorded for this installation, so 'leaderboard add' of the same
+    bundle with the same options re-runs nothing.
     """
     from fewtrans_board.leaderboard.intake import verify_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
@@ -142,7 +142,13 @@ def leaderboard_group() -> None:
 def leaderboard_add(
     bundle: Path, leaderboard: Path, as_json: bool, blobs_to: str | None, **options: Any
 ) -> None:
-    """Validate and verify a bundle, then merge it into the store. Entries are immutable."""
+    """Validate and verify a bundle, then merge it into the store. Entries are immutable.
+
+    A verification this installation already passed on the same bundle (same digest, seed
+    source, sample options, fewtrans-board and pinned code: 'submission verify' records
+    it in the user's cache folder) is reused, and the output says so; nothing a bundle
+    carries is ever taken as its verification.
+    """
     from fewtrans_board.leaderboard.blob_flow import note_for_staging
     from fewtrans_board.leaderboard.intake import add_bundle
     from fewtrans_board.leaderboard.store import LeaderboardStore
@@ -157,14 +163,32 @@ def leaderboard_add(
     ident = result.validation.meta.id
     if blobs_to is not None:
         click.echo(note_for_staging(store.root, ident, blobs_to), err=True)
+    reused = None if result.reused is None else str(result.reused)
     if as_json:
-        echo_json({"ok": True, "id": ident, "status": status, "verification": result.verification})
+        echo_json(
+            {
+                "ok": True,
+                "id": ident,
+                "status": status,
+                "verification": result.verification,
+                "reused_verification": reused,
+            }
+        )
     else:
         if result.verification is None:
             click.echo("Warning: stored without verification (--unsafe-no-verify)", err=True)
         else:
+            if reused is not None:
+                click.echo(
+                    "verification: nothing re-run; this installation already verified this "
+                    f"bundle (digest {result.verification['digest'][:16]}…) with the same "
+                    f"options and code (record {reused})"
+                )
             print_verification(result.verification, as_json=False)
-        click.echo(f"added {ident} ({status}) to {leaderboard}; index rebuilt")
+        from fewtrans_board.leaderboard.status import entry_status
+
+        shown = entry_status(status, result.verification).summary  # as the site shows it
+        click.echo(f"added {ident} ({shown}) to {leaderboard}; index rebuilt")
 
 
 @leaderboard_group.command("check")
@@ -295,6 +319,8 @@ def leaderboard_migrate_blobs(leaderboard: Path) -> None:
 
 
 leaderboard_group.add_command(leaderboard_check_pr)
+leaderboard_group.add_command(leaderboard_reverify)
+leaderboard_group.add_command(leaderboard_pr_comment)
 leaderboard_group.add_command(leaderboard_record_status)
 leaderboard_group.add_command(leaderboard_fetch_plugins)
 leaderboard_group.add_command(leaderboard_export_blobs)

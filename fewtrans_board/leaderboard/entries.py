@@ -25,6 +25,7 @@ from fewtrans_board.leaderboard.label_index import LabelIndex, frozen_labels
 from fewtrans_board.leaderboard.meta import SubmissionMeta
 from fewtrans_board.leaderboard.rows import check_rows
 from fewtrans_board.leaderboard.runs import GIT_ONLY, fetching, load_checked_run
+from fewtrans_board.leaderboard.status import STORED_VERIFIED, VerificationStatus, entry_status
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import SUB_BENCHMARKS
 from fewtrans_board.leaderboard.summary_cache import SummaryCache, entry_key
@@ -182,7 +183,8 @@ class LoadedEntry:
     Attributes:
         id: the submission id.
         meta: its parsed ``submission.toml``.
-        status: ``validated`` or ``verified``.
+        status: the entry's status in the shared vocabulary (``re-run``, ``legacy check``
+            or ``not verified``: :mod:`~fewtrans_board.leaderboard.status`).
         stored: the entry as read (runs with their frozen manifests, centre search).
         superseded_by: the id of the submission that supersedes it, if any.
         verification: the stored verification report (``None``: not verified).
@@ -200,8 +202,13 @@ class LoadedEntry:
 
     @property
     def verification(self) -> dict[str, Any] | None:
-        """The stored verification report (``None``: not verified)."""
-        return self.stored.verification if self.status == "verified" else None
+        """The stored verification report (``None``: stored without one)."""
+        return self.stored.verification if self.stored.status == STORED_VERIFIED else None
+
+    @property
+    def standing(self) -> VerificationStatus:
+        """The entry's status with its re-run's date, sample and mode (see :attr:`status`)."""
+        return entry_status(self.stored.status, self.stored.verification)
 
 
 def _superseded(metas: dict[str, SubmissionMeta]) -> dict[str, str]:
@@ -369,8 +376,7 @@ def load_entries(
                     cache.put(key, digest_bytes([r.run for r in stored.runs], summaries))
             for item, summary in zip(stored.runs, summaries, strict=True):
                 summary.update(dataset=item.dataset, manifest=item.manifest)
-        entry = LoadedEntry(
-            ident, stored.meta, stored.status, stored, superseded_by=superseded.get(ident)
-        )
+        status = entry_status(stored.status, stored.verification).kind
+        entry = LoadedEntry(ident, stored.meta, status, stored, superseded_by=superseded.get(ident))
         entry.summaries.extend(summaries)
         yield entry

@@ -39,13 +39,18 @@ def verification_summary(entry: LoadedEntry) -> dict[str, Any] | None:
 
 
 def index_record(entry: LoadedEntry) -> dict[str, Any]:
-    """An entry as written to ``index.json``: run summaries by dataset, no local paths."""
+    """An entry as written to ``index.json``: run summaries by dataset, no local paths.
+
+    ``status`` is the shared vocabulary (:mod:`~fewtrans_board.leaderboard.status`);
+    ``status_detail`` adds a re-run's date, sample and mode.
+    """
     runs = [{k: v for k, v in s.items() if k != "path"} for s in entry.summaries]
     first = entry.summaries[0] if entry.summaries else {}
     return {
         "id": entry.id,
         "meta": entry.meta.to_dict(),
         "status": entry.status,
+        "status_detail": entry.standing.to_dict(),
         "verification": verification_summary(entry),
         "transductive": bool(first.get("transductive")),
         "configuration": first.get("configuration", {}),

@@ -5,10 +5,11 @@ root; :func:`leaderboard_table` computes it from a store without building the si
 :func:`load_leaderboard` (exported as ``fewtrans_board.load_leaderboard``) reads it from a
 store, a built site, either file, or a URL of the Parquet file.
 
-Each row carries its provenance (:data:`COLUMNS`: entry, benchmark, protocol, status,
-manifest, run id, plugin pins, the version that wrote it). ``mean`` and ``ci95`` are the
-site's cells: :func:`~fewtrans_board.stats.intervals.mean_ci` of the run's per-episode
-accuracy under the aggregation, with the benchmark's ``ddof``; base-to-novel runs add the
+Each row carries its provenance (:data:`COLUMNS`: entry, benchmark, protocol, status and
+its re-run's date, mode and sample, manifest, run id, plugin pins, the version that wrote
+it). ``mean`` and ``ci95`` are the site's cells:
+:func:`~fewtrans_board.stats.intervals.mean_ci` of the run's per-episode accuracy under the
+aggregation, with the benchmark's ``ddof``; base-to-novel runs add the
 novel and harmonic-mean ones, k-shot (CLIP) runs the average over shots (± over seeds).
 Stored entries only: local runs a site shows beside them are not entries.
 
@@ -49,7 +50,9 @@ def _typed(kind: str, names: str) -> tuple[tuple[str, str], ...]:
 
 
 COLUMNS: tuple[tuple[str, str], ...] = (
-    *_typed("string", "entry_id benchmark hpe_protocol status superseded_by method model adapter"),
+    *_typed("string", "entry_id benchmark hpe_protocol status rerun_date rerun_mode"),
+    *_typed("int64", "rerun_episodes"),
+    *_typed("string", "superseded_by method model adapter"),
     *_typed("string", "column dataset manifest manifest_sha256 aggregation"),
     *_typed("int64", "episodes"),
     *_typed("float64", "mean ci95"),
@@ -58,7 +61,10 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     *_typed("string", "plugins run_id fewtrans_board_version"),
 )
 """The table's columns and their Arrow types, in order (the float columns after ``ci95``
-are empty where a run has no such number)."""
+are empty where a run has no such number). ``status`` is the shared vocabulary
+(:mod:`~fewtrans_board.leaderboard.status`: ``re-run``, ``legacy check``, ``not verified``);
+``rerun_date``, ``rerun_mode`` and ``rerun_episodes`` (over the entry's datasets) describe a
+``re-run`` and are empty otherwise."""
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
 
@@ -115,6 +121,7 @@ def entry_rows(entry: LoadedEntry, datasets: dict[str, str]) -> list[dict[str, A
 
     keys = column_keys(SUB_BENCHMARKS[entry.meta.benchmark], datasets)
     pins = ";".join(f"{d}=={v}" for d, v in sorted(entry.meta.plugins.items()))
+    standing = entry.standing
     rows = []
     for item, summary in zip(entry.stored.runs, entry.summaries, strict=True):
         record = item.run.provenance
@@ -129,6 +136,9 @@ def entry_rows(entry: LoadedEntry, datasets: dict[str, str]) -> list[dict[str, A
                     "benchmark": entry.meta.benchmark,
                     "hpe_protocol": entry.meta.hpe_protocol,
                     "status": entry.status,
+                    "rerun_date": standing.date or "",
+                    "rerun_mode": standing.mode or "",
+                    "rerun_episodes": standing.rerun_episodes,
                     "superseded_by": entry.superseded_by or "",
                     "method": entry.meta.method,
                     "model": entry.meta.model,

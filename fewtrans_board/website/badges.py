@@ -1,4 +1,4 @@
-"""Embeddable badges: an SVG per verified entry at ``badges/<entry id>.svg``.
+"""Embeddable badges: an SVG per ranked entry at ``badges/<entry id>.svg``.
 
 README.md ("Downloads, the Python API and badges") shows what a badge says: the entry's
 headline as its benchmark page ranks it, within its HPE protocol. Transductive entries show
@@ -59,11 +59,12 @@ def _xml(text: str) -> str:
 
 @dataclass(frozen=True)
 class Badge:
-    """A verified entry's badge.
+    """A ranked entry's badge.
 
     Attributes:
         method: the entry.
-        message: the badge's right-hand text (numbers, rank, ``verified``).
+        message: the badge's right-hand text (numbers, rank, status: ``re-run`` or
+            ``legacy check``).
         detail: what the numbers are (the SVG's tooltip adds it).
     """
 
@@ -161,16 +162,23 @@ def _headlines(data: SiteData) -> dict[str, tuple[str, str]]:
 
 
 def badges(data: SiteData) -> dict[str, Badge]:
-    """A badge for every verified entry, by entry id."""
+    """A badge for every ranked stored entry (re-run or legacy check), by entry id.
+
+    The badge ends with the entry's status word and its tooltip says what the status
+    means (with a re-run's date, sample and mode), from
+    :mod:`~fewtrans_board.leaderboard.status` like every other surface.
+    """
     headlines = _headlines(data)
     out = {}
     for method in data.methods:
-        if method.status != "verified":
+        standing = method.standing
+        if standing is None or not standing.ranked:
             continue
         if method.superseded_by is not None:
             message, detail = "superseded", f"Superseded by entry {method.superseded_by}"
         else:
             message, detail = headlines.get(method.id, ("", "Not ranked"))
-        message = f"{message}, verified" if message else "verified"
+        message = f"{message}, {standing.kind}" if message else standing.kind
+        detail = f"{detail}. {standing.sentence}."
         out[method.id] = Badge(method, message, detail)
     return out

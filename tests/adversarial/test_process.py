@@ -17,7 +17,7 @@ from fewtrans_board.cli import make_cli, needs_plugins
 from fewtrans_board.core.errors import DuplicateNameError, PluginError
 from fewtrans_board.registry.manager import get_plugin_manager
 from tests.adversarial.conftest import REPO, Board, ok, run_cli
-from tests.conftest import WORKFLOW, command_options, run_commands, workflow_step
+from tests.conftest import VERIFY_WORKFLOW, command_options, run_commands, workflow_step
 
 
 class Hijacker:
@@ -300,7 +300,7 @@ def test_ci_writes_the_status_and_record_status_publishes_its_report(
     assert json.loads((pr_repo / ENTRY_STATUS).read_text()) == status
     index = json.loads((pr_repo / "leaderboard" / "index.json").read_text())
     (entry,) = [e for e in index["submissions"] if e["id"] == "lp--pr"]
-    assert entry["status"] == "verified"
+    assert entry["status"] == "re-run"
     assert entry["verification"]["datasets"] == [
         {k: d.get(k) for k in VERIFIED_FIELDS} for d in verification["datasets"]
     ]
@@ -383,25 +383,33 @@ def test_a_pull_request_that_edits_a_stored_entry_is_refused(board: Board, pr_re
 
 def test_the_workflow_checks_pull_requests_with_the_base_branch_code() -> None:
     # The parsed workflow: the commands its steps run, not text a comment could hold.
-    job = "check-submissions"
-    (check,) = run_commands(workflow_step(job, "Check the pull request (sandboxed verification)"))
+    # The privileged half runs on workflow_run from main's copy of its file.
+    job, path = "verify", VERIFY_WORKFLOW
+    step = workflow_step(job, "Check the pull request (sandboxed verification)", path)
+    (check,) = [c for c in run_commands(step) if c[0].endswith("fewtrans-board")]
     assert check[:5] == ["base/.venv/bin/fewtrans-board", "leaderboard", "check-pr", "--repo", "pr"]
     options = command_options(check)
     assert options["--plugins-root"] == "plugins" and "--verify" in options
-    base = workflow_step(job, "Base branch (the code that judges)")
-    pr = workflow_step(job, "Pull request (data only)")
+    base = workflow_step(job, "Main (the code that judges)", path)
+    pr = workflow_step(job, "Pull request (data only)", path)
     assert base["uses"].startswith("actions/checkout@") and base["with"]["path"] == "base"
     assert pr["uses"].startswith("actions/checkout@") and pr["with"]["path"] == "pr"
-    assert base["with"]["ref"] == "${{ github.event.pull_request.base.sha }}"
-    assert options["--base"] == base["with"]["ref"]  # the diff is taken against the judge's code
-    # CI's own report is the status, kept as an artifact for 'leaderboard record-status'.
-    kept = workflow_step(job, "Keep CI's statuses (recorded by the maintainers after the merge)")
+    # Base: main's tip (checkout's default on workflow_run, github.sha); the diff is taken
+    # against the judge's code.
+    assert "ref" not in base["with"] and step["env"]["BASE_SHA"] == "${{ github.sha }}"
+    assert options["--base"] == "$BASE_SHA"
+    # CI's own report is the status, kept as an artifact for the record-statuses job.
+    kept = workflow_step(
+        job, "Keep CI's statuses (recorded on main by record-statuses after the merge)", path
+    )
     assert (
         options["--status-out"] == "reports/status" and kept["uses"] == "actions/upload-artifact@v4"
     )
     assert kept["with"]["path"] == "reports/status" and kept["if"] == "always()"
-    assert pr["with"]["ref"] == "${{ github.event.pull_request.head.sha }}"
-    assert "github.event.pull_request.head.sha" in kept["with"]["name"]
-    # How the maintainers record it is said where they read it: the step's comment.
-    text = WORKFLOW.read_text()
-    assert "leaderboard record-status" in text
+    # The PR's data: GitHub's refs/pull/<n>/head, checked to be the triggering run's head.
+    assert pr["with"]["ref"] == "refs/pull/${{ steps.pr.outputs.number }}/head"
+    assert "github.event.workflow_run.head_sha" in kept["with"]["name"]
+    recorded = run_commands(
+        workflow_step("record-statuses", "Record them as the entries' status and push")
+    )
+    assert ["leaderboard", "record-status"] in [c[1:3] for c in recorded]

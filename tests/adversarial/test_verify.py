@@ -329,7 +329,7 @@ def test_add_verifies_by_default_and_an_unsafe_opt_out_is_never_ranked(
     assert code == 0 and report["status"] == "validated", report
     index = json.loads((store / "index.json").read_text())
     (entry,) = index["submissions"]
-    assert entry["status"] == "validated"
+    assert entry["status"] == "not verified"
     pages = build_site(store, tmp_path / "site")
     benchmark = next(p for p in pages if p.name == "benchmark-redteam.html").read_text()
     assert "not verified" in benchmark and "Not verified (not ranked)" in benchmark

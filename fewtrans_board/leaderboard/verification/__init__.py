@@ -22,6 +22,7 @@ from fewtrans_board.api.adapter import config_digest, typed_values
 from fewtrans_board.api.backbone import Preprocessing
 from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.core.errors import FewtransError, SubmissionError
+from fewtrans_board.core.progress import LogMeter
 from fewtrans_board.datasets.images import ImageStore
 from fewtrans_board.episodes.manifest import Manifest
 from fewtrans_board.hpe.protocols import get_hpe_protocol, schema_roles
@@ -29,6 +30,7 @@ from fewtrans_board.leaderboard.bundle import BundleContents
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.validate import validate_contents
 from fewtrans_board.leaderboard.verification.compatibility import schema_difference
+from fewtrans_board.leaderboard.verification.cost import VerificationEstimate, estimate_run
 from fewtrans_board.leaderboard.verification.environment import differences, rerun_environment
 from fewtrans_board.leaderboard.verification.options import VerificationOptions, replayed_settings
 from fewtrans_board.leaderboard.verification.perturb import probe_rule
@@ -47,7 +49,9 @@ from fewtrans_board.leaderboard.verification.sampling import (
     plan_sample,
 )
 from fewtrans_board.leaderboard.verification.verdict import CostFacts, DatasetVerdict, judge_dataset
+from fewtrans_board.leaderboard.verification.weights import check_weights
 from fewtrans_board.results.load import RunResults
+from fewtrans_board.results.spread import fixed_shots
 from fewtrans_board.runner.plan import episode_items
 from fewtrans_board.runner.worker.isolated import PluginWorker
 from fewtrans_board.runner.worker.messages import WorkerError, WorkerInfo
@@ -57,6 +61,7 @@ __all__ = [
     "VerificationOptions",
     "check_pins_installed",
     "check_plugin_files",
+    "dataset_sample",
     "preload_judge_modules",
     "verify_contents",
 ]
@@ -190,6 +195,32 @@ def _oracle(run: RunResults) -> dict[str, int]:
     return best
 
 
+def dataset_sample(
+    run: RunResults, episodes: int, options: VerificationOptions, rng: np.random.Generator
+) -> SamplePlan:
+    """How a dataset's re-runs are planned, with the cost estimate from the claimed seconds.
+
+    Verification re-runs by this plan (``rng`` from the secret seed);
+    ``leaderboard reverify --plan`` prints it before anything runs.
+
+    Args:
+        run: the run to verify.
+        episodes: episodes of its frozen manifest.
+        options: the verification options (budget, explicit sample).
+        rng: the generator of the re-run order.
+    """
+    stored = stored_episodes(run)
+    claimed_cost = float(np.mean([s.seconds for s in stored.values()])) if stored else 0.0
+    return plan_sample(
+        episodes,
+        claimed_cost,
+        rng,
+        budget_s=options.budget_s,
+        sample=options.sample,
+        extra_requests=0.5,  # the probes: three extra requests on a few episodes
+    )
+
+
 @dataclass
 class _Replay:
     """What re-running one dataset in its plugin worker established, before judging it."""
@@ -201,6 +232,7 @@ class _Replay:
     checks: list[EpisodeCheck]
     cut: bool  # the budget stopped the re-runs early
     oracle: dict[str, int]  # the best stored configuration of each split
+    estimate: VerificationEstimate  # printed before the re-runs
 
 
 def _verify_run(
@@ -277,18 +309,29 @@ def _replay(
         universe=sorted(set(episode_items(manifest.episodes()))),
     )
     stored = stored_episodes(run)
-    claimed_cost = float(np.mean([s.seconds for s in stored.values()])) if stored else 0.0
     rng = seed.stream(f"sample:{run.dataset}:{manifest.sha256}")
-    sample = plan_sample(
-        len(manifest.episodes()),
-        claimed_cost,
-        rng,
-        budget_s=options.budget_s,
-        sample=options.sample,
-        extra_requests=0.5,
+    sample = dataset_sample(run, len(manifest.episodes()), options, rng)
+    estimate = estimate_run(
+        run,
+        manifest.episodes(),
+        claimed_fit_s=float(np.mean([s.seconds for s in stored.values()])) if stored else 0.0,
+        probe_episodes=options.probe_episodes,
+        threads=int(worker.settings.threads or 1),
+        start_s=start_s,
     )
-    checks, cut = rerun_dataset(job, sample, stored, options.probe_episodes, rng)
-    return _Replay(info, start_s, job, sample, checks, cut, _oracle(run))
+    if options.progress is not None:
+        options.progress(estimate.line(run.dataset))
+    meter = (
+        None
+        if options.progress is None
+        else LogMeter(len(sample.order), f"verifying {run.dataset}", "episode", options.progress)
+    )
+    checks, cut = rerun_dataset(
+        job, sample, stored, options.probe_episodes, rng, None if meter is None else meter.update
+    )
+    if meter is not None:
+        meter.close()
+    return _Replay(info, start_s, job, sample, checks, cut, _oracle(run), estimate)
 
 
 def _judge(
@@ -321,12 +364,15 @@ def _judge(
         {
             "dataset": run.dataset,
             "manifest": manifest.sha256,
+            "shots": fixed_shots(run),  # BSCD's 5, 20, 50 share a dataset name
             "mode": verdict.mode,
             "environment_differences": differing,
             "claimed": float(np.mean(run.aggregations()["hpe"])),
             "planned": len(sample.order),
             "budget_s": sample.budget_s,
             "claimed_estimate_s": round(sample.estimate_s, 1),
+            # Decoding, embedding at the recorded resolution, fits and probes, all episodes.
+            "estimate": replay.estimate.to_dict(),
             "cut_by_budget": replay.cut,
             "memorisation_rule": probe_rule(),
             "worker_isolation": replay.info.isolation,
@@ -358,7 +404,8 @@ def verify_contents(
 
     Raises:
         SubmissionError: no sandbox can be made (unless unsandboxed), a pin is missing,
-            the plugin cannot be loaded or its schema differs from the recorded one, the
+            ``--weights`` is not the recorded checkpoint (``weights-mismatch``, before any
+            re-run), the plugin cannot be loaded or its schema differs from the recorded one, the
             worker fails, or a dataset fails a check (``verification-failed``; the report
             rides on the error as ``report``).
     """
@@ -373,6 +420,7 @@ def verify_contents(
     digest = contents.digest()
     if runs is None:  # never drive a worker with runs that did not pass validation
         runs = validate_contents(contents, store).loaded
+    check_weights(contents.meta, runs, options.weights)  # before any worker starts
     preload_judge_modules()
     datasets = Registry.from_plugin_manager(get_plugin_manager(entry_points=False)).datasets
     seed = draw_seed(digest, options.seed, options.secret)
@@ -384,6 +432,8 @@ def verify_contents(
         episodes += [{"dataset": run.dataset, **c.to_dict()} for c in checks]
     report = {
         "submission": contents.meta.id,
+        # When it was re-run: the status vocabulary shows the date (leaderboard/status.py).
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "digest": digest,
         "seed": seed.hex,
         "seed_source": seed.source,
