@@ -346,12 +346,9 @@ def choose_strength(
     budget = request.max_evaluations or MAX_EVALUATIONS
     if request.knowledge_loss is not None:
         tolerance = KNOWLEDGE_LOSS_TOLERANCE if request.tolerance is None else request.tolerance
+        measure = knowledge_loss_measure(dampener, backbone, baseline, say)
         result = search_strength(
-            knowledge_loss_measure(dampener, backbone, baseline, say),
-            request.knowledge_loss,
-            tolerance,
-            "at-most",
-            max_evaluations=budget,
+            measure, request.knowledge_loss, tolerance, "at-most", max_evaluations=budget
         )
         mode = "knowledge-loss"
     else:
@@ -362,13 +359,8 @@ def choose_strength(
             registry, request.match_oracle, scratch, forget_train, request.oracle_adapter
         )
         tolerance = ORACLE_GAP_TOLERANCE if request.tolerance is None else request.tolerance
-        result = search_strength(
-            oracle_measure(registry, dampener, backbone, probe, say),
-            0.0,
-            tolerance,
-            "nearest",
-            max_evaluations=budget,
-        )
+        measure = oracle_measure(registry, dampener, backbone, probe, say)
+        result = search_strength(measure, 0.0, tolerance, "nearest", max_evaluations=budget)
         with dampener.applied(result.chosen.alpha, result.chosen.lam):
             result.chosen.detail.update(baseline.measure(backbone))
         mode = "oracle"
