@@ -526,7 +526,7 @@ def test_real_sub_benchmarks_name_their_paper_leader_on_the_index(committed_site
                     best[table["benchmark"]] = (score, row["method"])
     index = (committed_site / "index.html").read_text(encoding="utf-8")
     rows = re.findall(
-        r'<tr>\s*<td><a href="benchmark-([a-z0-9-]+)\.html[^"]*">(.*?)</tr>', index, re.S
+        r'<tr[^>]*>\s*<td[^>]*><a href="benchmark-([a-z0-9-]+)\.html[^"]*">(.*?)</tr>', index, re.S
     )
     shown = {name: body for name, body in rows}
     assert best.keys() <= shown.keys()

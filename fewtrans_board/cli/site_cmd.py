@@ -39,9 +39,21 @@ def site_group() -> None:
     help="Summarise every entry again, neither reading nor writing the build cache "
     "(~/.cache/fewtrans-board/build or $FEWTRANS_BUILD_CACHE).",
 )
+@click.option(
+    "--build-date",
+    metavar="YYYY-MM-DD",
+    default=None,
+    help="The date the pages say they are built as of (default: $SOURCE_DATE_EPOCH if set, "
+    "else the store's latest dated change, so that rebuilds are identical).",
+)
 @pass_app
 def site_build(
-    app: App, leaderboard: Path, out: Path, results: tuple[Path, ...], no_cache: bool
+    app: App,
+    leaderboard: Path,
+    out: Path,
+    results: tuple[Path, ...],
+    no_cache: bool,
+    build_date: str | None,
 ) -> None:
     """Render tables with CIs, significance flags, method and dataset pages, plots. No JS needed."""
     from fewtrans_board.leaderboard.runs import unshowable_run
@@ -57,5 +69,5 @@ def site_build(
         else:  # a table compares runs over every episode of the manifest
             click.echo(f"Warning: not shown: {reason}", err=True)
     cache = SummaryCache(None if no_cache else default_root())
-    pages = build_site(leaderboard, out, app.registry, shown, cache=cache)
+    pages = build_site(leaderboard, out, app.registry, shown, cache=cache, build_date=build_date)
     click.echo(f"wrote {len(pages)} pages to {out}; open {out / 'index.html'}")

@@ -1,75 +1,115 @@
-"""Plot kinds of accuracy on the site: means with CIs, a histogram, a configuration heatmap.
+"""Plot kinds of accuracy on the site: means as dots with CI lines, a histogram, a configuration heatmap.
 
 Every text element is escaped; plots carry a ``<title>`` for screen readers and tooltips.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from markupsafe import Markup, escape
 
 from fewtrans_board.figures.axes import (
-    PALETTE,
     nice_axis,
     svg_close,
     svg_open,
     tick_text,
+    x_axis_title,
     y_axis_title,
 )
-from fewtrans_board.figures.text import fit_text, longest, text_width
+from fewtrans_board.figures.text import FONT_PX, LINE, fit_text, longest, text_width, wrap_text
 
 
-def ci_bars(
+def ci_dots(
     rows: Sequence[tuple[str, float, float]], *, width: int = 560, title: str = ""
 ) -> Markup:
-    """Horizontal bars of means with 95% CI whiskers.
+    """A dot at each mean and a horizontal line for its 95% CI, one row per label.
+
+    The axis spans what the intervals need (a dot is a position, not a length: nothing
+    here is read from zero) and its title says where it starts. Labels are never cut:
+    they wrap onto up to three lines in a column of at most 45% of the width, and a label
+    that still does not fit ends in ``…`` with the full name as its tooltip.
 
     Args:
-        rows: ``(label, mean, ci95)`` per bar.
+        rows: ``(label, mean, ci95)`` per row, in the order drawn (top to bottom).
         width: SVG width in pixels.
         title: accessible title.
     """
     if not rows:
         return Markup("")
-    height = 26 * len(rows) + 30
-    # The label column is as wide as the longest label (at most 45% of the plot; longer
-    # labels are shortened to fit it, never cut by the frame).
-    left = min(max(longest([label for label, _, _ in rows]) + 16, 60), 0.45 * width)
-    right = width - 20
-    low, high, ticks = nice_axis(
-        max(0.0, min(m - c for _, m, c in rows) - 2), min(100.0, max(m + c for _, m, c in rows) + 2)
-    )
-    span = max(high - low, 1e-6)
+    rows = [(label, mean, ci if np.isfinite(ci) else 0.0) for label, mean, ci in rows]
+    column = min(max(longest([label for label, _, _ in rows]) + 16, 60), 0.45 * width)
+    wrapped = [wrap_text(label, column - 12) for label, _, _ in rows]
+    line = LINE * FONT_PX
+    heights = [max(24.0, len(lines) * line + 8) for lines in wrapped]
+    top, axis_room = 8.0, 42.0
+    height = round(top + sum(heights) + axis_room)
+    left, right = column, width - 20.0
+    low, high, ticks = _ci_axis(rows)
 
     def x(value: float) -> float:
-        return left + (value - low) / span * (right - left)
+        return left + (value - low) / max(high - low, 1e-6) * (right - left)
 
-    parts = [svg_open(width, height, title)]
-    for i, (label, mean, ci) in enumerate(rows):
-        y = 15 + i * 26
-        short = fit_text(label, left - 12)
-        parts += [
-            f'<text x="{left - 8}" y="{y + 13}" text-anchor="end" class="label">{escape(short)}</text>',
-            f'<rect x="{left}" y="{y + 3}" width="{max(x(mean) - left, 0):.1f}" height="14" fill="{PALETTE[i % len(PALETTE)]}" opacity="0.35"/>',
-            f'<line x1="{x(mean - ci):.1f}" x2="{x(mean + ci):.1f}" y1="{y + 10}" y2="{y + 10}" stroke="#222" stroke-width="1.5"/>',
-            f'<circle cx="{x(mean):.1f}" cy="{y + 10}" r="3.5" fill="#222"><title>{escape(label)}: {mean:.2f} ± {ci:.2f}</title></circle>',
-        ]
-    axis_y = height - 12
+    parts = [svg_open(width, height, title, "plot ci-plot")]
+    bottom = height - axis_room
     step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
     for tick in ticks:
         label = tick_text(tick, step)
-        # The last tick's label may not pass the frame's right edge.
-        at = min(x(tick), width - 2 - text_width(label) / 2)
-        parts.insert(  # grid lines under the bars
-            1,
-            f'<line x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="10" y2="{axis_y - 12}" stroke="#eee"/>',
-        )
+        at = min(x(tick), width - 2 - text_width(label) / 2)  # inside the frame's right edge
         parts.append(
-            f'<text x="{at:.1f}" y="{axis_y}" text-anchor="middle" class="tick">{label}</text>'
+            f'<line x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="{top}" y2="{bottom:.1f}" stroke="#eee"/>'
+            f'<text x="{at:.1f}" y="{bottom + 14:.1f}" text-anchor="middle" class="tick">{label}</text>'
         )
+    y0 = top
+    for (label, mean, ci), lines, row_height in zip(rows, wrapped, heights, strict=True):
+        parts.append(_ci_row(label, mean, ci, lines, y0 + row_height / 2, x, left))
+        y0 += row_height
+    start = "0" if low <= 0 else tick_text(low, step)
+    axis = f"mean accuracy, % (95% CI); the axis starts at {start}"
+    parts.append(x_axis_title(axis, (left + right) / 2, height - 6, width - 8))
     return svg_close(parts)
+
+
+def _ci_axis(rows: Sequence[tuple[str, float, float]]) -> tuple[float, float, list[float]]:
+    """The x axis of :func:`ci_dots`: every interval plus a margin, within 0-100."""
+    lows = [m - c for _, m, c in rows]
+    highs = [m + c for _, m, c in rows]
+    margin = max(0.05 * (max(highs) - min(lows)), 0.5)
+    low, high, ticks = nice_axis(max(0.0, min(lows) - margin), min(100.0, max(highs) + margin))
+    return low, high, [t for t in ticks if t <= high + 1e-9]
+
+
+def _ci_row(
+    label: str,
+    mean: float,
+    ci: float,
+    lines: list[str],
+    middle: float,
+    x: Callable[[float], float],
+    left: float,
+) -> str:
+    """One row of :func:`ci_dots`: the (wrapped) name, the interval and the dot."""
+    line = LINE * FONT_PX
+    first = middle - (len(lines) - 1) * line / 2 + 0.32 * FONT_PX  # baselines, centred
+    names = "".join(
+        f'<text x="{left - 8}" y="{first + k * line:.1f}" text-anchor="end" class="label">'
+        f"{escape(text)}</text>"
+        for k, text in enumerate(lines)
+    )
+    if " ".join(lines) != " ".join(label.split()):  # shortened: the full name as a tooltip
+        names = f"<g><title>{escape(label)}</title>{names}</g>"
+    lo, hi = x(mean - ci), x(mean + ci)
+    return (
+        names
+        + f'<line x1="{lo:.1f}" x2="{hi:.1f}" y1="{middle:.1f}" y2="{middle:.1f}" stroke="#222" stroke-width="1.5"/>'
+        + "".join(
+            f'<line x1="{end:.1f}" x2="{end:.1f}" y1="{middle - 4:.1f}" y2="{middle + 4:.1f}" stroke="#222"/>'
+            for end in (lo, hi)
+        )
+        + f'<circle cx="{x(mean):.1f}" cy="{middle:.1f}" r="4" fill="#3366cc">'
+        f"<title>{escape(label)}: {mean:.2f} ± {ci:.2f} (95% CI {mean - ci:.2f} to {mean + ci:.2f})</title></circle>"
+    )
 
 
 def histogram(

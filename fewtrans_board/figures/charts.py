@@ -19,7 +19,8 @@ from fewtrans_board.figures.axes import (
     x_axis_title,
     y_axis_title,
 )
-from fewtrans_board.figures.text import fit_text, place_label, text_width
+from fewtrans_board.figures.labels import label_markup, marker_attributes, place_labels
+from fewtrans_board.figures.text import fit_text, text_width
 
 WIDTH, HEIGHT = 520, 320
 LEFT, RIGHT, TOP, BOTTOM = 60, 20, 30, 45
@@ -124,21 +125,19 @@ def scatter(
             f'<line x1="{px(x0):.1f}" y1="{py(slope * x0 + intercept):.1f}" x2="{px(x1):.1f}" '
             f'y2="{py(slope * x1 + intercept):.1f}" stroke="#dc3912" stroke-dasharray="4,3"/>'
         )
-    placed: list[tuple[float, float, float, float]] = []
-    frame = (2.0, float(TOP), float(WIDTH - 2), float(HEIGHT - BOTTOM))
     for i, (label, x, y) in enumerate(finite):
         parts.append(
-            f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="{PALETTE[i % len(PALETTE)]}">'
+            f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="4"{marker_attributes(i)} '
+            f'fill="{PALETTE[i % len(PALETTE)]}">'
             f"<title>{escape(label)}: ({x:.4g}, {y:.4g})</title></circle>"
         )
-        if len(finite) <= 12:
-            # Inside the frame, apart from the labels already written (see figures/text.py).
-            tx, ty, anchor, short = place_label(
-                px(x), py(y) - 8, fit_text(label, 200), frame, placed
-            )
-            parts.append(
-                f'<text x="{tx:.1f}" y="{ty:.1f}" text-anchor="{anchor}" class="tick">{escape(short)}</text>'
-            )
+    if len(finite) <= 12:
+        # Inside the plot area, each label by its own point (see figures/labels.py).
+        frame = (float(LEFT + 2), float(TOP), float(WIDTH - RIGHT), float(HEIGHT - BOTTOM - 2))
+        centres = [(px(x), py(y)) for _, x, y in finite]
+        labels = [fit_text(label, 200) for label, _, _ in finite]
+        for i, placement in enumerate(place_labels(centres, labels, frame)):
+            parts.append(label_markup(i, placement, full=finite[i][0]))
     return svg_close(parts)
 
 

@@ -1,4 +1,4 @@
-"""The one text-width model of every hand-written SVG, and label placement built on it.
+"""The one text-width model of every hand-written SVG (point labels: :mod:`.labels`).
 
 Plots (:mod:`~fewtrans_board.figures.charts`, :mod:`~fewtrans_board.figures.accuracy`, the
 site's cost, lottery and CLIP-settings figures) and badges size their text with it, so that
@@ -69,55 +69,24 @@ def text_box(x: float, y: float, text: str, anchor: str = "start", size: float =
     return (left, y - 0.95 * size, left + width, y + 0.3 * size)
 
 
-def _overlaps(a: Box, b: Box) -> bool:
-    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+def wrap_text(text: str, width: float, max_lines: int = 3, size: float = FONT_PX) -> list[str]:
+    """``text`` broken at spaces into at most ``max_lines`` lines, each at most ``width`` px.
 
-
-def place_label(
-    x: float,
-    y: float,
-    text: str,
-    frame: Box,
-    placed: list[Box],
-    *,
-    size: float = FONT_PX,
-    gap: float = 6.0,
-) -> tuple[float, float, str, str]:
-    """Where to write the label of the point ``(x, y)`` so it stays inside ``frame``.
-
-    The label goes right of the point, or left of it where the right side has no room (the
-    side with more room otherwise, shortened to fit it); it moves a line down (or up, at the
-    frame's bottom) while it would overprint a label already in ``placed``, to which its box
-    is added.
-
-    Returns:
-        ``(x, y, text-anchor, text)``: ``text`` shortened with ``…`` if it had to be.
+    A word wider than a line is shortened with ``…``, and so is the last line when the rest
+    does not fit it: ``" ".join(lines)`` differs from the text exactly when something was
+    left out, and then the caller should give the full text as a tooltip.
     """
-    x0, y0, x1, y1 = frame
-    right_room, left_room = x1 - (x + gap), (x - gap) - x0
-    width = text_width(text, size)
-    if width <= right_room:
-        tx, anchor = x + gap, "start"
-    elif width <= left_room:
-        tx, anchor = x - gap, "end"
-    elif right_room >= left_room:
-        tx, anchor, text = x + gap, "start", fit_text(text, right_room, size)
-    else:
-        tx, anchor, text = x - gap, "end", fit_text(text, left_room, size)
-    line = LINE * size
-    ty = min(max(y + 0.3 * size, y0 + 0.8 * size), y1 - 0.25 * size)
-    box = text_box(tx, ty, text, anchor, size)
-    step = line
-    for _ in range(200):
-        if not any(_overlaps(box, other) for other in placed):
+    words, i = text.split(), 0
+    lines: list[str] = []
+    while i < len(words) and len(lines) < max_lines:
+        if len(lines) == max_lines - 1:  # the last line takes the rest, shortened if need be
+            lines.append(fit_text(" ".join(words[i:]), width, size))
             break
-        candidate = ty + step
-        if candidate > y1 - 0.25 * size:  # no room below: look above instead
-            step = -line
-            candidate = ty + step
-        if candidate < y0 + 0.8 * size:
-            break
-        ty = candidate
-        box = text_box(tx, ty, text, anchor, size)
-    placed.append(box)
-    return tx, ty, anchor, text
+        line, i = words[i], i + 1
+        if text_width(line, size) > width:
+            line = fit_text(line, width, size)
+        else:
+            while i < len(words) and text_width(f"{line} {words[i]}", size) <= width:
+                line, i = f"{line} {words[i]}", i + 1
+        lines.append(line)
+    return lines or [""]

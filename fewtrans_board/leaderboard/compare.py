@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -78,19 +79,74 @@ def compare_runs(
             f"{a} and {b} share no manifest; paired comparison needs the same episodes"
         )
     mismatch = _check_same_protocol(runs_a, runs_b, shared, allow_protocol_mismatch)
+    names = [runs_a[sha].dataset for sha in shared]
+    keys = [
+        name if names.count(name) == 1 else f"{name}@{runs_a[sha].provenance.manifest.file}"
+        for name, sha in zip(names, shared, strict=True)
+    ]
+    report = compare_values(
+        {k: _by_episode(runs_a[sha], aggregation) for k, sha in zip(keys, shared, strict=True)},
+        {k: _by_episode(runs_b[sha], aggregation) for k, sha in zip(keys, shared, strict=True)},
+        seed=seed,
+    )
+    return {
+        "a": str(runs_a[shared[0]].label),
+        "b": str(runs_b[shared[0]].label),
+        "protocols": {"a": protocol_of(runs_a[shared[0]]), "b": protocol_of(runs_b[shared[0]])},
+        "protocol_mismatch": mismatch,
+        "aggregation": aggregation,
+        **report,
+    }
+
+
+def _outcomes(xa: np.ndarray, xb: np.ndarray) -> dict[str, int]:
+    """Episodes on which A scored higher, the same, and lower than B."""
+    return {
+        "wins": int((xa > xb).sum()),
+        "ties": int((xa == xb).sum()),
+        "losses": int((xa < xb).sum()),
+    }
+
+
+def compare_values(
+    a: Mapping[str, Mapping[int, float]],
+    b: Mapping[str, Mapping[int, float]],
+    seed: int = 0,
+    resamples: int = 10_000,
+) -> dict[str, Any]:
+    """Paired comparison of A's and B's per-episode accuracies (what ``compare`` prints).
+
+    Args:
+        a: per dataset (or column), A's accuracy by episode index.
+        b: the same for B; only the datasets and episodes both have are compared.
+        seed: the bootstrap seed of the overall difference's CI.
+        resamples: bootstrap resamples of that CI.
+
+    Returns:
+        ``{"datasets": [...], "overall": {...}}``: per dataset (in ``a``'s order) both
+        means, the difference, the paired t-test's p (``t_p``) and the same p Holm-adjusted
+        across datasets (``t_p_holm``, which ``significant`` reads), Wilcoxon's p, paired
+        Cohen's d and the episodes A wins, ties and loses; overall the difference of the
+        cross-dataset averages with its seeded bootstrap CI and the tests on all pooled
+        episodes.
+
+    Raises:
+        FewtransError: A and B share no episode.
+    """
     rows: list[dict[str, Any]] = []
     diffs: dict[str, np.ndarray] = {}
     pooled_a: list[np.ndarray] = []
     pooled_b: list[np.ndarray] = []
-    for sha in shared:
-        ra, rb = runs_a[sha], runs_b[sha]
-        ea, eb = _by_episode(ra, aggregation), _by_episode(rb, aggregation)
-        common = sorted(set(ea) & set(eb))
-        xa, xb = np.array([ea[e] for e in common]), np.array([eb[e] for e in common])
+    for dataset in [d for d in a if d in b]:
+        common = sorted(set(a[dataset]) & set(b[dataset]))
+        if not common:
+            continue
+        xa = np.array([a[dataset][e] for e in common], dtype=np.float64)
+        xb = np.array([b[dataset][e] for e in common], dtype=np.float64)
         t, w = paired_ttest(xa, xb), wilcoxon_signed_rank(xa, xb)
         rows.append(
             {
-                "dataset": ra.dataset,
+                "dataset": dataset,
                 "episodes": len(common),
                 "a": float(xa.mean()),
                 "b": float(xb.mean()),
@@ -98,22 +154,20 @@ def compare_runs(
                 "t_p": t.pvalue,
                 "wilcoxon_p": w.pvalue,
                 "cohens_d": cohens_d_paired(xa, xb),
+                **_outcomes(xa, xb),
             }
         )
-        diffs[ra.dataset] = xa - xb
+        diffs[dataset] = xa - xb
         pooled_a.append(xa)
         pooled_b.append(xb)
+    if not rows:
+        raise FewtransError("A and B share no episode; paired comparison needs the same episodes")
     for row, adjusted in zip(rows, holm([r["t_p"] for r in rows]), strict=True):
         row["t_p_holm"] = adjusted
         row["significant"] = adjusted < 0.05
     all_a, all_b = np.concatenate(pooled_a), np.concatenate(pooled_b)
-    overall_ci = average_ci(diffs, resamples=10_000, seed=seed)
+    overall_ci = average_ci(diffs, resamples=resamples, seed=seed)
     return {
-        "a": str(runs_a[shared[0]].label),
-        "b": str(runs_b[shared[0]].label),
-        "protocols": {"a": protocol_of(runs_a[shared[0]]), "b": protocol_of(runs_b[shared[0]])},
-        "protocol_mismatch": mismatch,
-        "aggregation": aggregation,
         "datasets": rows,
         "overall": {
             "episodes": len(all_a),
@@ -125,5 +179,7 @@ def compare_runs(
             "wilcoxon_p": wilcoxon_signed_rank(all_a, all_b).pvalue,
             "cohens_d": cohens_d_paired(all_a, all_b),
             "bootstrap_seed": seed,
+            "bootstrap_resamples": resamples,
+            **_outcomes(all_a, all_b),
         },
     }

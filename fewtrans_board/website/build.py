@@ -12,10 +12,11 @@ import numpy as np
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from fewtrans_board.core.version import __version__
-from fewtrans_board.figures.accuracy import ci_bars, heatmap, histogram
+from fewtrans_board.figures.accuracy import ci_dots, heatmap, histogram
 from fewtrans_board.hpe.protocols import HPE_PROTOCOLS, get_hpe_protocol
 from fewtrans_board.leaderboard.entries import entry_errors, load_entries
 from fewtrans_board.leaderboard.label_index import frozen_labels
+from fewtrans_board.leaderboard.status import EXPLANATIONS as STATUS_EXPLANATIONS
 from fewtrans_board.leaderboard.store import LeaderboardStore
 from fewtrans_board.leaderboard.sub_benchmarks import CLIP_SETTINGS
 from fewtrans_board.leaderboard.summary_cache import SummaryCache
@@ -29,7 +30,11 @@ from fewtrans_board.stats.base_novel import harmonic_mean_ci
 from fewtrans_board.stats.intervals import mean_ci
 from fewtrans_board.website.analyses import analysis_pages
 from fewtrans_board.website.badges import Badge, badges, site_url
+from fewtrans_board.website.changelog import build_date as dated
+from fewtrans_board.website.changelog import changelog
 from fewtrans_board.website.clip_settings import comparisons
+from fewtrans_board.website.collapsed import collapse_title, entry_collapse
+from fewtrans_board.website.consistency import page_checks
 from fewtrans_board.website.cost import cost_and_stability, entry_cost
 from fewtrans_board.website.data import COLUMN_SETS, build_site_data, site_files_dir
 from fewtrans_board.website.downloads import (
@@ -38,6 +43,7 @@ from fewtrans_board.website.downloads import (
     settings_downloads,
     write_download,
 )
+from fewtrans_board.website.fusion import fusion_line, other_fusion, other_fusion_mean
 from fewtrans_board.website.model import (
     FEW_EPISODES,
     BenchmarkView,
@@ -46,6 +52,8 @@ from fewtrans_board.website.model import (
     SiteData,
     paper_leader,
 )
+from fewtrans_board.website.oracle_verdicts import oracle_verdicts
+from fewtrans_board.website.pairwise import MARKS, pairwise_downloads, pairwise_matrices
 from fewtrans_board.website.regimes import (
     SHOT_RULE,
     SOURCE_RULE,
@@ -54,6 +62,7 @@ from fewtrans_board.website.regimes import (
     regime_page_data,
 )
 from fewtrans_board.website.reporting import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, shots_of
+from fewtrans_board.website.settings_model import SettingsComparison
 from fewtrans_board.website.text import column_label, plain_tex
 
 AGGREGATION_TITLES = {
@@ -74,6 +83,11 @@ def environment(templates: Path) -> Environment:
     env.globals.update(version=__version__, paper_leader=paper_leader)
     env.filters.update(plain_tex=plain_tex, column_label=column_label)
     env.globals.update(column_sets_for=column_sets_for)
+    env.globals.update(entry_collapse=entry_collapse, collapse_title=collapse_title)
+    env.globals.update(
+        fusion_line=fusion_line, other_fusion=other_fusion, other_fusion_mean=other_fusion_mean
+    )
+    env.globals.update(status_explanations=STATUS_EXPLANATIONS)  # the badges' tooltips
     return env
 
 
@@ -146,20 +160,28 @@ def _benchmark_context(view: BenchmarkView) -> dict[str, Any]:
                 (r.method.name, r.cells[dataset].mean, r.cells[dataset].ci95)
                 for r in section.tables.get("hpe", [])
             ]
-            plots[section.protocol][dataset] = ci_bars(
+            plots[section.protocol][dataset] = ci_dots(
                 rows, title=f"{view.benchmark.title}: {dataset} ({section.protocol})"
             )
     shot_rows = [row for s in view.sections for row in s.shots.get("hpe", [])]
     shot_values = shots_of(shot_rows) if shot_rows else []
+    # The site's bootstrap size (compare's default is 10,000): same p-values, CIs to rounding.
+    pairwise = pairwise_matrices(view, BOOTSTRAP_SEED, BOOTSTRAP_RESAMPLES)
     return {
         "view": view,
+        "pairwise": pairwise,
         "column_sets": COLUMN_SETS,
         "aggregation_titles": AGGREGATION_TITLES,
         "bootstrap_seed": BOOTSTRAP_SEED,
         "ci_plots": plots,
         "shot_values": shot_values,
         "tables": _shown_tables(
-            view, {**benchmark_downloads(view, shot_values), **regime_downloads(view)}
+            view,
+            {
+                **benchmark_downloads(view, shot_values),
+                **regime_downloads(view),
+                **pairwise_downloads(view, list(pairwise.values())),
+            },
         ),
         "regime_data": regime_page_data(view),
         "regime_rules": {
@@ -259,8 +281,26 @@ def _analysis_and_benchmark_pages(pages: _Pages, data: SiteData, leaderboard: Pa
     for view in data.benchmarks:
         context = _benchmark_context(view)
         context.update(cost_and_stability(view, context["tables"]))
+        context.update(page_checks(view, LeaderboardStore(leaderboard).reported_dir))
         pages.publish(context["tables"])
         pages.render("benchmark.html", f"benchmark-{view.benchmark.name}.html", **context)
+        _compare_pages(pages, view, context)
+
+
+def _compare_pages(pages: _Pages, view: BenchmarkView, context: dict[str, Any]) -> None:
+    """A "compare A vs B" page per pair of each protocol's matrix (website/pairwise.py)."""
+    for matrix in context["pairwise"].values():
+        for pair in matrix.pairs:
+            pages.render(
+                "compare.html",
+                pair.page,
+                view=view,
+                matrix=matrix,
+                pair=pair,
+                marks=MARKS,
+                aggregation_title=AGGREGATION_TITLES["hpe"],
+                table=context["tables"][matrix.id],
+            )
 
 
 def _write_badges(out: Path, data: SiteData) -> dict[str, Badge]:
@@ -298,7 +338,7 @@ def _dataset_pages(pages: _Pages, data: SiteData, registry: Any | None) -> None:
             spec = registry.datasets.get(name).obj
         entries = _dataset_entries(data, name)
         bars = [(e["method"].label, e["stats"]) for e in entries if e["per_shot"] is None]
-        plot = ci_bars([(label, stats.mean, stats.ci95) for label, stats in bars], title=name)
+        plot = ci_dots([(label, stats.mean, stats.ci95) for label, stats in bars], title=name)
         pages.render(
             "dataset.html",
             f"dataset-{name}.html",
@@ -310,6 +350,26 @@ def _dataset_pages(pages: _Pages, data: SiteData, registry: Any | None) -> None:
         )
 
 
+def _clip_settings_pages(
+    pages: _Pages, settings: list[SettingsComparison], oracle_check: dict[str, Any] | None
+) -> None:
+    """One page per pair of CLIP settings, and the miniature's oracle check when given."""
+    if oracle_check is not None:
+        pages.render("oracle-check.html", "oracle-check.html", check=oracle_check)
+    for cmp in settings:
+        tables = pages.publish(settings_downloads(cmp))
+        name = f"clip-settings-{cmp.inductive.benchmark.name}.html"
+        pages.render(
+            "clip-settings.html",
+            name,
+            cmp=cmp,
+            settings=CLIP_SETTINGS,
+            tables=tables,
+            oracle=oracle_verdicts(oracle_check, cmp),
+            oracle_check=oracle_check,
+        )
+
+
 def build_site(
     leaderboard: Path,
     out: Path,
@@ -318,6 +378,7 @@ def build_site(
     oracle_check: dict[str, Any] | None = None,
     base_url: str | None = None,
     cache: SummaryCache | None = None,
+    build_date: str | None = None,
 ) -> list[Path]:
     """Build the static site for a leaderboard store into ``out``.
 
@@ -339,6 +400,9 @@ def build_site(
             reads ``$FEWTRANS_SITE_URL`` (unset: relative links).
         cache: the build cache of entry summaries (``site build`` passes the store's;
             default none: every entry is summarised again); the pages are the same either way.
+        build_date: ``YYYY-MM-DD`` the pages say they are built as of; ``None`` reads
+            ``$SOURCE_DATE_EPOCH``, else takes the store's latest dated change
+            (:mod:`~fewtrans_board.website.changelog`), so that a rebuild is identical.
 
     Returns:
         The written HTML pages.
@@ -346,14 +410,18 @@ def build_site(
     Raises:
         SubmissionError: a stored entry or local run is unreadable (named).
         SiteUrlError: ``base_url`` is not an http(s) URL.
+        BuildDateError: ``build_date`` or ``$SOURCE_DATE_EPOCH`` is not a date.
     """
     base = site_url(base_url)
+    dated([], build_date)  # a bad date is refused before any work
     store = LeaderboardStore(leaderboard)
     stored = list(load_entries(store, cache=cache))  # one load: the pages and the leaderboard files
     labels = frozen_labels(store.manifests_dir, cache)
     data = build_site_data(store, local_runs, stored, labels)
     files = site_files_dir()
     pages = _Pages(environment(files / "templates"), out)
+    changes = changelog(data.methods)
+    pages.env.globals["build_date"] = dated(changes, build_date)  # every page's footer
     out.mkdir(parents=True, exist_ok=True)
     shutil.copytree(files / "static", out / "static", dirs_exist_ok=True)
     datasets = {name: index.dataset for name, index in labels.values()}
@@ -367,13 +435,9 @@ def build_site(
         clip_settings=settings,
         oracle_check=oracle_check,
         leaderboard_files={"parquet": PARQUET_NAME, "csv": CSV_NAME},
+        changes=changes,
     )
-    if oracle_check is not None:
-        pages.render("oracle-check.html", "oracle-check.html", check=oracle_check)
-    for cmp in settings:
-        tables = pages.publish(settings_downloads(cmp))
-        name = f"clip-settings-{cmp.inductive.benchmark.name}.html"
-        pages.render("clip-settings.html", name, cmp=cmp, settings=CLIP_SETTINGS, tables=tables)
+    _clip_settings_pages(pages, settings, oracle_check)
     _analysis_and_benchmark_pages(pages, data, leaderboard)
     _method_pages(pages, data, _write_badges(out, data), base)
     _dataset_pages(pages, data, registry)

@@ -17,14 +17,24 @@ from __future__ import annotations
 
 from markupsafe import Markup, escape
 
-from fewtrans_board.figures.axes import nice_axis, ticks_with_text
-from fewtrans_board.figures.text import place_label
+from fewtrans_board.figures.axes import (
+    nice_axis,
+    plot_frame,
+    svg_close,
+    svg_open,
+    ticks_with_text,
+    x_axis_title,
+    y_axis_title,
+)
+from fewtrans_board.figures.labels import label_markup, marker_attributes, place_labels
 from fewtrans_board.models.unlearned_names import split_name
 from fewtrans_board.results.per_shot import average_over_datasets
 from fewtrans_board.website.model import (
     BenchmarkView,
-    MethodPair,
     MethodView,
+)
+from fewtrans_board.website.settings_model import (
+    MethodPair,
     ReportedPair,
     Setting,
     SettingsComparison,
@@ -134,7 +144,11 @@ def reported_pairs(original: BenchmarkView, inductive: BenchmarkView) -> list[Re
 
 
 def scatter(points: list[tuple[str, float, float]], size: int = 420) -> Markup:
-    """SVG scatter: x = inductive accuracy, y = original accuracy, with the diagonal."""
+    """SVG scatter: x = inductive accuracy, y = original accuracy, with the diagonal.
+
+    Each point's label sits by its marker, or is joined to it by a thin leader line where
+    it had to move away (:func:`~fewtrans_board.figures.labels.place_labels`).
+    """
     if not points:
         return Markup("")
     left, top, span = 50, 20, size - 80
@@ -148,33 +162,31 @@ def scatter(points: list[tuple[str, float, float]], size: int = 420) -> Markup:
     def sy(v: float) -> float:
         return top + span - (v - low) * scale
 
+    title = "Inductive (x) vs partially transductive (y) average accuracy"
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{size}" height="{size}" role="img">',
-        "<title>Inductive (x) vs partially transductive (y) average accuracy</title>",
-        f'<rect x="{left}" y="{top}" width="{span}" height="{span}" fill="none" stroke="#999"/>',
+        svg_open(size, size, title, "plot settings-plot"),
+        plot_frame(left, top, left + span, top + span),
         f'<line x1="{sx(low)}" y1="{sy(low)}" x2="{sx(high)}" y2="{sy(high)}" stroke="#ccc" stroke-dasharray="4"/>',
-        f'<text x="{left + span / 2}" y="{size - 25}" text-anchor="middle" font-size="12">inductive (unlearned CLIP), %</text>',
-        f'<text x="14" y="{top + span / 2}" transform="rotate(-90 14 {top + span / 2})" text-anchor="middle" font-size="12">original CLIP, %</text>',
+        x_axis_title("inductive (unlearned CLIP), %", left + span / 2, size - 25, span),
+        y_axis_title("original CLIP, %", top + span / 2, span),
     ]
     for tick, text in ticks_with_text(low, high):
         if tick > high + 1e-9:
             continue
         parts.append(
-            f'<text x="{sx(tick):.1f}" y="{top + span + 14}" font-size="10" text-anchor="middle">{text}</text>'
-            f'<text x="{left - 4}" y="{sy(tick) + 3:.1f}" font-size="10" text-anchor="end">{text}</text>'
+            f'<text x="{sx(tick):.1f}" y="{top + span + 14}" text-anchor="middle" class="tick">{text}</text>'
+            f'<text x="{left - 4}" y="{sy(tick) + 4:.1f}" text-anchor="end" class="tick">{text}</text>'
         )
-    # Each label inside the frame and apart from the others (figures/text.py's rule).
-    placed: list[tuple[float, float, float, float]] = []
-    frame = (float(left), float(top), float(left + span), float(top + span))
-    for label, x, y in points:
-        tx, ty, anchor, short = place_label(sx(x), sy(y), label, frame, placed, size=10)
+    for i, (label, x, y) in enumerate(points):
         parts.append(
-            f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="5" fill="#3366cc">'
+            f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="5"{marker_attributes(i)} fill="#3366cc">'
             f"<title>{escape(label)}: inductive {x:.1f}, original {y:.1f}</title></circle>"
-            f'<text x="{tx:.1f}" y="{ty:.1f}" font-size="10" text-anchor="{anchor}">{escape(short)}</text>'
         )
-    parts.append("</svg>")
-    return Markup("".join(parts))
+    frame = (float(left + 2), float(top + 2), float(left + span - 2), float(top + span - 2))
+    centres = [(sx(x), sy(y)) for _, x, y in points]
+    placements = place_labels(centres, [label for label, _, _ in points], frame, radius=5.0)
+    parts += [label_markup(i, p, full=points[i][0]) for i, p in enumerate(placements)]
+    return svg_close(parts)
 
 
 def comparisons(views: list[BenchmarkView]) -> list[SettingsComparison]:

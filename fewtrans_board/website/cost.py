@@ -39,7 +39,8 @@ from fewtrans_board.figures.axes import (
     y_axis_title,
     y_grid,
 )
-from fewtrans_board.figures.text import fit_text, place_label, text_width
+from fewtrans_board.figures.labels import label_markup, marker_attributes, place_labels
+from fewtrans_board.figures.text import fit_text, text_width
 from fewtrans_board.website.downloads import Tables
 from fewtrans_board.website.model import (
     BenchmarkView,
@@ -278,8 +279,6 @@ def cost_plot(
             f'stroke-dasharray="5,3"><title>Pareto front</title></polyline>'
         )
     on_front = set(front)
-    placed: list[tuple[float, float, float, float]] = []
-    frame = (left + 2, top + 2, right - 2, bottom - 2)
     for i, (label, seconds, h) in enumerate(points):
         x, y = px(xs[i]), py(h.estimate)
         parts.append(
@@ -288,15 +287,16 @@ def cost_plot(
         ring = ' stroke="#dc3912" stroke-width="2.5"' if i in on_front else ""
         note = " (Pareto front)" if i in on_front else ""
         parts.append(
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4.5" fill="#3366cc"{ring}>'
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4.5"{marker_attributes(i)} fill="#3366cc"{ring}>'
             f"<title>{escape(label)}: {h.estimate:.2f} [{h.low:.2f}, {h.high:.2f}], "
             f"{seconds:.3g} s per episode{note}</title></circle>"
         )
-    for i, (label, _, h) in enumerate(points):
-        tx, ty, anchor, short = place_label(px(xs[i]), py(h.estimate), label, frame, placed)
-        parts.append(
-            f'<text x="{tx:.1f}" y="{ty:.1f}" text-anchor="{anchor}" class="tick">{escape(short)}</text>'
-        )
+    # Each label by its own point, or joined to it by a thin line (figures/labels.py).
+    centres = [(px(xs[i]), py(h.estimate)) for i, (_, _, h) in enumerate(points)]
+    frame = (left + 2, top + 2, right - 2, bottom - 2)
+    placements = place_labels(centres, [label for label, _, _ in points], frame, radius=5.5)
+    for i, placement in enumerate(placements):
+        parts.append(label_markup(i, placement, full=points[i][0]))
     legend = fit_text("Pareto front: ringed, joined by the dashed line", right - left)
     parts.append(  # above the frame, where no point or label goes
         f'<text x="{right}" y="{top - 8}" text-anchor="end" class="tick" '

@@ -86,6 +86,7 @@ def _stored_methods(entries: Iterable[LoadedEntry], datasets: dict[str, str]) ->
             superseded_by=entry.superseded_by,
             centre_search=entry.stored.centre_search,
             verification=entry.verification,
+            standing=entry.standing,
         )
         with entry_errors(entry.id):
             for item, summary in zip(entry.stored.runs, entry.summaries, strict=True):

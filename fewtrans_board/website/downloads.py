@@ -24,9 +24,9 @@ from fewtrans_board.website.model import (
     BenchmarkView,
     Download,
     MethodView,
-    SettingsComparison,
     TableRow,
 )
+from fewtrans_board.website.settings_model import SettingsComparison
 
 
 def json_value(value: Any) -> Any:

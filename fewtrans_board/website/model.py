@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from markupsafe import Markup
 
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.hpe.protocols import get_hpe_protocol
 from fewtrans_board.leaderboard.meta import SubmissionMeta
+from fewtrans_board.leaderboard.status import UNRANKED, VerificationStatus
 from fewtrans_board.leaderboard.sub_benchmarks import SubBenchmark
 from fewtrans_board.results.digest import RunDigest
 from fewtrans_board.results.per_shot import PerShot, per_shot
@@ -78,15 +78,18 @@ class MethodView:
     centre_search: dict[str, Any] | None
     runs: dict[str, MethodRun] = field(default_factory=dict)
     verification: dict[str, Any] | None = None
+    standing: VerificationStatus | None = None
+    """A stored entry's status with its re-run's date, sample and mode (``status`` is its
+    word: :mod:`~fewtrans_board.leaderboard.status`); ``None`` for a local run."""
 
     @property
     def ranked(self) -> bool:
-        """Whether the entry is ranked: verified, or a local run shown for itself.
+        """Whether the entry is ranked: re-run or legacy check, or a local run shown for itself.
 
-        A stored entry that was only validated (added with ``--unsafe-no-verify``) is
-        listed apart, never ranked with re-run entries.
+        A stored entry that was not verified (added with ``--unsafe-no-verify``) is listed
+        apart, never ranked with re-run entries.
         """
-        return self.status != "validated"
+        return self.status not in UNRANKED
 
     @property
     def reruns(self) -> list[dict[str, Any]]:
@@ -484,62 +487,3 @@ class Download:
     def json_name(self) -> str:
         """The JSON file's name."""
         return f"{self.stem}.json"
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One method in one setting: its average over shots and the shared datasets."""
-
-    method: MethodView
-    average: PerShot
-
-
-@dataclass(frozen=True)
-class MethodPair:
-    """One method under both settings (headline aggregation, average over shots).
-
-    ``key`` is ``clip_settings.method_key``: ``name`` (adapter on base model) and the HPE
-    protocol; ranks are among the pairs of that protocol.
-    """
-
-    key: str
-    name: str
-    protocol: str
-    original: Setting
-    inductive: Setting
-    rank_original: int
-    rank_inductive: int
-
-    @property
-    def gap(self) -> float:
-        """Original minus inductive average accuracy (points)."""
-        return self.original.average.average - self.inductive.average.average
-
-
-@dataclass(frozen=True)
-class ReportedPair:
-    """One method's averages under both settings as a paper reports them."""
-
-    method: str
-    original: float
-    inductive: float
-    source: str
-
-    @property
-    def gap(self) -> float:
-        """Original minus inductive average accuracy (points)."""
-        return self.original - self.inductive
-
-
-@dataclass(frozen=True)
-class SettingsComparison:
-    """Both settings' views, the datasets they share and the methods present in both."""
-
-    original: BenchmarkView
-    inductive: BenchmarkView
-    datasets: list[str]
-    pairs: list[MethodPair]
-    flips: list[tuple[str, str]]
-    scatter: Markup
-    reported: list[ReportedPair]
-    reported_scatter: Markup
