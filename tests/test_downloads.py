@@ -71,7 +71,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def shard_rows(run: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every row of a run's shards (no predictions or logits) and the first shard's metadata."""
     files = sorted((run / "shards").glob("*.parquet"))
-    meta = json.loads(pq.read_schema(files[0]).metadata[b"fewtrans_board.results"])
+    # The footer's key-value metadata: a split shard keeps its provenance only there.
+    meta = json.loads(pq.ParquetFile(files[0]).metadata.metadata[b"fewtrans_board.results"])
     columns = ["episode", "split", "kind", "aggregation", "config", "accuracy"]
     rows = [r for f in files for r in pq.read_table(f, columns=columns).to_pylist()]
     return rows, meta
@@ -423,12 +424,23 @@ def test_every_verified_entry_has_a_well_formed_badge(built: tuple[Path, Path]) 
     store, out = built
     entries = sorted(p.name for p in (store / "submissions").iterdir())
     assert sorted(p.stem for p in (out / "badges").glob("*.svg")) == entries
+    superseded = {
+        tomllib.loads((store / "submissions" / e / "submission.toml").read_text())[
+            "submission"
+        ].get("supersedes")
+        for e in entries
+    }
     for ident in entries:
         root = ET.fromstring((out / "badges" / f"{ident}.svg").read_bytes())
         assert root.tag == f"{SVG}svg"
         texts = [t.text for t in root.iter(f"{SVG}text")]
         assert texts[0] == "fewtrans-board" and texts[1] is not None
-        assert texts[1].endswith(f", {stored_status(store, ident).kind}") and "rank " in texts[1]
+        assert texts[1].endswith(f", {stored_status(store, ident).kind}")
+        # A superseded entry's badge says so instead of a rank (its path stays valid).
+        if ident in superseded:
+            assert texts[1].startswith("superseded, ") and "rank " not in texts[1]
+        else:
+            assert "rank " in texts[1]
 
 
 def test_the_badge_shows_the_benchmark_tables_numbers_and_escapes_the_name(

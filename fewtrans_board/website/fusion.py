@@ -4,7 +4,8 @@ FewTrans's paper fuses the HPE configurations by averaging their logits (its Eq.
 released code takes a majority vote. Each run stores both ensembles (``aggregation``
 ``logit-mean`` and ``vote`` rows), so a section states which one its headline is and shows
 the other next to it: the two can differ by ten points on the same run (the demo's full
-fine-tuning: 48.4 by vote, 59.8 by logit mean), which decides its rank.
+fine-tuning entry that the full-batch one superseded: 48.4 by vote, 59.8 by logit mean),
+which decides its rank.
 """
 
 from __future__ import annotations
