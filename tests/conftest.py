@@ -337,7 +337,12 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         yield
         return
     import multiprocessing.process
+    import platform
     import subprocess
+
+    # The standard library runs 'uname -p' once per process for platform.platform(), which
+    # run provenance records; it is cached, so it is computed here rather than in a test.
+    platform.platform()
 
     def refuse(*_: object, **__: object) -> None:
         raise _ProcessStarted(
