@@ -60,6 +60,8 @@ class ModelSpec:
         family_loader: set for a parametric family; the model is then used as
             ``NAME:ARGUMENT`` (``timm:vit_small_patch16_224.augreg_in21k``).
         argument_help: what ``ARGUMENT`` means, for listings.
+        argument_check: raises :class:`FewtransError` for an ``ARGUMENT`` the family cannot
+            load, without loading it (commands refuse a bad name before any work).
     """
 
     name: str
@@ -73,6 +75,7 @@ class ModelSpec:
     modalities: tuple[str, ...] = ("image",)
     family_loader: FamilyLoader | None = None
     argument_help: str = ""
+    argument_check: Callable[[str], None] | None = None
 
     @property
     def parametric(self) -> bool:
@@ -92,6 +95,8 @@ class ModelSpec:
                 f"model {self.name}:{argument!r}: the argument must be non-empty without "
                 f"spaces ({self.argument_help})"
             )
+        if self.argument_check is not None:
+            self.argument_check(argument)
         family_loader = self.family_loader
         return dataclasses.replace(
             self,

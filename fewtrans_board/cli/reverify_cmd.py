@@ -48,24 +48,35 @@ def leaderboard_reverify(
 
     if every == bool(idents):
         raise click.UsageError("name the entries to re-verify, or give --all (not both)")
+    if any(not ident.strip() for ident in idents):
+        raise click.BadParameter("an entry id is empty ('' given)", param_hint="IDS")
     store = LeaderboardStore(leaderboard)
     chosen = store.submission_ids() if every else list(dict.fromkeys(idents))
     verification = verification_from(options)
     if plan_only:
         plans = plan_entries(store, chosen, verification.options)
         total = sum(p.estimate_s for p in plans)
+        refused = any(p.error is not None for p in plans)
         if as_json:
-            echo_json(
-                {"ok": True, "estimate_s": round(total, 1), "entries": [p.to_dict() for p in plans]}
+            entries = [p.to_dict() for p in plans]
+            echo_json({"ok": not refused, "estimate_s": round(total, 1), "entries": entries})
+        else:
+            for plan in plans:
+                click.echo(plan.line())
+            click.echo(
+                f"{len(plans)} entries, about {total / 60:.1f} min of re-runs in all "
+                "(verification's estimate: worker start, decoding, embedding, claimed fit "
+                "seconds, probes; where the re-runs are slower than claimed, past the budget, "
+                "only the minimum is re-run)"
             )
-            return
-        for plan in plans:
-            click.echo(plan.line())
-        click.echo(
-            f"{len(plans)} entries, about {total / 60:.1f} min of re-runs in all (verification's "
-            "estimate: worker start, decoding, embedding, claimed fit seconds, probes; where "
-            "the re-runs are slower than claimed, past the budget, only the minimum is re-run)"
-        )
+        if refused:  # the run would fail for these: a plan that says so exits as the run would
+            if as_json:
+                raise click.exceptions.Exit(1)
+            names = [p.ident for p in plans if p.error is not None]
+            raise click.ClickException(
+                f"{len(names)} of {len(plans)} entries cannot be re-run: {', '.join(names)} "
+                "(why above); fix them or leave them out"
+            )
         return
     with refusals(as_json):
         outcomes = reverify_entries(

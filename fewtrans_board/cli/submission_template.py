@@ -13,6 +13,8 @@ from pathlib import Path
 
 import click
 
+from fewtrans_board.cli.app import App, pass_app
+from fewtrans_board.hpe.protocols import get_hpe_protocol
 from fewtrans_board.leaderboard.intake import PLACEHOLDER_ID
 
 
@@ -82,8 +84,9 @@ def render_template(
     help="Store whose entries a warning names (default: $FEWTRANS_BOARD_LEADERBOARD, or "
     "./leaderboard if present).",
 )
+@pass_app
 def submission_template(
-    benchmark: str, model: str, adapter: str, hpe: str | None, leaderboard: Path | None
+    app: App, benchmark: str, model: str, adapter: str, hpe: str | None, leaderboard: Path | None
 ) -> None:
     """Print a submission.toml to fill in (stdout; a warning on stderr for another --hpe).
 
@@ -93,6 +96,10 @@ def submission_template(
     """
     from fewtrans_board.cli.protocol_choice import default_store, protocol_for_benchmark
 
+    app.registry.model(model)  # an unknown name is refused, naming the installed ones
+    app.registry.adapters.get(adapter)
+    if hpe is not None:
+        get_hpe_protocol(hpe)  # an unknown protocol is refused, naming the known ones
     choice = protocol_for_benchmark(hpe, benchmark, default_store(leaderboard))
     if choice.warning:  # the default is said in the file itself, as a comment
         click.echo(choice.line, err=True)

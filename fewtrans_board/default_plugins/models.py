@@ -14,6 +14,7 @@ from typing import Any
 from fewtrans_board.api.backbone import Backbone
 from fewtrans_board.api.hookspecs import hookimpl
 from fewtrans_board.api.model_spec import ModelRegistry, ModelSpec
+from fewtrans_board.core.errors import FewtransError
 
 
 def _timm(argument: str, weights: Path | None, device: str) -> Backbone:
@@ -83,6 +84,16 @@ def _curated_clip(argument: str, name: str, weights: Path | None, device: str) -
     from fewtrans_board.models.open_clip_family import load_open_clip_backbone
 
     return load_open_clip_backbone(argument, weights, device, name=name)
+
+
+def _known_timm_architecture(argument: str) -> None:
+    import timm
+
+    if not timm.is_model(argument):
+        raise FewtransError(
+            f"timm does not know architecture {argument.partition('.')[0]!r}; see "
+            "timm.list_models() (timm:<model name>[.<pretrained tag>])"
+        )
 
 
 def _timm_spec(name: str, architecture: str, **fields: Any) -> ModelSpec:
@@ -157,6 +168,7 @@ MODELS: tuple[ModelSpec, ...] = (
             "timm:<model name>.random for seeded random-init weights (no download)."
         ),
         family_loader=_timm,
+        argument_check=_known_timm_architecture,
         argument_help=(
             "a timm model name with optional pretrained tag, "
             "e.g. vit_small_patch16_224.augreg_in21k, or .random for random-init weights"

@@ -147,7 +147,7 @@ def build_date(
     Raises:
         BuildDateError: ``explicit`` is not a date, or ``SOURCE_DATE_EPOCH`` not an integer.
     """
-    if explicit:
+    if explicit is not None:
         day = _day(explicit) if len(explicit) == 10 else ""
         if not day:
             raise BuildDateError(
