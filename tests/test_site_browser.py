@@ -432,9 +432,13 @@ LEAD = re.compile(r"^[▲▼=≈\s]*(?:HM\s+|A\s+)?([-+−]?\d[\d,]*(?:\.\d+)?(?
 RANK = re.compile(r"^\d+(?: \[\d+–\d+\])?(?: ≈ best| \(tie\))?$")
 
 
+EMPTY = ("", "-", "not recorded")
+"""Cells that show no value: they stay last whichever the direction."""
+
+
 def column_kind(cells: list[str]) -> str:
     """What a column shows, read off its text: rank, number with CI, number or text."""
-    filled = [c for c in cells if c not in ("", "-")]
+    filled = [c for c in cells if c not in EMPTY]
     leads = [c for c in filled if LEAD.match(c)]
     if not filled or len(leads) * 2 < len(filled):
         return "text"
@@ -456,7 +460,7 @@ def sort_problems(page: str, table: dict[str, Any]) -> tuple[set[str], list[str]
 
     The oracle is the text a reader sees, not the data-sort keys: numbers (a rank, a mean
     with its CI, a difference with its mark) ascend or descend by their leading value, text
-    by its letters, and empty cells ("-") stay last.
+    by its letters, and cells without a value ("-", "not recorded") stay last.
     """
     kinds, problems = set(), []
     for column in table["columns"]:
@@ -465,8 +469,8 @@ def sort_problems(page: str, table: dict[str, Any]) -> tuple[set[str], list[str]
         where = f"{page} table {table['index']} ({table['id']}) column {column['header']!r}"
         for direction in ("ascending", "descending"):
             cells = column[direction]
-            filled = [c for c in cells if c not in ("", "-")]
-            if cells[len(filled) :] != [c for c in cells if c in ("", "-")]:
+            filled = [c for c in cells if c not in EMPTY]
+            if cells[len(filled) :] != [c for c in cells if c in EMPTY]:
                 problems.append(f"{where} {direction}: empty cells not last: {cells}")
             if kind == "text":
                 keys: list[Any] = [c.lower() for c in filled]

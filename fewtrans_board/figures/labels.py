@@ -204,6 +204,7 @@ def place_labels(
     radius: float = 4.0,
     gap: float = 3.0,
     obstacles: Sequence[Box] = (),
+    max_share: float = 0.45,
 ) -> list[Placement]:
     """Place one label per point, next to it where there is room (see the module).
 
@@ -218,6 +219,8 @@ def place_labels(
         radius: marker radius; markers are avoided by every label.
         gap: space between a touching label and its marker's edge.
         obstacles: other boxes labels must not cover (a legend).
+        max_share: a label wider than this share of the frame is shortened with ``…``
+            (its full text is the ``<title>``), so two long labels near each other fit.
 
     Returns:
         One :class:`Placement` per point, in order.
@@ -229,7 +232,8 @@ def place_labels(
         raise ValueError(f"place_labels: {len(points)} points but {len(texts)} labels")
     reach = radius + gap
     markers = [(x - radius - 1, y - radius - 1, x + radius + 1, y + radius + 1) for x, y in points]
-    shown = [fit_text(label, max(frame[2] - frame[0] - 2, 8.0), size) for label in texts]
+    widest = max(max_share * (frame[2] - frame[0]) - 2, 8.0)
+    shown = [fit_text(label, widest, size) for label in texts]
     boxes = []
     for (px, py), text in zip(points, shown, strict=True):
         width, height = text_width(text, size), 1.25 * size
