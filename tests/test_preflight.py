@@ -48,7 +48,9 @@ def honest_report() -> dict:  # type: ignore[type-arg]
     def invoke(args, pm):  # type: ignore[no-untyped-def]
         return CliRunner().invoke(make_cli(pm), list(args), catch_exceptions=False)
 
-    result = validate(invoke, "linear-probe", "--json", "--isolation", worker)
+    result = validate(
+        invoke, "linear-probe", "--json", "--isolation", worker, "--hpe", "fewtrans-paper"
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["isolation"] == worker

@@ -39,7 +39,8 @@ class SubBenchmark:
             ``published`` HPE protocol runs here; ``""`` where that protocol is not accepted.
         leaderboard_protocol: the HPE protocol this table ranks its entries under (one of
             ``hpe_protocols``; entries are ranked only with entries of the same protocol).
-            Commands that take ``--hpe`` default to it for this table's manifests.
+            Commands that take ``--hpe`` default to it for this table's manifests. Not
+            given: ``fewtrans-paper`` where accepted, else the first accepted protocol.
     """
 
     name: str
@@ -54,9 +55,15 @@ class SubBenchmark:
     model_rule: str = "any"
     paired_with: str = ""
     recipe: str = ""
-    leaderboard_protocol: str = "fewtrans-paper"
+    leaderboard_protocol: str = ""
 
     def __post_init__(self) -> None:
+        if not self.hpe_protocols:
+            raise ValueError(f"sub-benchmark {self.name!r} accepts no HPE protocol")
+        if not self.leaderboard_protocol:
+            default = "fewtrans-paper"
+            chosen = default if default in self.hpe_protocols else self.hpe_protocols[0]
+            object.__setattr__(self, "leaderboard_protocol", chosen)
         if self.leaderboard_protocol not in self.hpe_protocols:
             raise ValueError(
                 f"sub-benchmark {self.name!r}: leaderboard protocol "
