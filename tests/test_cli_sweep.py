@@ -433,6 +433,11 @@ def _mentions(line: str, param: click.Parameter, value: str) -> bool:
     )
 
 
+FORM_FIELDS = {("submission template", "model"), ("submission template", "adapter")}
+"""Values a command writes into a form without looking them up: a plugin's model and adapter
+names are known to the sandboxed worker only (pack and validate check them)."""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", sorted(BASELINES))
 def test_invalid_input_gets_one_line_and_changes_nothing(
@@ -443,7 +448,7 @@ def test_invalid_input_gets_one_line_and_changes_nothing(
     target = dict(walk(ws.cli))[command]
     arguments_params = [p for p in target.params if isinstance(p, click.Argument)]
     failures = []
-    for param in (p for p in target.params if swept(p)):
+    for param in (p for p in target.params if swept(p) and (command, p.name) not in FORM_FIELDS):
         typed, table = typed_values(param, ws), free_text_values(ws)
         name = str(param.name)
         values = table[name] if typed is None else typed + table.get(name, [])

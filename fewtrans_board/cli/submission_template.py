@@ -13,7 +13,6 @@ from pathlib import Path
 
 import click
 
-from fewtrans_board.cli.app import App, pass_app
 from fewtrans_board.hpe.protocols import get_hpe_protocol
 from fewtrans_board.leaderboard.intake import PLACEHOLDER_ID
 
@@ -84,9 +83,8 @@ def render_template(
     help="Store whose entries a warning names (default: $FEWTRANS_BOARD_LEADERBOARD, or "
     "./leaderboard if present).",
 )
-@pass_app
 def submission_template(
-    app: App, benchmark: str, model: str, adapter: str, hpe: str | None, leaderboard: Path | None
+    benchmark: str, model: str, adapter: str, hpe: str | None, leaderboard: Path | None
 ) -> None:
     """Print a submission.toml to fill in (stdout; a warning on stderr for another --hpe).
 
@@ -96,8 +94,8 @@ def submission_template(
     """
     from fewtrans_board.cli.protocol_choice import default_store, protocol_for_benchmark
 
-    app.registry.model(model)  # an unknown name is refused, naming the installed ones
-    app.registry.adapters.get(adapter)
+    # model and adapter are not looked up: a plugin's names are known to the sandboxed
+    # worker only (this process never imports plugin code); pack and validate check them.
     if hpe is not None:
         get_hpe_protocol(hpe)  # an unknown protocol is refused, naming the known ones
     choice = protocol_for_benchmark(hpe, benchmark, default_store(leaderboard))

@@ -89,6 +89,8 @@ def _curated_clip(argument: str, name: str, weights: Path | None, device: str) -
 def _known_timm_architecture(argument: str) -> None:
     import timm
 
+    if argument.startswith(("hf-hub:", "local-dir:")):
+        return  # timm resolves these at load time
     if not timm.is_model(argument):
         raise FewtransError(
             f"timm does not know architecture {argument.partition('.')[0]!r}; see "
