@@ -148,7 +148,43 @@ class CocoJsonReader(FileReader):
 
 
 @dataclass(frozen=True)
-class OneHotCsvReader(FileReader):
+class CsvRowsReader(FileReader):
+    """A layout labelled by the rows of one CSV file (subclasses read the rows).
+
+    Attributes:
+        csv_path: the CSV, relative to the root.
+    """
+
+    csv_path: str = ""
+
+    def _rows(self, base: Path, spec: DatasetSpec) -> Iterator[tuple[int, int, str]]:
+        """``(line, class index, item)`` of every kept row, each value checked."""
+        raise NotImplementedError
+
+    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
+        """The kept rows' items per class, in CSV order.
+
+        Rows whose image file is missing are left out with a warning counting them
+        (``datasets scan`` lists them and fails).
+        """
+        base = require_root(root, spec)
+        listing: list[list[str]] = [[] for _ in spec.class_ids]
+        missing = []
+        for line, label, item in self._rows(base, spec):
+            if (base / item).is_file():
+                listing[label].append(item)
+            else:
+                missing.append((f"line {line}", item))
+        warn_missing_images(spec, base / self.csv_path, missing)
+        return listing
+
+    def missing_items(self, root: Path, spec: DatasetSpec, listing: list[list[str]]) -> list[str]:
+        """Items of kept CSV rows whose image file the copy lacks."""
+        return [item for _, _, item in self._rows(root, spec) if not (root / item).is_file()]
+
+
+@dataclass(frozen=True)
+class OneHotCsvReader(CsvRowsReader):
     """ISIC 2018 Task 3: a CSV with an image column and one-hot class columns.
 
     Attributes:
@@ -169,27 +205,6 @@ class OneHotCsvReader(FileReader):
             if not row["image"].strip():
                 raise metadata_error(spec, path, line, "column 'image' is empty")
             yield line, scores.index(max(scores)), f"{self.image_dir}/{row['image']}{self.suffix}"
-
-    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
-        """Assign each CSV row to the argmax of its one-hot columns (CSV order).
-
-        Rows whose image file is missing are left out with a warning counting them
-        (``datasets scan`` lists them and fails).
-        """
-        base = require_root(root, spec)
-        listing: list[list[str]] = [[] for _ in spec.class_ids]
-        missing = []
-        for line, label, item in self._rows(base, spec):
-            if (base / item).is_file():
-                listing[label].append(item)
-            else:
-                missing.append((f"line {line}", item))
-        warn_missing_images(spec, base / self.csv_path, missing)
-        return listing
-
-    def missing_items(self, root: Path, spec: DatasetSpec, listing: list[list[str]]) -> list[str]:
-        """Items the CSV names whose image file the copy lacks."""
-        return [item for _, _, item in self._rows(root, spec) if not (root / item).is_file()]
 
     def write_synthetic(
         self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter
@@ -212,7 +227,7 @@ class OneHotCsvReader(FileReader):
 
 
 @dataclass(frozen=True)
-class ChestXReader(FileReader):
+class ChestXReader(CsvRowsReader):
     """ChestX-ray14 (BSCD-FSL): ``Data_Entry_2017.csv`` plus a flat ``images/`` folder.
 
     Only single-label rows whose label is one of the spec's classes are kept, as in
@@ -232,27 +247,6 @@ class ChestXReader(FileReader):
                 if not row["Image Index"].strip():
                     raise metadata_error(spec, path, line, "column 'Image Index' is empty")
                 yield line, index[label], f"{self.image_dir}/{row['Image Index']}"
-
-    def list_items(self, root: Path | None, spec: DatasetSpec) -> list[list[str]]:
-        """Read single-label rows of the CSV.
-
-        Kept rows whose image file is missing are left out with a warning counting them
-        (``datasets scan`` lists them and fails).
-        """
-        base = require_root(root, spec)
-        listing: list[list[str]] = [[] for _ in spec.class_ids]
-        missing = []
-        for line, label, item in self._rows(base, spec):
-            if (base / item).is_file():
-                listing[label].append(item)
-            else:
-                missing.append((f"line {line}", item))
-        warn_missing_images(spec, base / self.csv_path, missing)
-        return listing
-
-    def missing_items(self, root: Path, spec: DatasetSpec, listing: list[list[str]]) -> list[str]:
-        """Items of kept CSV rows whose image file the copy lacks."""
-        return [item for _, _, item in self._rows(root, spec) if not (root / item).is_file()]
 
     def write_synthetic(
         self, root: Path, spec: DatasetSpec, counts: Sequence[int], write: ImageWriter
