@@ -253,3 +253,48 @@ def test_identical_predictions_pass_on_one_episode_in_either_mode() -> None:
     other = EpisodeCheck(6, claimed, claimed - 30.0, 0, 1, False, 0.7, accuracies=forged)
     refused = judge_dataset("digits", [other], exact=False, margin=0.5, transductive=False)
     assert not refused.passed and "exceeds the re-run's" in refused.failures[0]
+
+
+def test_a_weights_registry_gives_each_entry_the_checkpoint_its_runs_record(
+    tmp_path: Path,
+) -> None:
+    """Two committed entries of one model name, ``demo-clip.digits``: the original CLIP and
+    its unlearned copy (the runs record different ``weights_id``). A registry keyed by the
+    model name would hand both the same file; keyed by the digest the runs record, the
+    original finds its own checkpoint (control) and the unlearned entry, whose checkpoint
+    the registry lacks, falls back to the model-named file and is refused before any
+    re-run, naming the digest it needs (red team)."""
+    import hashlib
+
+    from fewtrans_board.leaderboard.pr import entry_weights
+
+    store = REPO / "leaderboard"
+    original, unlearned = "coop--demo-clip-digits--original", "coop--demo-clip-digits--unlearned"
+    shipped = (
+        REPO / "fewtrans_board" / "default_plugins" / "weights" / "demo-clip-digits.safetensors"
+    )
+    digest = hashlib.sha256(shipped.read_bytes()).hexdigest()
+    recorded = {
+        name: json.loads(
+            (store / "results" / name / "clip-kshot--digits-5-9" / "run.json").read_text()
+        )["identity"]["weights_id"]
+        for name in (original, unlearned)
+    }
+    assert recorded[original] == f"sha256:{digest}" != recorded[unlearned]  # the oracle
+    registry = tmp_path / "weights"
+    registry.mkdir()
+    shutil.copyfile(shipped, registry / f"{digest}.safetensors")
+    other = bytearray(shipped.read_bytes())
+    other[-1] ^= 0xFF  # same format, other weights, under the shared model name
+    (registry / "demo-clip.digits.safetensors").write_bytes(bytes(other))
+
+    assert entry_weights(store, original, registry) == registry / f"{digest}.safetensors"
+    assert entry_weights(store, unlearned, registry) == registry / "demo-clip.digits.safetensors"
+    args = ("leaderboard", "reverify", original, unlearned, "--plan", "--json")
+    result = cli(*args, "--weights-dir", registry, "--leaderboard", store)
+    assert result.exit_code == 1
+    plans = {e["id"]: e for e in json.loads(result.output)["entries"]}
+    assert plans[original]["error"] is None
+    assert plans[original]["weights"] == str(registry / f"{digest}.safetensors")
+    assert plans[unlearned]["error"]["code"] == "weights-mismatch"
+    assert recorded[unlearned] in plans[unlearned]["error"]["error"]

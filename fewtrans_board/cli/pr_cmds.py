@@ -19,6 +19,7 @@ from fewtrans_board.cli.store_options import (
     leaderboard_option,
     verification_from,
     verification_options,
+    weights_dir_option,
 )
 
 
@@ -47,15 +48,7 @@ from fewtrans_board.cli.store_options import (
     "verified (a pull request carries no status.json; record them after the merge with "
     "'leaderboard record-status DIR').",
 )
-@click.option(
-    "--weights-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=None,
-    metavar="DIR",
-    help="The runners' weights registry: each entry re-runs with DIR/<sha256>.safetensors "
-    "(its recorded weights_sha256) or DIR/<model>.safetensors (.pt/.pth too) where DIR "
-    "holds one, else with --weights.",
-)
+@weights_dir_option
 @verification_options(
     root_help="Local dataset copies.",
     switch="--verify",

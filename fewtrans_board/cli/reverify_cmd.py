@@ -13,6 +13,7 @@ from fewtrans_board.cli.store_options import (
     leaderboard_option,
     verification_from,
     verification_options,
+    weights_dir_option,
 )
 
 
@@ -26,12 +27,14 @@ from fewtrans_board.cli.store_options import (
     help="Print per entry the episodes it would re-run and the estimated time; run nothing.",
 )
 @leaderboard_option
+@weights_dir_option
 @verification_options(root_help="Local dataset copies.")
 def leaderboard_reverify(
     idents: tuple[str, ...],
     every: bool,
     plan_only: bool,
     leaderboard: Path,
+    weights_dir: Path | None,
     as_json: bool,
     **options: Any,
 ) -> None:
@@ -41,7 +44,9 @@ def leaderboard_reverify(
     secret sample of episodes in a fresh sandboxed plugin worker). A passed report replaces
     the entry's status.json atomically and the index is rebuilt at the end; an entry whose
     re-run fails is reported and keeps its old record, and the command exits with status 1.
-    Run --plan first: it prints each entry's episodes and estimated time.
+    Run --plan first: it prints each entry's episodes, estimated time and checkpoint. With
+    --weights-dir, entries of one model with different weights (a CLIP and its unlearned
+    copy) each re-run with their own checkpoint, found by the digest their runs record.
     """
     from fewtrans_board.leaderboard.reverify import plan_entries, reverify_entries
     from fewtrans_board.leaderboard.store import LeaderboardStore
@@ -54,7 +59,7 @@ def leaderboard_reverify(
     chosen = store.submission_ids() if every else list(dict.fromkeys(idents))
     verification = verification_from(options)
     if plan_only:
-        plans = plan_entries(store, chosen, verification.options)
+        plans = plan_entries(store, chosen, verification.options, weights_dir)
         total = sum(p.estimate_s for p in plans)
         refused = any(p.error is not None for p in plans)
         if as_json:
@@ -80,7 +85,11 @@ def leaderboard_reverify(
         return
     with refusals(as_json):
         outcomes = reverify_entries(
-            store, chosen, verification, progress=(lambda _: None) if as_json else click.echo
+            store,
+            chosen,
+            verification,
+            progress=(lambda _: None) if as_json else click.echo,
+            weights_dir=weights_dir,
         )
     failed = [o for o in outcomes if not o.ok]
     if as_json:

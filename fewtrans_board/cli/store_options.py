@@ -25,6 +25,16 @@ leaderboard_option = click.option(
     help="The leaderboard store folder.",
 )
 
+weights_dir_option = click.option(
+    "--weights-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="The runners' weights registry: each entry re-runs with DIR/<sha256>.safetensors "
+    "(the checkpoint digest its submission.toml or its runs record) or "
+    "DIR/<model>.safetensors (.pt/.pth too) where DIR holds one, else with --weights.",
+)
+
 
 def _executable(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None and not os.access(value, os.X_OK):

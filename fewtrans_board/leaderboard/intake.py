@@ -375,6 +375,25 @@ def fetch_pull_request_plugins(
     return installed
 
 
+def with_entry_weights(
+    verification: Verification, store_root: Path, ident: str, folder: Path | None
+) -> Verification:
+    """``verification`` re-running ``ident`` with the checkpoint ``folder`` holds for it.
+
+    Unchanged where no folder is given, verification is off, or the folder holds nothing
+    for the entry (the given ``--weights``, or the model's default, is then checked as ever).
+    """
+    if folder is None or not verification.enabled:
+        return verification
+    from fewtrans_board.leaderboard.pr import entry_weights
+
+    found = entry_weights(store_root, ident, folder)
+    if found is None:
+        return verification
+    options = dataclasses.replace(verification.options, weights=str(found))
+    return dataclasses.replace(verification, options=options)
+
+
 def check_pull_request(
     repo: Path,
     base: str,
@@ -413,7 +432,6 @@ def check_pull_request(
         check_added_blobs,
         check_entries_split,
         classify,
-        entry_weights,
     )
 
     blob_folder = blob_folder_of(repo / leaderboard)
@@ -430,12 +448,9 @@ def check_pull_request(
             options = dataclasses.replace(verification.options, plugin_dirs=dirs)
             entry_verification = dataclasses.replace(verification, options=options)
         try:
-            if weights_dir is not None and entry_verification.enabled:
-                # The maintainers' weights registry: each entry re-runs with its own checkpoint.
-                found = entry_weights(store.root, ident, weights_dir)
-                if found is not None:
-                    options = dataclasses.replace(entry_verification.options, weights=str(found))
-                    entry_verification = dataclasses.replace(entry_verification, options=options)
+            entry_verification = with_entry_weights(
+                entry_verification, store.root, ident, weights_dir
+            )
             source = blobs_from if blob_folder is not None else source_of(store, ident, blobs_from)
             report.results[ident] = check_entry(
                 ident, store, entry_verification, with_logits=True, blobs=source

@@ -218,29 +218,27 @@ CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth")
 """Suffixes of a checkpoint in a maintainers' weights folder (safetensors first)."""
 
 
-def weights_in(folder: Path, model: str, sha256: str = "") -> Path | None:
+def weights_in(folder: Path, model: str, *digests: str) -> Path | None:
     """The checkpoint a maintainers' weights folder holds for an entry, if any.
 
     The folder is the runners' read-only weights registry (the workflow's
-    ``vars.FEWTRANS_WEIGHTS_DIR``). A file named by the digest the entry records
+    ``vars.FEWTRANS_WEIGHTS_DIR``). A file named by a digest the entry records
     (``<hex>.safetensors``: content-addressed, so two entries of one model with different
-    weights cannot collide) wins over one named by the model (``<model>.safetensors``).
-    Names come from the pull request's data: only plain file names are tried, never a path.
+    weights, such as a CLIP and its unlearned copy, cannot collide) wins over one named by
+    the model (``<model>.safetensors``). Names come from the pull request's data: only plain
+    file names are tried, never a path.
 
     Args:
         folder: the weights folder.
         model: the entry's model name (``arch.tag``).
-        sha256: the entry's recorded ``sha256:<hex>`` of its checkpoint, or ``""``.
+        *digests: the entry's recorded ``sha256:<hex>`` checkpoint digests, first wins.
 
     Returns:
         The checkpoint file, or ``None`` where the folder holds none for the entry.
     """
     import re
 
-    stems = []
-    digest = sha256.removeprefix("sha256:")
-    if re.fullmatch(r"[0-9a-f]{64}", digest):
-        stems.append(digest)
+    stems = [d.removeprefix("sha256:") for d in digests if re.fullmatch(r"sha256:[0-9a-f]{64}", d)]
     if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", model) and ".." not in model:
         stems.append(model)
     for stem in stems:
@@ -251,8 +249,31 @@ def weights_in(folder: Path, model: str, sha256: str = "") -> Path | None:
     return None
 
 
+def recorded_digests(store_root: Path, ident: str) -> list[str]:
+    """The checkpoint digests (``weights_id``) the stored entry's runs record, in run order.
+
+    Only a lookup key: a run whose ``run.json`` cannot be read adds nothing here, and
+    validation refuses it later.
+    """
+    from fewtrans_board.results.load import read_run_record
+    from fewtrans_board.results.shards import ResultsError
+
+    digests: list[str] = []
+    for run in sorted((store_root / "results" / ident).glob("*/run.json")):
+        try:
+            weights_id = read_run_record(run.parent)["identity"].get("weights_id")
+        except ResultsError:
+            continue
+        if isinstance(weights_id, str) and weights_id not in digests:
+            digests.append(weights_id)
+    return digests
+
+
 def entry_weights(store_root: Path, ident: str, folder: Path) -> Path | None:
-    """:func:`weights_in` for the stored entry ``ident`` (its model and recorded digest).
+    """:func:`weights_in` for the stored entry ``ident``.
+
+    Its keys: the ``weights_sha256`` of its ``submission.toml``, then the ``weights_id`` its
+    runs record, then its model name.
 
     Raises:
         SubmissionError: the entry's ``submission.toml`` is unreadable (its own code).
@@ -262,4 +283,5 @@ def entry_weights(store_root: Path, ident: str, folder: Path) -> Path | None:
 
     with fail_closed(f"entry {ident}"):
         meta = LeaderboardStore(store_root).meta(ident)
-    return weights_in(folder, meta.model, str(getattr(meta, "weights_sha256", "") or ""))
+    declared = [meta.weights_sha256] if meta.weights_sha256 else []
+    return weights_in(folder, meta.model, *declared, *recorded_digests(store_root, ident))

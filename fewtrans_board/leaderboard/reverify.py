@@ -14,9 +14,11 @@ is put back. :func:`plan_entries` prints what a run would cost first.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,12 +72,14 @@ class EntryPlan:
         status: its status now.
         datasets: one plan per run (empty when it cannot be read).
         error: ``(code, message)`` when validation refuses it (it would fail).
+        weights: the checkpoint it would re-run with (``""``: the model's default).
     """
 
     ident: str
     status: VerificationStatus
     datasets: list[DatasetPlan] = field(default_factory=list)
     error: tuple[str, str] | None = None
+    weights: str = ""
 
     @property
     def estimate_s(self) -> float:
@@ -87,7 +91,8 @@ class EntryPlan:
         head = f"{self.ident} ({self.status.summary})"
         if self.error is not None:
             return f"{head}: cannot be re-run [{self.error[0]}] {self.error[1]}"
-        lines = [f"{head}: about {_duration(self.estimate_s)}"]
+        weights = f" with weights {self.weights}" if self.weights else ""
+        lines = [f"{head}: about {_duration(self.estimate_s)}{weights}"]
         for d in self.datasets:
             share = (
                 "every episode"
@@ -109,6 +114,7 @@ class EntryPlan:
             "status": self.status.to_dict(),
             "estimate_s": round(self.estimate_s, 1),
             "datasets": [d.to_dict() for d in self.datasets],
+            "weights": self.weights or None,
             "error": None
             if self.error is None
             else {"code": self.error[0], "error": self.error[1]},
@@ -180,8 +186,16 @@ def current_status(store: LeaderboardStore, ident: str) -> VerificationStatus:
     return entry_status(str(record["status"]), record.get("verification"))
 
 
-def plan_entry(store: LeaderboardStore, ident: str, options: VerificationOptions) -> EntryPlan:
+def plan_entry(
+    store: LeaderboardStore,
+    ident: str,
+    options: VerificationOptions,
+    weights_dir: Path | None = None,
+) -> EntryPlan:
     """What re-verifying ``ident`` would re-run and cost; runs no plugin code.
+
+    With ``weights_dir`` (a weights registry), the entry's own checkpoint there replaces
+    ``options.weights`` (:func:`~.pr.entry_weights`), as the re-run will.
 
     The entry is validated (as the re-run would validate it first); each run's sample is
     planned by verification's own rule (:func:`~.verification.dataset_sample`), and the
@@ -189,6 +203,7 @@ def plan_entry(store: LeaderboardStore, ident: str, options: VerificationOptions
     worker start, decoding, embedding, fits and probes), printed again when it runs.
     """
     from fewtrans_board.leaderboard.intake import Verification, check_entry
+    from fewtrans_board.leaderboard.pr import entry_weights
     from fewtrans_board.leaderboard.verification import dataset_sample
     from fewtrans_board.leaderboard.verification.cost import estimate_run
     from fewtrans_board.leaderboard.verification.rerun import stored_episodes
@@ -196,6 +211,10 @@ def plan_entry(store: LeaderboardStore, ident: str, options: VerificationOptions
 
     plan = EntryPlan(ident, current_status(store, ident))
     try:
+        found = None if weights_dir is None else entry_weights(store.root, ident, weights_dir)
+        if found is not None:
+            options = dataclasses.replace(options, weights=str(found))
+        plan.weights = "" if options.weights is None else str(options.weights)
         validation = check_entry(ident, store, Verification(enabled=False)).validation
         runs = validation.loaded
         check_weights(validation.meta, runs, options.weights)  # refused up front, as it will be
@@ -224,10 +243,13 @@ def plan_entry(store: LeaderboardStore, ident: str, options: VerificationOptions
 
 
 def plan_entries(
-    store: LeaderboardStore, idents: Sequence[str], options: VerificationOptions
+    store: LeaderboardStore,
+    idents: Sequence[str],
+    options: VerificationOptions,
+    weights_dir: Path | None = None,
 ) -> list[EntryPlan]:
     """:func:`plan_entry` of every entry, in order."""
-    return [plan_entry(store, ident, options) for ident in idents]
+    return [plan_entry(store, ident, options, weights_dir) for ident in idents]
 
 
 def checked_record(report: dict[str, Any]) -> dict[str, Any]:
@@ -270,6 +292,7 @@ def reverify_entries(
     idents: Sequence[str],
     verification: Verification,
     progress: Callable[[str], None] = lambda line: None,
+    weights_dir: Path | None = None,
 ) -> list[Outcome]:
     """Re-run entries one after the other, store each passed record, then rebuild the index.
 
@@ -278,6 +301,8 @@ def reverify_entries(
         idents: the entries, in order.
         verification: how to re-run them (``leaderboard check --verify``'s options).
         progress: called with a line before and after each entry.
+        weights_dir: a weights registry: each entry re-runs with its own checkpoint there
+            (:func:`~.intake.with_entry_weights`), else with ``verification``'s.
 
     Returns:
         One outcome per entry.
@@ -286,6 +311,8 @@ def reverify_entries(
         SubmissionError: the index cannot be rebuilt (another entry is unreadable); every
             record this call wrote is put back first.
     """
+    from fewtrans_board.leaderboard.intake import with_entry_weights
+
     outcomes: list[Outcome] = []
     previous: dict[str, bytes | None] = {}
     for number, ident in enumerate(idents, 1):
@@ -295,7 +322,8 @@ def reverify_entries(
         old = path.read_bytes() if path.is_file() else None
         started = time.perf_counter()
         try:
-            outcome.after = reverify_entry(store, ident, verification)
+            entry_verification = with_entry_weights(verification, store.root, ident, weights_dir)
+            outcome.after = reverify_entry(store, ident, entry_verification)
             previous.setdefault(ident, old)
         except SubmissionError as exc:
             outcome.error = (exc.code, exc.message)
