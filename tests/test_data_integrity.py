@@ -256,3 +256,40 @@ def test_cub_index_faults_are_one_line(tmp_path: Path, datasets_registry: dict[s
     labels.write_text("\n".join(lines[1:]) + "\n")  # the first image has no label line
     message = _one_line_error(spec, root)
     assert f"{root / 'images.txt'}:1:" in message and "no line in image_class_labels.txt" in message
+
+
+def test_stanford_dogs_list_faults_are_one_line_naming_file_and_entry(
+    tmp_path: Path, datasets_registry: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    from scipy.io import loadmat, savemat
+
+    spec = datasets_registry["clip-stanford-dogs"]
+    root = tmp_path / "dogs"
+    write_synthetic_copy(spec, root, 2)
+    assert sum(map(len, spec.list_items(root, "all"))) == 2 * spec.num_classes  # control
+    assert check_local_copy(spec, root, verify_images=False).missing_files == []
+    lists = root / "test_list.mat"
+    good = lists.read_bytes()
+    lists.write_bytes(good[: len(good) // 2])  # a truncated download
+    message = _one_line_error(spec, root)
+    assert f"{lists}:" in message and "not the official list file" in message
+    lists.write_bytes(good)
+    mat = loadmat(str(lists))
+    savemat(str(lists), {"files": mat["file_list"], "labels": mat["labels"]})  # renamed key
+    assert "'file_list'" in _one_line_error(spec, root)
+    labels = mat["labels"].copy()
+    labels[2, 0] = spec.num_classes + 1  # entry 3 names no class
+    savemat(str(lists), {"file_list": mat["file_list"], "labels": labels})
+    message = _one_line_error(spec, root)
+    assert f"{lists}: entry 3 has label" in message
+    savemat(str(lists), {"file_list": mat["file_list"], "labels": mat["labels"][:-1]})
+    assert "labels" in _one_line_error(spec, root)
+    lists.write_bytes(good)
+    item = "Images/" + str(np.ravel(mat["file_list"].ravel()[4])[0])
+    (root / item).unlink()
+    with caplog.at_level(logging.WARNING):
+        listing = spec.list_items(root, "all")
+    assert item not in {i for items in listing for i in items}
+    assert any("entry 5" in r.getMessage() and item in r.getMessage() for r in caplog.records)
+    report = check_local_copy(spec, root, verify_images=False)  # as the warning promises
+    assert report.missing_files == [item] and not report.ok

@@ -178,10 +178,6 @@ class CsvRowsReader(FileReader):
         warn_missing_images(spec, base / self.csv_path, missing)
         return listing
 
-    def missing_items(self, root: Path, spec: DatasetSpec, listing: list[list[str]]) -> list[str]:
-        """Items of kept CSV rows whose image file the copy lacks."""
-        return [item for _, _, item in self._rows(root, spec) if not (root / item).is_file()]
-
 
 @dataclass(frozen=True)
 class OneHotCsvReader(CsvRowsReader):

@@ -47,6 +47,19 @@ class FileReader:
             raise FewtransError(f"item {item!r} needs a dataset root")
         check_image(root / item)
 
+    def missing_items(self, root: Path, spec: DatasetSpec, listing: Listing) -> list[str]:
+        """Items the copy's label files list whose image file the copy lacks.
+
+        The copy is listed again with the label files' missing rows collected (the
+        readers report them through :func:`~.metadata.warn_missing_images`); ``listing``
+        is what :meth:`list_items` found (readers that check numbering use it).
+        """
+        from fewtrans_board.datasets.readers.metadata import collecting_missing
+
+        with collecting_missing() as found:
+            self.list_items(root, spec)  # type: ignore[attr-defined]
+        return list(dict.fromkeys(found))
+
 
 class PartitionedReader(FileReader):
     """Base of readers whose copies have named partitions (train/val/test splits).

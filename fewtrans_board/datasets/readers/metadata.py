@@ -11,6 +11,8 @@ import csv
 import json
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
+_COLLECTED: ContextVar[list[str] | None] = ContextVar("missing_images", default=None)
 
 
 def metadata_error(spec: DatasetSpec, path: Path, line: int | None, problem: str) -> FewtransError:
@@ -118,14 +121,18 @@ def read_json(spec: DatasetSpec, path: Path) -> Any:
 def warn_missing_images(spec: DatasetSpec, path: Path, missing: Sequence[tuple[str, str]]) -> None:
     """Say (never silently) how many rows of a label file name an image the copy lacks.
 
-    ``datasets scan`` lists them (the readers' ``missing_items``) and fails on them.
+    ``datasets scan`` lists them (the readers' ``missing_items``) and fails on them; while
+    :func:`collecting_missing` runs, they are collected there instead of logged.
 
     Args:
         spec: the dataset.
         path: the label file.
         missing: ``(where, item)`` of each such row, ``where`` like ``"line 12"``.
     """
-    if missing:
+    collected = _COLLECTED.get()
+    if collected is not None:
+        collected.extend(item for _, item in missing)
+    elif missing:
         where, item = missing[0]
         LOG.warning(
             "dataset %r: %d row(s) of %s name images missing from the copy (first: %s, "
@@ -137,3 +144,14 @@ def warn_missing_images(spec: DatasetSpec, path: Path, missing: Sequence[tuple[s
             item,
             spec.name,
         )
+
+
+@contextmanager
+def collecting_missing() -> Iterator[list[str]]:
+    """Collect the items :func:`warn_missing_images` reports while the block runs."""
+    found: list[str] = []
+    token = _COLLECTED.set(found)
+    try:
+        yield found
+    finally:
+        _COLLECTED.reset(token)

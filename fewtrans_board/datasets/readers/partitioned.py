@@ -274,16 +274,47 @@ class MatListReader(PartitionedReader):
     partitions = ("train", "test")
 
     def _rows(self, base: Path, spec: DatasetSpec, partition: str) -> Rows:
-        """``<partition>_list.mat`` rows in file order."""
+        """``<partition>_list.mat`` rows in file order (a fault names the file and entry)."""
         import numpy as np
         from scipy.io import loadmat
 
-        mat = loadmat(str(require_file(spec, base / f"{partition}_list.mat")))
-        rows = []
-        for entry, label in zip(mat["file_list"].ravel(), mat["labels"].ravel(), strict=True):
-            item = f"Images/{np.ravel(entry)[0]}"
+        path = require_file(spec, base / f"{partition}_list.mat", "list file")
+        try:
+            mat = loadmat(str(path))
+            files, labels = mat["file_list"].ravel(), mat["labels"].ravel()
+        except (OSError, ValueError, TypeError, KeyError, NotImplementedError) as exc:
+            raise metadata_error(
+                spec,
+                path,
+                None,
+                f"is not the official list file ({type(exc).__name__}: {exc}); it needs "
+                "'file_list' (image paths under Images/) and 'labels' (1-based)",
+            ) from None
+        if len(files) != len(labels):
+            raise metadata_error(
+                spec, path, None, f"has {len(files)} files but {len(labels)} labels"
+            )
+        rows, missing = [], []
+        for position, (entry, label) in enumerate(zip(files, labels, strict=True), start=1):
+            cell = np.ravel(entry)
+            number = int(label) if np.issubdtype(np.asarray(label).dtype, np.integer) else 0
+            if len(cell) != 1 or not isinstance(cell[0], str):
+                raise metadata_error(
+                    spec, path, None, f"entry {position} of file_list is not an image path"
+                )
+            if not 1 <= number <= len(spec.class_ids):
+                raise metadata_error(
+                    spec,
+                    path,
+                    None,
+                    f"entry {position} has label {label!r}, not a class 1-{len(spec.class_ids)}",
+                )
+            item = f"Images/{cell[0]}"
             if (base / item).is_file():
-                rows.append((int(label) - 1, item))
+                rows.append((number - 1, item))
+            else:
+                missing.append((f"entry {position}", item))
+        warn_missing_images(spec, path, missing)
         return rows
 
     def write_synthetic(
