@@ -30,6 +30,7 @@ def test_manifests_of_one_copy_share_its_decoded_file(
 ) -> None:  # type: ignore[no-untyped-def]
     from fewtrans_board.datasets import digits
     from fewtrans_board.registry.manager import get_plugin_manager
+    from fewtrans_board.results.load import load_run
 
     loads: list[str] = []
     reader = digits.DigitsReader.load_image
@@ -61,13 +62,30 @@ def test_manifests_of_one_copy_share_its_decoded_file(
     evaluate(VARIED, "varied", shared)
     assert set(loads) == _items(VARIED) - _items(FIXED)  # the rest came from the shared file
     assert len(list(shared.glob("*.u8img"))) == 1  # one file for the copy, not per manifest
+    # A --limit run chunks its own episodes' features (it decoded no more than those).
+    assert load_run(tmp_path / "varied").provenance.identity.feature_universe is None
+
+
+def _chunks(items: set[str], universe: list[str], size: int = 256) -> set[int]:
+    position = {item: i for i, item in enumerate(universe)}
+    return {position[item] // size for item in items}
 
 
 @pytest.mark.slow
-def test_runs_of_one_manifest_share_frozen_features(
+def test_manifests_of_one_copy_share_frozen_features(
     tmp_path: Path, invoke, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
+    """Frozen features of a full run (one shard of one episode here; a ``--limit`` run
+    chunks its own items) are embedded in fixed 256-item chunks of the copy's sorted items,
+    whichever manifest asks: the fixed manifest's first episode embeds its chunks; another
+    adapter embeds nothing; the varied manifest embeds only the chunks not embedded yet, into
+    the same entry, and its features equal those of a run with a cache of its own."""
+    import numpy as np
+
+    from fewtrans_board.datasets.digits import DIGITS
+    from fewtrans_board.leaderboard.verification.rerun import rerun_universe
     from fewtrans_board.registry.manager import get_plugin_manager
+    from fewtrans_board.results.load import load_run
     from fewtrans_board.runner.features import BackboneEmbedder
 
     embedded: list[int] = []
@@ -79,24 +97,43 @@ def test_runs_of_one_manifest_share_frozen_features(
 
     monkeypatch.setattr(BackboneEmbedder, "embed_batches", counting)
     shared = tmp_path / "features"
+    listing = DIGITS.list_items(None, "all")
+    universe = sorted({item for items in listing for item in items})
 
-    def evaluate(adapter: str, manifest: Path, out: str) -> None:
+    def evaluate(adapter: str, manifest: Path, out: str, cache: Path = shared) -> None:
         result = invoke(
             [
                 "evaluate", "--model", "demo-cnn.digits", "--adapter", adapter,
-                "--manifest", str(manifest), "--out", str(tmp_path / out), "--limit", "1",
-                "--hpe", "single", "--feature-cache-dir", str(shared), "--quiet",
+                "--manifest", str(manifest), "--out", str(tmp_path / out),
+                "--shards", "600", "--shard", "0/600",  # one episode of a full run
+                "--hpe", "single", "--feature-cache-dir", str(cache), "--quiet",
                 "--device", "cpu", "--isolation", "inline",
             ],
             pm=get_plugin_manager(entry_points=False),
         )  # fmt: skip
         assert result.exit_code == 0, result.output
 
+    def chunk_items(chunks: set[int]) -> int:
+        return sum(len(universe[c * 256 : (c + 1) * 256]) for c in chunks)
+
+    fixed = _chunks(_items(FIXED), universe)
     evaluate("mean-centroid", FIXED, "a")
-    assert sum(embedded) == len(_items(FIXED))
+    assert sum(embedded) == chunk_items(fixed)
     evaluate("cosine-classifier", FIXED, "b")  # another adapter, the same features
-    assert sum(embedded) == len(_items(FIXED))
-    assert len(list(shared.glob("*.npz"))) == 1
-    # Another manifest embeds in other chunks (other last bits): its own entry.
-    evaluate("mean-centroid", VARIED, "c")
-    assert len(list(shared.glob("*.npz"))) == 2
+    assert sum(embedded) == chunk_items(fixed)
+    evaluate("mean-centroid", VARIED, "c")  # another manifest of the copy: the same entry
+    assert sum(embedded) == chunk_items(fixed | _chunks(_items(VARIED), universe))
+    [entry] = shared.glob("*.npz")
+    # The run records its chunking; verification re-chunks over the same items.
+    identity = load_run(tmp_path / "a").provenance.identity
+    assert identity.feature_universe == "dataset"
+    manifest = Manifest.load(FIXED)
+    assert rerun_universe(identity.feature_universe, DIGITS, None, manifest) == universe
+    older = sorted(set(episode_items(manifest.episodes())))  # runs that record none
+    assert rerun_universe(None, DIGITS, None, manifest) == older != universe
+    evaluate("mean-centroid", VARIED, "d", tmp_path / "own")  # a cache of its own
+    [own] = (tmp_path / "own").glob("*.npz")
+    with np.load(entry) as a, np.load(own) as b:
+        rows = {str(item): i for i, item in enumerate(a["items"])}
+        for i, item in enumerate(b["items"]):
+            assert np.array_equal(a["features"][rows[str(item)]], b["features"][i])

@@ -113,6 +113,12 @@ class Identity(Document):
         """Whether the run served cached frozen features (on, the default, where not recorded)."""
         return bool(self.extra.get("feature_cache", True))
 
+    @property
+    def feature_universe(self) -> str | None:
+        """Which items its frozen features were chunked over (``None``: the manifest's)."""
+        value = self.extra.get("feature_universe")
+        return None if value is None else str(value)
+
 
 class ManifestRef(Document):
     """The frozen manifest a run evaluated (``protocol`` and ``episodes`` in ``extra``)."""

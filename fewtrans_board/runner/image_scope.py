@@ -8,18 +8,33 @@ each image is decoded once per dataset copy and resolution across runs sharing
 ids in order, the content key of the copy's listing), the transform and the copy's path.
 
 A copy too large for one file (QuickDraw's millions of drawings) keeps one file per manifest.
+The same scope is the item universe of the frozen-feature cache, so each image is embedded
+once per dataset copy and backbone too (:data:`FEATURE_UNIVERSE`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.episodes.build import listing_fingerprint
 from fewtrans_board.runner.plan import RunPlan, episode_items
 
+if TYPE_CHECKING:
+    from fewtrans_board.api.dataset_spec import DatasetSpec
+
 DATASET_SCOPE_LIMIT = 250_000
 """Most items a dataset-wide decoded file holds (its CRC table and item index stay small)."""
+
+FEATURE_UNIVERSE = "dataset"
+"""A run's ``feature_universe``: frozen features are embedded in fixed chunks of the copy's
+items (:func:`decoded_scope`), so every manifest of a dataset copy shares one feature-cache
+entry per backbone. Runs recorded without it chunked their own episodes' items (older runs,
+and ``--limit`` smoke runs, which would otherwise embed whole chunks for a few episodes);
+verification replays whichever the run records."""
 
 
 @dataclass(frozen=True)
@@ -41,15 +56,48 @@ class DecodedScope:
         return self.key.startswith("dataset:")
 
 
-def decoded_scope(plan: RunPlan) -> DecodedScope:
-    """The decoded-image file a run reads: its dataset copy's, else its manifest's."""
-    wanted = episode_items(plan.manifest.episodes())
-    spec = plan.dataset.obj
+def copy_scope(
+    spec: DatasetSpec, root: Path | None, wanted: Iterable[str], manifest_sha256: str
+) -> DecodedScope:
+    """The items of a dataset copy (with ``wanted``), else ``wanted`` where it cannot be one.
+
+    Args:
+        spec: the dataset.
+        root: the local copy (``None`` for an embedded dataset).
+        wanted: the items a manifest needs.
+        manifest_sha256: the manifest's digest, the key of a per-manifest scope.
+    """
+    wanted = set(wanted)
     try:
-        listing = spec.list_items(plan.root, "all")
+        listing = spec.list_items(root, "all")
     except FewtransError:  # the run's own check names the problem; decode per manifest
-        return DecodedScope(plan.manifest.sha256, sorted(set(wanted)))
+        return DecodedScope(manifest_sha256, sorted(wanted))
     if sum(map(len, listing)) > DATASET_SCOPE_LIMIT:
-        return DecodedScope(plan.manifest.sha256, sorted(set(wanted)))
-    items = {item for class_items in listing for item in class_items} | set(wanted)
+        return DecodedScope(manifest_sha256, sorted(wanted))
+    items = {item for class_items in listing for item in class_items} | wanted
     return DecodedScope(f"dataset:{listing_fingerprint(spec, listing)}", sorted(items))
+
+
+def decoded_scope(plan: RunPlan) -> DecodedScope:
+    """The decoded-image file a run reads: its dataset copy's, else its manifest's.
+
+    It is also the item universe of a dataset-scope feature cache
+    (:data:`FEATURE_UNIVERSE`): features are embedded in fixed chunks of these items.
+    """
+    return copy_scope(
+        plan.dataset.obj,
+        plan.root,
+        episode_items(plan.manifest.episodes()),
+        plan.manifest.sha256,
+    )
+
+
+def feature_universe(plan: RunPlan) -> str | None:
+    """The run's ``feature_universe`` (:data:`FEATURE_UNIVERSE`), or ``None``.
+
+    ``None`` where its frozen features are chunked over its own episodes' items: no cache,
+    a fine-tuning adapter, or a ``--limit`` run.
+    """
+    spec = plan.spec
+    served = spec.feature_cache and plan.adapter_cls.frozen_backbone
+    return FEATURE_UNIVERSE if served and spec.limit is None else None

@@ -19,6 +19,7 @@ from fewtrans_board.hpe.protocols import hpe_roles
 from fewtrans_board.registry.files import files_record
 from fewtrans_board.results.documents import RunProvenance
 from fewtrans_board.results.row_schema import SCHEMA_VERSION, run_id_of
+from fewtrans_board.runner.image_scope import feature_universe
 from fewtrans_board.runner.plan import RunPlan, lockstep_settings
 from fewtrans_board.runner.spec import cpu_flags_digest, cpu_model, resolved_threads
 from fewtrans_board.runner.worker.remote import ModelFacts
@@ -54,6 +55,9 @@ def run_identity(plan: RunPlan, weights_id: str) -> dict[str, Any]:
     recipe = plan.centre.recipe
     if recipe is not None:
         identity["recipe"] = {"name": recipe.name, "version": recipe.version}
+    universe = feature_universe(plan)
+    if universe is not None:  # verification must chunk the features the same way
+        identity["feature_universe"] = universe
     return identity
 
 

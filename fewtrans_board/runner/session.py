@@ -23,7 +23,7 @@ from fewtrans_board.runner import provenance
 from fewtrans_board.runner.episode_rows import episode_rows
 from fewtrans_board.runner.evaluate import ConfigOutcome, evaluate_episode
 from fewtrans_board.runner.features import FeatureCache
-from fewtrans_board.runner.image_scope import decoded_scope
+from fewtrans_board.runner.image_scope import DecodedScope, decoded_scope, feature_universe
 from fewtrans_board.runner.plan import RunPlan, episode_items, episode_text, lockstep_settings
 from fewtrans_board.runner.presentation import EpisodeInputs, Serve, episode_inputs
 from fewtrans_board.runner.spec import resolved_threads
@@ -108,6 +108,7 @@ class RunSession:
         self._backbone: Backbone | None = None
         self._images: ImageStore | None = None
         self._features: FeatureCache | None = None
+        self._scope: DecodedScope | None = None
         self._run_id: str | None = None
 
     def __enter__(self) -> RunSession:
@@ -186,13 +187,20 @@ class RunSession:
         return provenance.preprocessing(self.plan, self.model_facts)
 
     @property
+    def scope(self) -> DecodedScope:
+        """The dataset copy's items (or the manifest's): decoded files and feature chunks."""
+        if self._scope is None:
+            self._scope = decoded_scope(self.plan)
+        return self._scope
+
+    @property
     def images(self) -> ImageStore:
         """The per-process image store (reading the shared decoded file when one is set)."""
         if self._images is None:
             plan = self.plan
             decoded = None
             if self.decoded_folder is not None:
-                scope = decoded_scope(plan)  # one file per dataset copy: every manifest's
+                scope = self.scope  # one file per dataset copy: every manifest's
                 decoded = DecodedImages(
                     self.decoded_folder,
                     scope.key,
@@ -217,7 +225,12 @@ class RunSession:
         if not (plan.spec.feature_cache and plan.adapter_cls.frozen_backbone):
             return None
         if self._features is None:
-            universe = sorted(set(episode_items(plan.episodes)))
+            # The copy's items: every manifest of the copy reads one entry per backbone.
+            universe = (
+                self.scope.items
+                if feature_universe(plan) is not None
+                else sorted(set(episode_items(plan.episodes)))
+            )
             embedder = (
                 self.backbone
                 if self.inline

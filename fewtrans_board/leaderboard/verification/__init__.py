@@ -38,6 +38,7 @@ from fewtrans_board.leaderboard.verification.rerun import (
     DatasetRerun,
     EpisodeCheck,
     rerun_dataset,
+    rerun_universe,
     stored_episodes,
 )
 from fewtrans_board.leaderboard.verification.sampling import (
@@ -52,7 +53,6 @@ from fewtrans_board.leaderboard.verification.verdict import CostFacts, DatasetVe
 from fewtrans_board.leaderboard.verification.weights import check_weights
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.spread import fixed_shots
-from fewtrans_board.runner.plan import episode_items
 from fewtrans_board.runner.worker.isolated import PluginWorker
 from fewtrans_board.runner.worker.messages import WorkerError, WorkerInfo
 from fewtrans_board.runner.worker.remote import resolve_isolation
@@ -294,11 +294,12 @@ def _replay(
     preprocessing = Preprocessing.named(manifest.preprocessing, info.image_size)
     root = (options.roots or {}).get(run.dataset)
     identity = run.provenance.identity
+    spec = datasets.get(manifest.dataset).obj
     job = DatasetRerun(
         run=run,
         manifest=manifest,
         worker=worker,
-        images=ImageStore(datasets.get(manifest.dataset).obj, root, preprocessing),
+        images=ImageStore(spec, root, preprocessing),
         configs=configs,
         digests=[config_digest(c) for c in configs],
         aggregation=protocol.aggregation,
@@ -306,7 +307,7 @@ def _replay(
         serve_features=bool(identity.feature_cache and schema.get("frozen_backbone")),
         memoize=identity.feature_cache,
         transductive=bool(schema.get("transductive")),
-        universe=sorted(set(episode_items(manifest.episodes()))),
+        universe=rerun_universe(identity.feature_universe, spec, root, manifest),
     )
     stored = stored_episodes(run)
     rng = seed.stream(f"sample:{run.dataset}:{manifest.sha256}")

@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,12 +28,16 @@ from fewtrans_board.results.row_schema import CONFIG_KIND, accuracy_percent
 from fewtrans_board.runner.episode_rows import episode_rows
 from fewtrans_board.runner.evaluate import ConfigOutcome, config_seed
 from fewtrans_board.runner.features import FeatureCache
+from fewtrans_board.runner.image_scope import FEATURE_UNIVERSE, copy_scope
 from fewtrans_board.runner.inductive import inductive_gap, verification_probes
 from fewtrans_board.runner.plan import episode_items
 from fewtrans_board.runner.presentation import EpisodeInputs, episode_inputs, in_manifest_order
 from fewtrans_board.runner.worker.isolated import PluginWorker
 from fewtrans_board.runner.worker.messages import FitReply
 from fewtrans_board.runner.worker.remote import WorkerEmbedder, fit_request, outcomes_from_reply
+
+if TYPE_CHECKING:
+    from fewtrans_board.api.dataset_spec import DatasetSpec
 
 
 @dataclass
@@ -408,3 +413,25 @@ def rerun_dataset(
         if tick is not None:
             tick(1)
     return checks, len(checks) < len(plan.order)
+
+
+def rerun_universe(
+    recorded: str | None, spec: DatasetSpec, root: Path | None, manifest: Manifest
+) -> list[str]:
+    """The items a re-run chunks frozen features over: those the run chunked over.
+
+    Args:
+        recorded: the run's ``feature_universe`` (``"dataset"``: the copy's items, as
+            :func:`~fewtrans_board.runner.image_scope.decoded_scope` lists them; ``None``:
+            the manifest's, as older runs chunked).
+        spec: the dataset.
+        root: the verifier's copy.
+        manifest: the run's manifest.
+
+    Returns:
+        The sorted items; a re-run episode then sees the run's features to the last bit.
+    """
+    wanted = episode_items(manifest.episodes())
+    if recorded == FEATURE_UNIVERSE:
+        return copy_scope(spec, root, wanted, manifest.sha256).items
+    return sorted(set(wanted))
