@@ -24,11 +24,6 @@ from fewtrans_board import Adapter, AdapterConfig, hookimpl, hparam
 # Builds cache entry summaries in the user's cache folder (~/.cache/fewtrans-board); the
 # suite keeps its own, one per test process, so a run neither reads nor leaves one there.
 os.environ["FEWTRANS_BUILD_CACHE"] = tempfile.mkdtemp(prefix="fewtrans-build-cache-")
-# `make test` runs one pytest-xdist worker per core; torch's default of one thread per core
-# in each of them oversubscribes the cores (OpenMP threads spin while they wait: the slow
-# tier ran about a fifth slower). Runs set their own thread count (`--threads`) either way.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
 from fewtrans_board.cli import make_cli
 from fewtrans_board.registry.lookup import Registry
 from fewtrans_board.registry.manager import PluginManager, get_plugin_manager
