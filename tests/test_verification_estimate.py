@@ -74,3 +74,28 @@ def test_shapes_count_distinct_images() -> None:
     shapes = EpisodeShapes.of([episode(0, ["a", "b", "c"]), episode(1, ["c", "d", "e", "f"])])
     assert (shapes.episodes, shapes.images) == (2, 6)
     assert shapes.images_per_episode == 3.5 and shapes.queries_per_episode == 2.5
+
+
+def test_served_features_count_every_image_of_the_chunks_the_sample_touches() -> None:
+    """Features are embedded 256 sorted items at a time: two episodes touching items 3 and
+    300 of a 600-item universe embed chunks 0 and 1 whole (512 images), items outside the
+    universe one each; the estimate's decode and embed count those, not the 6 items."""
+
+    def episode(index: int, items: list[str]) -> ManifestEpisode:
+        pairs = tuple((item, 0) for item in items)
+        return ManifestEpisode(index, index, (0,), ("a",), pairs[:1], pairs[1:])
+
+    universe = [f"img/{i:04d}" for i in range(600)]
+    episodes = [
+        episode(0, ["img/0003", "img/0004", "img/0300"]),
+        episode(1, ["img/0300", "img/0005", "elsewhere/x"]),
+    ]
+    shapes = EpisodeShapes.of(episodes, universe)
+    assert (shapes.images, shapes.embedded_images) == (5, 256 + 256 + 1)
+    assert EpisodeShapes.of(episodes).embedded_images == 5  # control: no universe known
+    served = estimate_verification(shapes, **BASE)  # type: ignore[arg-type]
+    assert served.images == 513
+    assert served.embed_s == pytest.approx(513 * cost.EMBED_S)
+    assert served.decode_s == pytest.approx(513 * cost.DECODE_S)
+    pixels = estimate_verification(shapes, **{**BASE, "serve_features": False})  # type: ignore[arg-type]
+    assert pixels.images == 5 and pixels.embed_s == 0.0  # pixels sent: only its own images

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fewtrans_board.core.atomic import write_bytes_atomic
-from fewtrans_board.core.errors import SubmissionError
+from fewtrans_board.core.errors import FewtransError, SubmissionError
 from fewtrans_board.leaderboard.entries import read_status_record
 from fewtrans_board.leaderboard.status import (
     STORED_VERIFIED,
@@ -34,8 +34,10 @@ from fewtrans_board.leaderboard.status import (
 from fewtrans_board.leaderboard.store import LeaderboardStore, status_text
 
 if TYPE_CHECKING:
+    from fewtrans_board.episodes.manifest import Manifest
     from fewtrans_board.leaderboard.intake import Verification
     from fewtrans_board.leaderboard.verification import VerificationOptions
+    from fewtrans_board.results.load import RunResults
 
 
 @dataclass(frozen=True)
@@ -208,8 +210,11 @@ def plan_entry(
     from fewtrans_board.leaderboard.verification.cost import estimate_run
     from fewtrans_board.leaderboard.verification.rerun import stored_episodes
     from fewtrans_board.leaderboard.verification.weights import check_weights
+    from fewtrans_board.registry.lookup import Registry
+    from fewtrans_board.registry.manager import get_plugin_manager
 
     plan = EntryPlan(ident, current_status(store, ident))
+    datasets = Registry.from_plugin_manager(get_plugin_manager(entry_points=False)).datasets
     try:
         found = None if weights_dir is None else entry_weights(store.root, ident, weights_dir)
         if found is not None:
@@ -229,17 +234,35 @@ def plan_entry(
         within = sample.explicit or sample.estimate_s <= sample.budget_s
         rerun = len(sample.order) if within else sample.minimum
         stored = stored_episodes(run)
+        root = (options.roots or {}).get(run.dataset)
         estimate = estimate_run(
             run,
             [episodes[i] for i in sample.order[:rerun]],
             claimed_fit_s=float(np.mean([e.seconds for e in stored.values()])) if stored else 0.0,
             probe_episodes=options.probe_episodes,
             threads=options.threads,
+            universe=_chunked_over(run, manifest, datasets, root),
         )
         plan.datasets.append(
             DatasetPlan(run.dataset, len(episodes), rerun, sample.minimum, estimate.total_s)
         )
     return plan
+
+
+def _chunked_over(
+    run: RunResults, manifest: Manifest, datasets: Any, root: Path | None
+) -> list[str] | None:
+    """The items a re-run chunks ``run``'s frozen features over (``None``: unknown here).
+
+    A dataset only a plugin registers is not known to this process.
+    """
+    from fewtrans_board.leaderboard.verification.rerun import rerun_universe
+
+    try:
+        spec = datasets.get(manifest.dataset).obj
+    except FewtransError:
+        return None
+    return rerun_universe(run.provenance.identity.feature_universe, spec, root, manifest)
 
 
 def plan_entries(

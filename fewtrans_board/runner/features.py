@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 FORMAT = 2
 LOG = logging.getLogger(__name__)
+CHUNK = 256
+"""Items embedded together: the fixed chunks of a run's sorted item universe."""
 
 
 class Embedder(Protocol):
@@ -81,8 +83,34 @@ class BackboneEmbedder:
         return out
 
 
+def embedding_batches(
+    wanted: Sequence[str], universe: Sequence[str], chunk_of: dict[str, int], size: int = CHUNK
+) -> list[list[str]]:
+    """The batches that embed ``wanted``, whatever run or shard asks first.
+
+    Items outside the universe come in batches of ``size``, then every chunk of the
+    universe (``size`` consecutive sorted items) they touch, whole.
+
+    Args:
+        wanted: the items to embed (unique).
+        universe: the run's sorted item universe.
+        chunk_of: each universe item's chunk number (its position // ``size``).
+        size: the chunk size.
+    """
+    outside = [i for i in wanted if i not in chunk_of]
+    batches = [outside[s : s + size] for s in range(0, len(outside), size)]
+    for chunk in sorted({chunk_of[i] for i in wanted if i in chunk_of}):
+        batches.append(list(universe[chunk * size : (chunk + 1) * size]))
+    return batches
+
+
+def chunk_index(universe: Sequence[str], size: int = CHUNK) -> dict[str, int]:
+    """Each item of a sorted universe mapped to its chunk number."""
+    return {item: i // size for i, item in enumerate(universe)}
+
+
 def cache_fields(
-    embedder: Embedder, preprocessing: Preprocessing, dataset: str = "", batch_size: int = 256
+    embedder: Embedder, preprocessing: Preprocessing, dataset: str = "", batch_size: int = CHUNK
 ) -> dict[str, Any]:
     """Everything that determines the cached features of an item."""
     return {
@@ -186,7 +214,7 @@ class FeatureCache:
         backbone: Backbone | Embedder,
         images: ImageStore,
         folder: Path | None = None,
-        batch_size: int = 256,
+        batch_size: int = CHUNK,
         universe: Sequence[str] = (),
     ) -> None:
         # A worker's features come back to this process (CPU); a backbone's stay on its device.
@@ -198,7 +226,7 @@ class FeatureCache:
         self.images = images
         self.batch_size = batch_size
         self._universe = sorted(set(universe))
-        self._chunk_of = {item: i // batch_size for i, item in enumerate(self._universe)}
+        self._chunk_of = chunk_index(self._universe, batch_size)
         # The chunks an item is embedded in change its last bits on CPU: an entry shared
         # across runs (--feature-cache-dir) serves only runs with the same item universe.
         self.fields = {
@@ -240,13 +268,7 @@ class FeatureCache:
         wanted = [i for i in dict.fromkeys(items) if i not in self._rows]
         if not wanted:
             return
-        outside = [i for i in wanted if i not in self._chunk_of]
-        batches = [
-            outside[s : s + self.batch_size] for s in range(0, len(outside), self.batch_size)
-        ]
-        for chunk in sorted({self._chunk_of[i] for i in wanted if i in self._chunk_of}):
-            start = chunk * self.batch_size
-            batches.append(self._universe[start : start + self.batch_size])
+        batches = embedding_batches(wanted, self._universe, self._chunk_of, self.batch_size)
         missing = [i for batch in batches for i in batch]
         bar = progress_meter(len(missing), "embedding", "img", enabled=progress)
         chunks = self.embedder.embed_batches(

@@ -319,6 +319,7 @@ def _replay(
         probe_episodes=options.probe_episodes,
         threads=int(worker.settings.threads or 1),
         start_s=start_s,
+        universe=job.universe if job.serve_features else None,
     )
     if options.progress is not None:
         options.progress(estimate.line(run.dataset))

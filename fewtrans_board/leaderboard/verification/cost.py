@@ -30,6 +30,7 @@ from typing import Any
 from fewtrans_board.episodes.manifest import ManifestEpisode
 from fewtrans_board.leaderboard.verification.sampling import SESSION_OVERHEAD_S
 from fewtrans_board.results.load import RunResults
+from fewtrans_board.runner.features import chunk_index, embedding_batches
 
 REFERENCE_SIZE = 224
 DECODE_S = 0.05
@@ -58,15 +59,34 @@ class EpisodeShapes:
     images: int
     images_per_episode: float
     queries_per_episode: float
+    embedded: int | None = None
+
+    @property
+    def embedded_images(self) -> int:
+        """Images decoded and embedded to serve the frozen features (``images`` if unknown)."""
+        return self.images if self.embedded is None else self.embedded
 
     @classmethod
-    def of(cls, episodes: Sequence[ManifestEpisode]) -> EpisodeShapes:
-        """Count the images of a manifest's episodes."""
+    def of(
+        cls, episodes: Sequence[ManifestEpisode], universe: Sequence[str] | None = None
+    ) -> EpisodeShapes:
+        """Count the images of a manifest's episodes.
+
+        Args:
+            episodes: the episodes.
+            universe: the sorted items the run chunks its frozen features over; features
+                are embedded a whole chunk at a time, so a sample of episodes embeds every
+                image of each chunk it touches (``embedded``).
+        """
         n = max(len(episodes), 1)
         items = {item for e in episodes for item, _ in (*e.support, *e.query, *e.novel_query)}
         sizes = [len(e.support) + len(e.query) + len(e.novel_query) for e in episodes]
         queries = [len(e.query) + len(e.novel_query) for e in episodes]
-        return cls(len(episodes), len(items), sum(sizes) / n, sum(queries) / n)
+        embedded = None
+        if universe is not None:
+            batches = embedding_batches(sorted(items), universe, chunk_index(universe))
+            embedded = sum(map(len, batches))
+        return cls(len(episodes), len(items), sum(sizes) / n, sum(queries) / n, embedded)
 
 
 @dataclass(frozen=True)
@@ -75,7 +95,8 @@ class VerificationEstimate:
 
     Attributes:
         episodes: episodes re-run.
-        images: distinct images decoded.
+        images: distinct images decoded (with frozen features served, every image of the
+            chunks the episodes touch).
         image_size: the backbone's input side in pixels.
         start_s: the worker's start.
         decode_s: decoding and resizing every image once.
@@ -146,7 +167,8 @@ def estimate_verification(
     """
     scale = (image_size / REFERENCE_SIZE) ** 2
     embed_one = EMBED_S * scale / max(threads, 1)
-    decode = shapes.images * DECODE_S * max(scale, 1.0) ** 0.5
+    decoded = shapes.embedded_images if serve_features else shapes.images
+    decode = decoded * DECODE_S * max(scale, 1.0) ** 0.5
     probed = min(probe_episodes, shapes.episodes)
     per_request_pixels = shapes.images_per_episode * PIXELS_S * scale
     # The memorisation probe decodes and perturbs the queries again, then embeds them
@@ -156,11 +178,11 @@ def estimate_verification(
     pixels = 0.0 if serve_features else per_request_pixels
     return VerificationEstimate(
         episodes=shapes.episodes,
-        images=shapes.images,
+        images=decoded,
         image_size=image_size,
         start_s=start_s,
         decode_s=decode,
-        embed_s=shapes.images * embed_one if serve_features else 0.0,
+        embed_s=shapes.embedded_images * embed_one if serve_features else 0.0,
         pixels_s=shapes.episodes * pixels,
         fit_s=shapes.episodes * max(claimed_fit_s, 0.0),
         requests_s=shapes.episodes * SESSION_OVERHEAD_S,
@@ -180,6 +202,7 @@ def estimate_run(
     probe_episodes: int,
     threads: int | None = None,
     start_s: float = WORKER_START_S,
+    universe: Sequence[str] | None = None,
 ) -> VerificationEstimate:
     """The estimate of verifying ``run`` on its manifest's ``episodes``, from its records.
 
@@ -194,13 +217,15 @@ def estimate_run(
         probe_episodes: episodes that get the probes.
         threads: the worker's torch threads (default: the recorded count).
         start_s: the worker's start, measured where known.
+        universe: the items the re-run chunks frozen features over (whole chunks are
+            embedded; ``None``: only the episodes' images).
     """
     provenance = run.provenance
     schema = provenance.adapter.schema if isinstance(provenance.adapter.schema, dict) else {}
     serve = bool(provenance.identity.feature_cache and schema.get("frozen_backbone"))
     probes = 2 + (0 if schema.get("transductive") else 1)  # perturbed, fit, inductive
     return estimate_verification(
-        EpisodeShapes.of(episodes),
+        EpisodeShapes.of(episodes, universe),
         image_size=int(provenance.preprocessing.image_size),
         claimed_fit_s=claimed_fit_s,
         serve_features=serve,
