@@ -161,8 +161,8 @@ def check_max_memory(ctx: click.Context, param: click.Parameter, value: str | No
     "--feature-cache-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Folder of frozen features shared across runs of a manifest and backbone, e.g. "
-    "several adapters (default: OUT/features).",
+    help="Folder of frozen features shared across runs of a dataset copy and backbone, e.g. "
+    "several adapters and manifests (default: OUT/features).",
 )
 @isolation_option()
 @click.option("--json", "as_json", is_flag=True, help="Print the run report and summary as JSON.")

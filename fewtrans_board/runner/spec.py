@@ -44,8 +44,9 @@ class RunSpec:
         image_cache: folder of the shared decoded-image files (``None``: ``OUT/decoded``).
         feature_cache_dir: folder of frozen-feature entries shared across runs (``None``:
             ``OUT/features``). An entry is keyed by the weights id, the transform (the
-            resolution), the dataset, device, threads and the run's item universe, so runs
-            of one manifest and backbone (other adapters, other protocols) embed once.
+            resolution), the dataset, device, threads and the run's item universe (the
+            copy's items for a full run), so runs of one dataset copy and backbone (other
+            adapters, protocols and manifests) embed once.
         isolation: where plugin code runs: ``auto`` (a sandboxed worker where one can be
             made, else a plain worker process), ``sandbox``, ``process`` or ``inline`` (this
             process; for analyses and debugging). Not part of the identity: every mode
