@@ -32,7 +32,8 @@ weights_dir_option = click.option(
     metavar="DIR",
     help="The runners' weights registry: each entry re-runs with DIR/<sha256>.safetensors "
     "(the checkpoint digest its submission.toml or its runs record) or "
-    "DIR/<model>.safetensors (.pt/.pth too) where DIR holds one, else with --weights.",
+    "DIR/<model>.safetensors (.pt/.pth too) where DIR holds one, else with --weights. An "
+    "unlearned CLIP's checkpoint keeps its unlearning record beside it (DIR/<sha256>.json).",
 )
 
 
