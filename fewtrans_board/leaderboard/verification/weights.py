@@ -92,6 +92,7 @@ def check_weights(
     if found != digest:
         raise SubmissionError(
             "weights-mismatch",
-            f"--weights {weights} has {found}, {origin} is {digest}; pass the checkpoint the "
-            f"runs used{source} (check with sha256sum)",
+            f"the checkpoint {weights} has {found}, {origin} is {digest}; pass the checkpoint "
+            f"the runs used{source} with --weights, or put it in the --weights-dir registry as "
+            f"{digest.removeprefix(SHA256_PREFIX)}.safetensors (check with sha256sum)",
         )
