@@ -383,14 +383,11 @@ def with_entry_weights(
     Unchanged where no folder is given, verification is off, or the folder holds nothing
     for the entry (the given ``--weights``, or the model's default, is then checked as ever).
     """
-    if folder is None or not verification.enabled:
+    if not verification.enabled:
         return verification
-    from fewtrans_board.leaderboard.pr import entry_weights
+    from fewtrans_board.leaderboard.pr import options_with_entry_weights
 
-    found = entry_weights(store_root, ident, folder)
-    if found is None:
-        return verification
-    options = dataclasses.replace(verification.options, weights=str(found))
+    options = options_with_entry_weights(verification.options, store_root, ident, folder)
     return dataclasses.replace(verification, options=options)
 
 

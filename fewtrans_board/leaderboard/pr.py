@@ -11,10 +11,15 @@ data.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from fewtrans_board.core.errors import SubmissionError
+
+if TYPE_CHECKING:
+    from fewtrans_board.leaderboard.verification.options import VerificationOptions
 
 SUBMISSION_FILES = frozenset({"submission.toml", "centre-search.json"})
 """Files a pull request may add to a submission folder (``status.json`` is written by CI)."""
@@ -285,3 +290,18 @@ def entry_weights(store_root: Path, ident: str, folder: Path) -> Path | None:
         meta = LeaderboardStore(store_root).meta(ident)
     declared = [meta.weights_sha256] if meta.weights_sha256 else []
     return weights_in(folder, meta.model, *declared, *recorded_digests(store_root, ident))
+
+
+def options_with_entry_weights(
+    options: VerificationOptions, store_root: Path, ident: str, folder: Path | None
+) -> VerificationOptions:
+    """``options`` with the checkpoint ``folder`` holds for ``ident`` (:func:`entry_weights`).
+
+    Unchanged where no folder is given or it holds nothing for the entry (the given
+    ``--weights``, or the model's default, is then checked as ever).
+
+    Raises:
+        SubmissionError: the entry's ``submission.toml`` is unreadable (its own code).
+    """
+    found = None if folder is None else entry_weights(store_root, ident, folder)
+    return options if found is None else dataclasses.replace(options, weights=str(found))

@@ -14,7 +14,6 @@ is put back. :func:`plan_entries` prints what a run would cost first.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -193,11 +192,13 @@ def plan_entry(
     ident: str,
     options: VerificationOptions,
     weights_dir: Path | None = None,
+    datasets: Any = None,
 ) -> EntryPlan:
     """What re-verifying ``ident`` would re-run and cost; runs no plugin code.
 
     With ``weights_dir`` (a weights registry), the entry's own checkpoint there replaces
-    ``options.weights`` (:func:`~.pr.entry_weights`), as the re-run will.
+    ``options.weights`` (:func:`~.pr.entry_weights`), as the re-run will. ``datasets``: the
+    built-in datasets registry (built here when not given).
 
     The entry is validated (as the re-run would validate it first); each run's sample is
     planned by verification's own rule (:func:`~.verification.dataset_sample`), and the
@@ -205,20 +206,16 @@ def plan_entry(
     worker start, decoding, embedding, fits and probes), printed again when it runs.
     """
     from fewtrans_board.leaderboard.intake import Verification, check_entry
-    from fewtrans_board.leaderboard.pr import entry_weights
+    from fewtrans_board.leaderboard.pr import options_with_entry_weights
     from fewtrans_board.leaderboard.verification import dataset_sample
     from fewtrans_board.leaderboard.verification.cost import estimate_run
     from fewtrans_board.leaderboard.verification.rerun import stored_episodes
     from fewtrans_board.leaderboard.verification.weights import check_weights
-    from fewtrans_board.registry.lookup import Registry
-    from fewtrans_board.registry.manager import get_plugin_manager
 
     plan = EntryPlan(ident, current_status(store, ident))
-    datasets = Registry.from_plugin_manager(get_plugin_manager(entry_points=False)).datasets
+    datasets = datasets if datasets is not None else builtin_datasets()
     try:
-        found = None if weights_dir is None else entry_weights(store.root, ident, weights_dir)
-        if found is not None:
-            options = dataclasses.replace(options, weights=str(found))
+        options = options_with_entry_weights(options, store.root, ident, weights_dir)
         plan.weights = "" if options.weights is None else str(options.weights)
         validation = check_entry(ident, store, Verification(enabled=False)).validation
         runs = validation.loaded
@@ -256,8 +253,11 @@ def _chunked_over(
 
     A dataset only a plugin registers is not known to this process.
     """
+    from fewtrans_board.leaderboard.verification.cost import serves_features
     from fewtrans_board.leaderboard.verification.rerun import rerun_universe
 
+    if not serves_features(run):  # pixels are sent: no chunks, no listing of the copy
+        return None
     try:
         spec = datasets.get(manifest.dataset).obj
     except FewtransError:
@@ -272,7 +272,16 @@ def plan_entries(
     weights_dir: Path | None = None,
 ) -> list[EntryPlan]:
     """:func:`plan_entry` of every entry, in order."""
-    return [plan_entry(store, ident, options, weights_dir) for ident in idents]
+    datasets = builtin_datasets()
+    return [plan_entry(store, ident, options, weights_dir, datasets) for ident in idents]
+
+
+def builtin_datasets() -> Any:
+    """The datasets this process knows (the built-ins: plugin code is never imported here)."""
+    from fewtrans_board.registry.lookup import Registry
+    from fewtrans_board.registry.manager import get_plugin_manager
+
+    return Registry.from_plugin_manager(get_plugin_manager(entry_points=False)).datasets
 
 
 def checked_record(report: dict[str, Any]) -> dict[str, Any]:

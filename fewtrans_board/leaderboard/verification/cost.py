@@ -194,6 +194,13 @@ WORKER_START_S = 5.0
 """The worker's start where it has not been measured yet (loading torch and the model)."""
 
 
+def serves_features(run: RunResults) -> bool:
+    """Whether a re-run of ``run`` serves cached frozen features (as the run recorded)."""
+    schema = run.provenance.adapter.schema
+    frozen = isinstance(schema, dict) and bool(schema.get("frozen_backbone"))
+    return bool(run.provenance.identity.feature_cache and frozen)
+
+
 def estimate_run(
     run: RunResults,
     episodes: Sequence[ManifestEpisode],
@@ -222,10 +229,10 @@ def estimate_run(
     """
     provenance = run.provenance
     schema = provenance.adapter.schema if isinstance(provenance.adapter.schema, dict) else {}
-    serve = bool(provenance.identity.feature_cache and schema.get("frozen_backbone"))
+    serve = serves_features(run)
     probes = 2 + (0 if schema.get("transductive") else 1)  # perturbed, fit, inductive
     return estimate_verification(
-        EpisodeShapes.of(episodes, universe),
+        EpisodeShapes.of(episodes, universe if serve else None),
         image_size=int(provenance.preprocessing.image_size),
         claimed_fit_s=claimed_fit_s,
         serve_features=serve,
