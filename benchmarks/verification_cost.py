@@ -23,6 +23,7 @@ Usage: python benchmarks/verification_cost.py [--episodes 6] [--families ...]
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from fewtrans_board.runner.inductive import verification_probes
 from fewtrans_board.runner.plan import plan_run
 from fewtrans_board.runner.session import RunSession
 from fewtrans_board.runner.spec import RunSpec
+from fewtrans_board.runner.worker.isolated import stop_idle_workers
 from fewtrans_board.stats.bounds import detection_probability, forged_episodes, sample_size_for
 
 MANIFEST = str(
@@ -71,7 +73,18 @@ def session_of(adapter: str, model: str, episodes: int, isolation: str) -> RunSe
     return RunSession(plan_run(spec, registry))
 
 
-def startup() -> None:
+def started_seconds(adapter: str, isolation: str) -> float:
+    """Seconds to start a worker for ``adapter`` on demo-cnn.digits, configure it, load it."""
+    session = session_of(adapter, "demo-cnn.digits", 1, isolation)
+    begun = time.perf_counter()
+    _ = session.worker
+    started = time.perf_counter() - begun
+    session.close()
+    stop_idle_workers()  # the next start is a new process, not the idle one
+    return started
+
+
+def startup(repeats: int) -> None:
     print("## 1. Worker start-up and per-request cost (mean-centroid, demo-cnn.digits)")
     rows = []
     for isolation in ("sandbox", "process"):
@@ -98,7 +111,20 @@ def startup() -> None:
             f"{isolation:8s} worker start {started:6.2f} s; one request {per_request * 1000:7.1f} ms "
             f"= {per_request / in_process:5.1f}x the in-process fit ({in_process * 1000:.1f} ms)"
         )
+    if repeats:
+        compare_starts(repeats)
     print()
+
+
+def compare_starts(repeats: int) -> None:
+    """A training-free adapter's zygote skips the optimiser's compiler import (TRAINING_ONLY)."""
+    free = [started_seconds("mean-centroid", "sandbox") for _ in range(repeats)]
+    trains = [started_seconds("linear-probe", "sandbox") for _ in range(repeats)]
+    free_s, trains_s = statistics.median(free), statistics.median(trains)
+    print(
+        f"sandbox start, median of {repeats}: training-free (mean-centroid) {free_s:.2f} s, "
+        f"training (linear-probe) {trains_s:.2f} s, ratio {free_s / trains_s:.2f}"
+    )
 
 
 def per_family(families: list[str], episodes: int) -> None:
@@ -291,11 +317,14 @@ def main() -> None:
     parser.add_argument("--families", nargs="*", default=list(FAMILIES))
     parser.add_argument("--real-resolution", type=int, default=0, metavar="EPISODES")
     parser.add_argument("--adapters", nargs="*", default=["mean-centroid", "linear-probe"])
+    parser.add_argument(
+        "--start-repeats", type=int, default=3, help="worker starts per adapter compared (0: none)"
+    )
     args = parser.parse_args()
     if args.real_resolution:
         real_resolution(args.real_resolution, args.adapters)
         return
-    startup()
+    startup(args.start_repeats)
     per_family(args.families, args.episodes)
     probabilities()
 

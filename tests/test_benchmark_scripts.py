@@ -58,6 +58,8 @@ def test_feature_cache_benchmark_runs(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_verification_cost_benchmark_runs(tmp_path: Path) -> None:
     output = run_script(
-        "verification_cost.py", "--episodes", "1", "--families", "mean-centroid", out=tmp_path
+        "verification_cost.py",
+        *("--episodes", "1", "--families", "mean-centroid", "--start-repeats", "0"),
+        out=tmp_path,
     )
     assert "worker start" in output and "mean-centroid" in output and "P(catch)" in output

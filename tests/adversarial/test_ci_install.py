@@ -124,11 +124,13 @@ def test_a_pinned_source_distribution_is_never_built(tmp_path: Path) -> None:
         f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
         "from setuptools import setup\nsetup(name='fewtrans-evil', version='1.0')\n",
     )
-    # The old workflow ran 'pip install <pins>': pip builds the sdist, and setup.py runs.
+    # The old workflow ran 'pip install <pins>': pip builds the sdist, and setup.py runs
+    # (without a wheel cache: a wheel built on an earlier run at the same path would be reused).
     control = tmp_path / "control"
     subprocess.run(
         [
             *(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"),
+            "--no-cache-dir",
             *(
                 "--target",
                 str(control),

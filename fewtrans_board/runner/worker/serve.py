@@ -53,6 +53,10 @@ TRUSTED_PRELOAD = (
 )
 """Imported by the zygote before any fork (never a third-party plugin)."""
 
+TRAINING_ONLY = frozenset({"torch._dynamo"})
+"""Preloads only an adapter that trains uses: a ``training_free`` one has its optimiser step
+trapped before it could import them, so its zygote starts without them (1.6-2.5 s each)."""
+
 PRELOAD_ALLOWED = ("timm", "open_clip", "peft", "torchvision")
 """Libraries the caller may ask the zygote to import ahead (a model family's)."""
 
@@ -114,8 +118,11 @@ def _configure(settings: dict[str, Any]) -> None:
     import torch
 
     torch.set_num_threads(1)  # the zygote computes nothing; children choose their own count
+    trusted = TRUSTED_PRELOAD
+    if settings.get("training_free"):
+        trusted = tuple(name for name in trusted if name not in TRAINING_ONLY)
     for name in (
-        *TRUSTED_PRELOAD,
+        *trusted,
         *(m for m in settings.get("preload") or [] if m in PRELOAD_ALLOWED),
     ):
         with contextlib.suppress(ImportError):
