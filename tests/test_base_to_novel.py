@@ -338,7 +338,7 @@ def b2n_leaderboard(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
 
 @pytest.mark.slow
 def test_index_reports_base_novel_and_harmonic_mean_with_cis(b2n_leaderboard) -> None:  # type: ignore[no-untyped-def]
-    from fewtrans_board.stats import mean_ci
+    from fewtrans_board.stats.intervals import mean_ci
 
     store, _, ident = b2n_leaderboard
     index = json.loads((store / "index.json").read_text())
@@ -365,7 +365,8 @@ def test_index_reports_base_novel_and_harmonic_mean_with_cis(b2n_leaderboard) ->
 def test_site_shows_base_novel_and_harmonic_mean(b2n_leaderboard) -> None:  # type: ignore[no-untyped-def]
     import re
 
-    from fewtrans_board.stats import harmonic_mean_ci, mean_ci
+    from fewtrans_board.stats.base_novel import harmonic_mean_ci
+    from fewtrans_board.stats.intervals import mean_ci
 
     store, site, ident = b2n_leaderboard
     run = load_run(store / "results" / ident / "fewtrans-base2novel--digits")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fewtrans_board.api.dataset_spec import DatasetSpec
@@ -184,6 +187,30 @@ def test_digits_is_embedded_and_split(datasets: dict[str, DatasetSpec]) -> None:
     assert spec.split.base == (5, 6, 7, 8, 9) and spec.split.novel == (0, 1, 2, 3, 4)
     image = spec.reader.load_image(None, listing[7][0])
     assert image.size == (8, 8) and image.mode == "RGB"
+
+
+@pytest.mark.slow  # a Python process
+def test_digits_are_scikit_learns_read_without_importing_it() -> None:
+    from sklearn.datasets import load_digits
+
+    from fewtrans_board.datasets.digits import _sklearn_digits
+
+    oracle = load_digits()
+    pixels, labels = _sklearn_digits()
+    assert np.array_equal(pixels, oracle.images) and np.array_equal(labels, oracle.target)
+    # Listing the digits in a fresh process leaves scikit-learn unimported (a second each).
+    listed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from fewtrans_board.datasets.digits import digits_arrays; "
+            "images, labels = digits_arrays(); print(images.shape, 'sklearn' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert listed.stdout.split() == ["(1797,", "8,", "8)", "False"]
 
 
 def synthetic_counts(spec: DatasetSpec) -> list[int]:

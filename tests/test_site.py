@@ -23,7 +23,8 @@ import pytest
 from fewtrans_board.leaderboard import sub_benchmarks as benchmarks_module
 from fewtrans_board.registry.manager import get_plugin_manager
 from fewtrans_board.results.load import find_runs, load_run
-from fewtrans_board.stats import average_ci, mean_ci
+from fewtrans_board.stats.bootstrap import average_ci
+from fewtrans_board.stats.intervals import mean_ci
 from tests.conftest import CHROMIUM, serving, shared_folder
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,22 +6,22 @@ import numpy as np
 import pytest
 import scipy.stats as ss
 
-from fewtrans_board.stats import (
-    average_ci,
-    averages_and_ranks,
-    cohens_d_paired,
+from fewtrans_board.stats.base_novel import (
     harmonic_mean,
     harmonic_mean_average_ci,
     harmonic_mean_ci,
-    holm,
-    holm_paired,
-    mean_ci,
-    paired_ttest,
-    rank_intervals,
-    tied_with_best,
-    wilcoxon_signed_rank,
 )
-from fewtrans_board.stats.bootstrap import _replicates, resample_counts
+from fewtrans_board.stats.bootstrap import (
+    _replicates,
+    average_ci,
+    averages_and_ranks,
+    holm_paired,
+    rank_intervals,
+    resample_counts,
+    tied_with_best,
+)
+from fewtrans_board.stats.intervals import mean_ci
+from fewtrans_board.stats.tests import cohens_d_paired, holm, paired_ttest, wilcoxon_signed_rank
 
 
 @pytest.mark.slow

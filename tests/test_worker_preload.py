@@ -27,6 +27,7 @@ def preloaded_by(settings: dict[str, object]) -> list[str]:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow  # a Python process per case
 @pytest.mark.parametrize("training_free", [True, False])
 def test_only_a_zygote_for_an_adapter_that_trains_preloads_the_optimiser_compiler(
     training_free: bool,

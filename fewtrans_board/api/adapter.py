@@ -10,7 +10,6 @@ computes accuracy, and query labels are never passed to adapters.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
@@ -24,6 +23,7 @@ from fewtrans_board.api.config import (
     checked_value,
     config_digest,
     hparam,
+    type_hints,
     typed_values,
 )
 from fewtrans_board.api.ranges import bound_problem, out_of_range
@@ -188,7 +188,7 @@ class Adapter(ABC):
             raise RegistrationError(f"{where}: Config must subclass AdapterConfig")
         if not dataclasses.is_dataclass(config):
             raise RegistrationError(f"{where}: Config must be a @dataclass(frozen=True)")
-        hints = typing.get_type_hints(config)
+        hints = type_hints(config)  # type: ignore[arg-type]  # classes hash by id
         for field in dataclasses.fields(config):
             type_name = getattr(hints.get(field.name), "__name__", "")
             problem = bound_problem(field.metadata.get("bounds") or {}, type_name)

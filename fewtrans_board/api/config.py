@@ -134,7 +134,11 @@ class AdapterConfig:
     @classmethod
     def fields_info(cls) -> list[ConfigField]:
         """Return the declared hyperparameters in declaration order."""
-        hints = typing.get_type_hints(cls)
+        return list(_declared_fields(cls))  # type: ignore[arg-type]  # classes hash by id
+
+    @classmethod
+    def _resolve_fields(cls) -> list[ConfigField]:
+        hints = type_hints(cls)  # type: ignore[arg-type]  # classes hash by id
         info = []
         for f in dataclasses.fields(cls):
             hint = hints.get(f.name, Any)
@@ -173,7 +177,7 @@ class AdapterConfig:
             ConfigError: on an unknown key, a value of the wrong type, a non-finite float
                 or a number outside the field's valid range.
         """
-        fields = {f.name: f for f in cls.fields_info()}
+        fields = {f.name: f for f in _declared_fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(values) - set(fields))
         if unknown:
             raise ConfigError(
@@ -244,9 +248,16 @@ def checked_value(owner: str, info: ConfigField, value: Any) -> Any:
 
 
 @functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints(cls)``, resolved once per class (a declaration never changes)."""
+    return typing.get_type_hints(cls)
+
+
+@functools.cache
 def _declared_fields(cls: type[AdapterConfig]) -> tuple[ConfigField, ...]:
-    # Resolving type hints per instance would dominate building the HPE grid's configs.
-    return tuple(cls.fields_info())
+    # Resolving type hints per instance would dominate building the HPE grid's configs, and
+    # per call registering the adapters (every episode process registers them all).
+    return tuple(cls._resolve_fields())
 
 
 def config_digest(values: Mapping[str, Any]) -> str:

@@ -7,6 +7,7 @@ draw from (``split.base``), so the demo transfers to classes the backbone never 
 
 from __future__ import annotations
 
+import importlib.util
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,14 +25,31 @@ EVALUATION_CLASSES = (5, 6, 7, 8, 9)
 NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
-@lru_cache(maxsize=1)
-def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
-    """Return ``(images [1797, 8, 8] uint8 in 0..255, labels [1797])`` from scikit-learn."""
+def _sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as ``load_digits`` returns them: images in 0..16, labels.
+
+    Read from the CSV scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``, 64 pixels
+    then the label per row) without importing scikit-learn, which costs about a second in
+    every process that lists or decodes digits; ``load_digits`` where that file is absent.
+    """
+    spec = importlib.util.find_spec("sklearn")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    shipped = [Path(f) / "datasets" / "data" / "digits.csv.gz" for f in folders]
+    if shipped and shipped[0].is_file():
+        data = np.loadtxt(shipped[0], delimiter=",")
+        return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(np.int64)
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
-    images = np.clip(np.rint(bunch.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)
-    return images, bunch.target.astype(np.int64)
+    return bunch.images, bunch.target
+
+
+@lru_cache(maxsize=1)
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(images [1797, 8, 8] uint8 in 0..255, labels [1797])`` from scikit-learn."""
+    pixels, labels = _sklearn_digits()
+    images = np.clip(np.rint(pixels * (255.0 / 16.0)), 0, 255).astype(np.uint8)
+    return images, labels.astype(np.int64)
 
 
 def item_id(index: int) -> str:

@@ -5,6 +5,7 @@ run (another CPU or library), it bounds *claimed minus re-run* accuracy from abo
 paired one-sided Student-t bound; and it sizes the sample of re-run episodes so that a
 bundle whose forged episodes make up a given share of a dataset is caught with a
 stated probability (the hypergeometric chance that the sample contains one of them).
+scipy.stats is imported where a bound is computed (a worker that never bounds skips it).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,8 @@ def _bound(
     if n == 1:
         return OneSidedBound(mean, sign * math.inf, confidence, n)
     sd = float(d.std(ddof=1))
+    from scipy import stats
+
     margin = float(stats.t.ppf(confidence, n - 1)) * sd / math.sqrt(n)
     return OneSidedBound(mean, mean + sign * margin, confidence, n)
 

@@ -3,7 +3,8 @@
 The tests are ``scipy.stats``'s, called with every choice that changed between scipy
 releases pinned (method, alternative, zero handling, continuity correction, NaN policy), so
 a p-value does not move when scipy is upgraded; degenerate inputs (too few pairs, no
-spread) are answered here, without scipy's warnings.
+spread) are answered here, without scipy's warnings. scipy.stats is imported where a test
+runs (about a second to import), not by every command that reads a summary.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import stats
+
+if TYPE_CHECKING:
+    from scipy import stats
 
 EXACT_WILCOXON_MAX_N = 50
 """Without ties or zeros, up to this many pairs get the exact null distribution."""
@@ -57,12 +61,16 @@ def paired_ttest(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarra
         mean = float(d.mean())
         infinite = math.copysign(math.inf, mean)
         return PairedTest(infinite if mean else math.nan, 0.0 if mean else math.nan, n, "t")
+    from scipy import stats
+
     result = stats.ttest_rel(d, np.zeros(n), alternative="two-sided", nan_policy="propagate")
     return PairedTest(float(result.statistic), min(1.0, float(result.pvalue)), n, "t")
 
 
 def _wilcoxon_method(d: np.ndarray) -> tuple[str, str | stats.PermutationMethod]:
     """The p-value method of scipy's ``method="auto"`` (scipy >= 1.15), chosen here."""
+    from scipy import stats
+
     nonzero = np.abs(d[d != 0])
     ties_or_zeros = len(nonzero) < len(d) or len(np.unique(nonzero)) < len(nonzero)
     if not ties_or_zeros and len(d) <= EXACT_WILCOXON_MAX_N:
@@ -89,6 +97,8 @@ def wilcoxon_signed_rank(
     if n == 0:
         return PairedTest(float("nan"), float("nan"), 0, "none")
     name, method = _wilcoxon_method(d)
+    from scipy import stats
+
     result = stats.wilcoxon(
         d,
         zero_method="wilcox",
