@@ -118,7 +118,7 @@ def _configure(settings: dict[str, Any]) -> None:
     import torch
 
     torch.set_num_threads(1)  # the zygote computes nothing; children choose their own count
-    trusted = TRUSTED_PRELOAD
+    trusted: tuple[str, ...] = TRUSTED_PRELOAD
     if settings.get("training_free"):
         trusted = tuple(name for name in trusted if name not in TRAINING_ONLY)
     for name in (
