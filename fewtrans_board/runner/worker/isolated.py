@@ -320,7 +320,7 @@ class PluginWorker:
         """Spawn an episode process for the block's requests, then read its end (timed)."""
         timer = self._watchdog()
         try:
-            self._send({"op": "spawn"})
+            self._send(self.settings.spawn())
             yield
             self._finish_session()
         finally:

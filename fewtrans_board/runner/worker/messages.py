@@ -32,7 +32,12 @@ class WorkerError(FewtransError):
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """Everything that decides how a worker loads and runs plugins (the ``hello`` frame).
+    """Everything that decides how a worker loads and runs plugins.
+
+    The ``hello`` frame holds all but the adapter, which goes with each ``spawn``: one worker
+    (its plugins, model and limits) serves every adapter it is asked for, so a run of
+    another adapter on the same plugins and model reuses an idle worker instead of starting
+    one (a Python process importing torch, seconds).
 
     Attributes:
         model: model name.
@@ -81,12 +86,10 @@ class WorkerSettings:
         return {
             "op": "hello",
             "model": self.model,
-            "adapter": self.adapter,
             "weights": moved(self.weights) if self.weights else None,
             "device": self.device,
             "threads": self.threads,
             "plugins": self.plugins,
-            "training_free": self.training_free,
             "pins": list(self.pins),
             "batching": self.batching,
             "max_memory": self.max_memory,
@@ -94,6 +97,10 @@ class WorkerSettings:
             "plugin_paths": [moved(p) for p in self.plugin_paths],
             "limits": self.limits.to_dict(),
         }
+
+    def spawn(self) -> dict[str, Any]:
+        """The frame that starts an episode process for this adapter."""
+        return {"op": "spawn", "adapter": self.adapter, "training_free": self.training_free}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ ends whatever that left running; it reads only the small ``spawn`` frames, never
 Frames (:mod:`fewtrans_board.runner.worker.frames`) on stdin, answers on stdout:
 
 - ``hello`` {settings}: configure the zygote; answer ``ready``.
-- ``spawn``: fork an episode process, which reads one session:
+- ``spawn`` {adapter, training_free}: fork an episode process for that adapter (one zygote
+  serves every adapter of its plugins and model), which reads one session:
   - ``info``: answer the installed pins, the adapter schema and the backbone's facts;
   - ``embed`` {batch_size} then ``chunk`` frames with ``pixels`` and a final ``end``:
     answer ``features`` for each chunk (frozen features for the caller's cache);
@@ -39,9 +40,6 @@ from fewtrans_board.runner.worker.frames import FrameError, read_frame, write_fr
 
 TRUSTED_PRELOAD = (
     "torch",
-    # torch.optim imports torch._dynamo at an optimiser's first step: 1.6 s in every forked
-    # episode process that trains, 0.01 s once the zygote has imported it (measured).
-    "torch._dynamo",
     "torch.optim",
     "PIL.Image",
     "fewtrans_board.runner.evaluate",
@@ -53,9 +51,15 @@ TRUSTED_PRELOAD = (
 )
 """Imported by the zygote before any fork (never a third-party plugin)."""
 
-TRAINING_ONLY = frozenset({"torch._dynamo"})
-"""Preloads only an adapter that trains uses: a ``training_free`` one has its optimiser step
-trapped before it could import them, so its zygote starts without them (1.6-2.5 s each)."""
+TRAINING_ONLY = ("torch._dynamo",)
+"""Imported by the zygote before it forks the first episode process of an adapter that
+trains: torch.optim imports torch._dynamo at an optimiser's first step, 1.6 s in every
+forked episode process, 0.01 s once the zygote has it (measured). A ``training_free``
+adapter's optimiser step is trapped before it could, so a zygote that serves only those
+never spends the 1.2-2.5 s."""
+
+_PREPARED: set[str] = set()
+"""Adapters whose built-in modules this zygote has imported."""
 
 PRELOAD_ALLOWED = ("timm", "open_clip", "peft", "torchvision")
 """Libraries the caller may ask the zygote to import ahead (a model family's)."""
@@ -98,8 +102,6 @@ def _preload_builtin_model(settings: dict[str, Any]) -> None:
         return
     try:
         registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
-        if settings["adapter"] in registry.adapters:  # import a built-in adapter's modules once
-            registry.adapters.get(settings["adapter"]).obj.schema()
         if not registry.model(settings["model"]).source.builtin:
             return
         torch.set_num_threads(1)
@@ -118,17 +120,38 @@ def _configure(settings: dict[str, Any]) -> None:
     import torch
 
     torch.set_num_threads(1)  # the zygote computes nothing; children choose their own count
-    trusted: tuple[str, ...] = TRUSTED_PRELOAD
-    if settings.get("training_free"):
-        trusted = tuple(name for name in trusted if name not in TRAINING_ONLY)
     for name in (
-        *trusted,
+        *TRUSTED_PRELOAD,
         *(m for m in settings.get("preload") or [] if m in PRELOAD_ALLOWED),
     ):
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     _preload_builtin_model(settings)
     guard_worker_process()
+
+
+def _prepare_adapter(session: dict[str, Any]) -> None:
+    """Zygote set-up for the adapter of the next episode process (trusted imports only).
+
+    An adapter that trains gets :data:`TRAINING_ONLY`; a built-in adapter's modules are
+    imported once, for every episode process of it to copy.
+    """
+    if not session["training_free"]:
+        for name in TRAINING_ONLY:
+            importlib.import_module(name)
+    adapter = session["adapter"]
+    if adapter in _PREPARED:
+        return
+    _PREPARED.add(adapter)
+    from fewtrans_board.registry.lookup import Registry
+    from fewtrans_board.registry.manager import get_plugin_manager
+
+    try:
+        registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
+        if adapter in registry.adapters:
+            registry.adapters.get(adapter).obj.schema()
+    except Exception:
+        return  # the episode process loads it itself and reports what fails
 
 
 def _check_request_pipe(requests: IO[bytes]) -> None:
@@ -167,15 +190,22 @@ def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
         op = header.get("op")
         if op == "bye":
             return
-        if op != "spawn":
-            write_frame(replies, {"ok": False, "error": f"unknown request {op!r}"})
+        if op != "spawn" or not isinstance(header.get("adapter"), str):
+            error = f"unknown request {op!r}" if op != "spawn" else "spawn names no adapter"
+            write_frame(replies, {"ok": False, "error": error})
             return
+        session = {
+            **settings,
+            "adapter": header["adapter"],
+            "training_free": bool(header.get("training_free")),
+        }
+        _prepare_adapter(session)
         replies.flush()
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
-                run_session(requests, replies, settings)
+                run_session(requests, replies, session)
             except BaseException:
                 traceback.print_exc(file=sys.stderr)
                 code = 1
