@@ -138,7 +138,8 @@ def _prepare_adapter(session: dict[str, Any]) -> None:
     """
     if not session["training_free"]:
         for name in TRAINING_ONLY:
-            importlib.import_module(name)
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
     adapter = session["adapter"]
     if adapter in _PREPARED:
         return
