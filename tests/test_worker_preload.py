@@ -26,7 +26,7 @@ print(json.dumps(sorted(m for m in ("torch._dynamo", "torch.optim") if m in sys.
 
 
 def preloaded_by(sessions: list[dict[str, object]]) -> list[str]:
-    settings = {"model": "demo-cnn", "plugin_paths": []}
+    settings = {"model": "demo-cnn.digits", "plugin_paths": []}
     done = subprocess.run(
         [sys.executable, "-I", "-c", PREPARE, json.dumps(settings), json.dumps(sessions)],
         capture_output=True,

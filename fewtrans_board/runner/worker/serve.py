@@ -28,15 +28,19 @@ it returns logits and the caller scores them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import os
 import sys
 import traceback
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from fewtrans_board.core.sandbox.episode import empty_scratch, end_descendants, guard_worker_process
 from fewtrans_board.runner.worker.episode_process import PRELOADED, run_session
 from fewtrans_board.runner.worker.frames import FrameError, read_frame, write_frame
+
+if TYPE_CHECKING:
+    from fewtrans_board.registry.lookup import Registry
 
 TRUSTED_PRELOAD = (
     "torch",
@@ -57,9 +61,6 @@ trains: torch.optim imports torch._dynamo at an optimiser's first step, 1.6 s in
 forked episode process, 0.01 s once the zygote has it (measured). A ``training_free``
 adapter's optimiser step is trapped before it could, so a zygote that serves only those
 never spends the 1.2-2.5 s."""
-
-_PREPARED: set[str] = set()
-"""Adapters whose built-in modules this zygote has imported."""
 
 PRELOAD_ALLOWED = ("timm", "open_clip", "peft", "torchvision")
 """Libraries the caller may ask the zygote to import ahead (a model family's)."""
@@ -95,13 +96,10 @@ def _preload_builtin_model(settings: dict[str, Any]) -> None:
     """
     import torch
 
-    from fewtrans_board.registry.lookup import Registry
-    from fewtrans_board.registry.manager import get_plugin_manager
-
     if settings.get("device", "cpu") != "cpu":
         return
     try:
-        registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
+        registry = _builtin_registry()
         if not registry.model(settings["model"]).source.builtin:
             return
         torch.set_num_threads(1)
@@ -140,15 +138,23 @@ def _prepare_adapter(session: dict[str, Any]) -> None:
         for name in TRAINING_ONLY:
             with contextlib.suppress(ImportError):
                 importlib.import_module(name)
-    adapter = session["adapter"]
-    if adapter in _PREPARED:
-        return
-    _PREPARED.add(adapter)
+    _import_builtin_adapter(session["adapter"])
+
+
+@functools.cache
+def _builtin_registry() -> Registry:
+    """The built-in plugins only (trusted code: the zygote never imports a third party's)."""
     from fewtrans_board.registry.lookup import Registry
     from fewtrans_board.registry.manager import get_plugin_manager
 
+    return Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
+
+
+@functools.cache
+def _import_builtin_adapter(adapter: str) -> None:
+    """Import a built-in adapter's modules once (a plugin's adapter is not in this registry)."""
     try:
-        registry = Registry.from_plugin_manager(get_plugin_manager(entry_points=False))
+        registry = _builtin_registry()
         if adapter in registry.adapters:
             registry.adapters.get(adapter).obj.schema()
     except Exception:
