@@ -25,7 +25,7 @@ from fewtrans_board.core.sandbox import (
     sandbox_argv,
     worker_policy,
 )
-from fewtrans_board.runner.worker.isolated import PluginWorker
+from fewtrans_board.runner.worker.isolated import PluginWorker, stop_idle_workers
 from fewtrans_board.runner.worker.messages import FitRequest, WorkerError, WorkerSettings
 from fewtrans_board.runner.worker.remote import plugin_places
 from tests.conftest import installed_distribution, require_sandbox
@@ -206,6 +206,27 @@ def test_no_episode_finds_what_another_left_behind_locked_folders_or_in_root_or_
     # /tmp, and reads the host paths bound under /tmp (the plugin's own metadata).
     for found in (first, second):
         assert found[3:7].tolist() == [1.0, 1.0, 1.0, 1.0], found
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_another_adapter_served_by_the_same_worker_finds_nothing_the_first_left(
+    probe_dist: Path,
+) -> None:
+    stop_idle_workers()
+    with probe_worker("probe-persist", Isolation.SANDBOX) as worker:
+        assert worker._process is not None
+        pid, left = worker._process.pid, ask(worker, 9)
+    assert left[:3].tolist() == [0.0, 0.0, 0.0]  # nothing there yet; it leaves its folders
+    # Red team: the next run, of another adapter, gets the idle worker (same process) and
+    # looks for the locked folder in /tmp and the folders in / and /dev.
+    with probe_worker("probe-persist-next", Isolation.SANDBOX) as worker:
+        assert worker._process is not None and worker._process.pid == pid
+        found = ask(worker, 9)
+    assert found[:3].tolist() == [0.0, 0.0, 0.0], "an adapter found another adapter's state"
+    # Honest control: the same probe reads and writes its own /tmp, /dev/shm and bound paths.
+    assert found[3:7].tolist() == [1.0, 1.0, 1.0, 1.0], found
+    stop_idle_workers()
 
 
 @pytest.mark.slow

@@ -123,6 +123,13 @@ class PersistProbe(_Probe):
         return _Findings([*found, *refused[1:]][: support.n_way])
 
 
+class PersistProbeNext(PersistProbe):
+    """:class:`PersistProbe` under another name: another adapter served by the same worker
+    (one idle worker serves every adapter of its plugins and model) looks for the state."""
+
+    name = "probe-persist-next"
+
+
 class PipePlanter(_Probe):
     """Leaves a message for the next episode in its own request pipe (``/proc/self/fd/0``
     reopened for writing: a pipe's read end gives its write end)."""
@@ -170,5 +177,13 @@ class Sleeper(_Probe):
 @hookimpl
 def register_adapters(register: Callable[[type[Adapter]], None]) -> None:
     """Register the probes."""
-    for adapter in (ScratchProbe, PersistProbe, PipePlanter, MemoryHog, FileHog, Sleeper):
+    for adapter in (
+        ScratchProbe,
+        PersistProbe,
+        PersistProbeNext,
+        PipePlanter,
+        MemoryHog,
+        FileHog,
+        Sleeper,
+    ):
         register(adapter)
