@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fewtrans_board.api.backbone import Backbone, Preprocessing
+from fewtrans_board.blocks.pooling import max_pool_2x2_module
 from fewtrans_board.models.weights import file_sha256, read_state_dict
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def build_demo_cnn() -> nn.Module:
             nn.ReLU(inplace=True),
         ]
         if pool:
-            layers.append(nn.MaxPool2d(2))
+            layers.append(max_pool_2x2_module())
         return nn.Sequential(*layers)
 
     class DemoCNN(nn.Module):
