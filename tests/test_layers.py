@@ -54,7 +54,7 @@ SUBLAYERS: dict[str, list[set[str]]] = {
         {"hookspecs"},
     ],
     "blocks": [
-        {"training", "vit_parts", "__init__"},
+        {"training", "vit_parts", "pooling", "__init__"},
         {"lockstep", "vit_hooks", "deep_prompts", "clip_common"},
         {"finetune", "bottleneck", "unfuse", "prompter", "clip_training", "batched_heads"},
         {"layers"},
