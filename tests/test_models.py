@@ -254,3 +254,32 @@ def test_fewtrans_and_bscd_transforms() -> None:
     assert c[2, 8, 0] < s[2, 8, 0]  # the centre crop cuts most of it away
     normalized = squash.apply(Image.new("RGB", (5, 5), (124, 116, 104)))
     assert np.allclose(normalized.numpy(), 0.0, atol=0.02)  # ImageNet mean colour maps to ~0
+
+
+@pytest.mark.parametrize(
+    ("mode", "size", "transform"),
+    [
+        ("RGB", (40, 20), Preprocessing.fewtrans(16)),
+        ("RGB", (8, 8), Preprocessing.fewtrans(32)),  # the digits: upsampled
+        ("RGB", (16, 16), Preprocessing.fewtrans(16)),  # already the size: no resize
+        ("RGB", (97, 61), Preprocessing.bscd(48)),  # a 55 px resize: the crop offset 3.5 rounds
+        ("RGB", (30, 30), Preprocessing("bscd", 40, 36)),  # crop larger than the resize: pads
+        ("L", (33, 21), Preprocessing.bscd(16)),
+        ("RGBA", (12, 50), Preprocessing.fewtrans(24)),
+    ],
+)
+def test_resize_and_crop_equal_torchvision_pixel_for_pixel(
+    mode: str, size: tuple[int, int], transform: Preprocessing
+) -> None:
+    import torchvision.transforms.functional as TF
+
+    pixels = np.random.default_rng(sum(size)).integers(0, 256, (size[1], size[0], len(mode)))
+    image = Image.fromarray(
+        pixels.astype(np.uint8).squeeze(-1) if mode == "L" else pixels.astype(np.uint8), mode
+    )
+    expected = TF.resize(image, [transform.resize, transform.resize])
+    if transform.resize != transform.image_size:
+        expected = TF.center_crop(expected, [transform.image_size, transform.image_size])
+    got = transform.resize_uint8(image)
+    assert got.dtype == torch.uint8
+    assert torch.equal(got, TF.pil_to_tensor(expected))

@@ -66,15 +66,21 @@ class Preprocessing:
         """Resize (and crop) a PIL image to a ``uint8`` tensor ``[3, S, S]`` (cacheable).
 
         FewTrans squashes to ``S x S``; BSCD resizes to ``R x R`` then centre-crops ``S``,
-        both with torchvision's bilinear (antialiased) resize on PIL images.
+        both as torchvision's ``resize``, ``center_crop`` and ``pil_to_tensor`` do on PIL
+        images (Pillow's antialiased bilinear resize), pixel for pixel. Pillow is called
+        directly: importing torchvision took a second in every process that decodes images.
         """
-        import torchvision.transforms.functional as TF
+        import numpy as np
+        import torch
+        from PIL import Image
 
-        resized = TF.resize(image, [self.resize, self.resize])
+        side = (self.resize, self.resize)
+        resized = image if image.size == side else image.resize(side, Image.Resampling.BILINEAR)
         if self.resize != self.image_size:
-            resized = TF.center_crop(resized, [self.image_size, self.image_size])
-        tensor: torch.Tensor = TF.pil_to_tensor(resized)
-        return tensor
+            resized = _centre_crop(resized, self.image_size)
+        width, height = resized.size
+        pixels = torch.as_tensor(np.array(resized, copy=True))
+        return pixels.view(height, width, len(resized.getbands())).permute(2, 0, 1)
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
         """Turn ``uint8 [N, 3, S, S]`` into normalised float32 pixels (on their device)."""
@@ -93,6 +99,18 @@ class Preprocessing:
         """Short content hash, part of feature-cache keys."""
         text = repr(sorted(self.to_dict().items()))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _centre_crop(image: Any, size: int) -> Any:
+    """The crop of torchvision's ``center_crop(image, [size, size])`` of a PIL image."""
+    width, height = image.size
+    if size > width or size > height:  # torchvision pads first; rare enough to ask it
+        import torchvision.transforms.functional as TF
+
+        return TF.center_crop(image, [size, size])
+    top = round((height - size) / 2.0)
+    left = round((width - size) / 2.0)
+    return image.crop((left, top, left + size, top + size))
 
 
 @runtime_checkable
