@@ -63,3 +63,10 @@ def test_verification_cost_benchmark_runs(tmp_path: Path) -> None:
         out=tmp_path,
     )
     assert "worker start" in output and "mean-centroid" in output and "P(catch)" in output
+
+
+@pytest.mark.slow
+def test_demo_embedding_benchmark_runs(tmp_path: Path) -> None:
+    output = run_script("demo_embedding.py", "--images", "40", "--repeats", "1", out=tmp_path)
+    assert "speed-up of the embedding" in output and "features equal" in output
+    assert "importing torchvision added" in output

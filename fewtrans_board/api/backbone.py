@@ -68,7 +68,9 @@ class Preprocessing:
         FewTrans squashes to ``S x S``; BSCD resizes to ``R x R`` then centre-crops ``S``,
         both as torchvision's ``resize``, ``center_crop`` and ``pil_to_tensor`` do on PIL
         images (Pillow's antialiased bilinear resize), pixel for pixel. Pillow is called
-        directly: importing torchvision took a second in every process that decodes images.
+        directly: importing torchvision (and the torch._dynamo it pulls in) cost every
+        plugin worker and shard process that decodes images about a second
+        (``benchmarks/demo_embedding.py``).
         """
         import numpy as np
         import torch

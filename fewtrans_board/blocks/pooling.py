@@ -2,7 +2,7 @@
 
 PyTorch's CPU kernel computes the argmax of every window even where nothing needs it, and on
 the demo CNN it took as long as the convolutions when embedding images (measured:
-``benchmarks/max_pool.py``). A maximum of four strided views gives the same values bit for
+``benchmarks/demo_embedding.py``). A maximum of four strided views gives the same values bit for
 bit (a maximum does no arithmetic; a NaN anywhere in a window wins in both). Only values
 agree, not gradients: ``torch.maximum`` splits a tie's gradient between its inputs where
 ``max_pool2d`` gives it to the first, so anything autograd records takes the reference kernel.
