@@ -137,3 +137,61 @@ def test_manifests_of_one_copy_share_frozen_features(
         rows = {str(item): i for i, item in enumerate(a["items"])}
         for i, item in enumerate(b["items"]):
             assert np.array_equal(a["features"][rows[str(item)]], b["features"][i])
+
+
+@pytest.mark.slow
+def test_a_manifest_too_small_for_its_copy_embeds_only_its_own_items(
+    tmp_path: Path, invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Eight 5-way 1-shot episodes show 471 digits spread over every 256-item chunk of the
+    copy: chunking over the copy would embed all 1,797 (more than 3 times what they show),
+    so the run chunks its own items, embeds each once and records no universe;
+    verification re-chunks over the same items. Control: a shard of the full 600-episode
+    manifest, in the test above, records ``dataset``."""
+    from fewtrans_board.datasets.digits import DIGITS
+    from fewtrans_board.leaderboard.verification.rerun import rerun_universe
+    from fewtrans_board.registry.manager import get_plugin_manager
+    from fewtrans_board.results.load import load_run
+    from fewtrans_board.runner.features import BackboneEmbedder
+    from fewtrans_board.runner.image_scope import CHUNK_WASTE_LIMIT
+
+    embedded: list[int] = []
+    embed = BackboneEmbedder.embed_batches
+
+    def counting(self, batches, batch_size, progress):  # type: ignore[no-untyped-def]
+        embedded.append(sum(len(b) for b in batches))
+        return embed(self, batches, batch_size, progress)
+
+    monkeypatch.setattr(BackboneEmbedder, "embed_batches", counting)
+    pm = get_plugin_manager(entry_points=False)
+    small = tmp_path / "small.parquet"
+    built = invoke(
+        [
+            "manifest", "build", "--protocol", "fewtrans-fixed", "--dataset", "digits",
+            "--ways", "5", "--shots", "1", "--episodes", "8", "--out", str(small),
+        ],
+        pm=pm,
+    )  # fmt: skip
+    assert built.exit_code == 0, built.output
+    manifest = Manifest.load(small)
+    shown = set(episode_items(manifest.episodes()))
+    listing = DIGITS.list_items(None, "all")
+    universe = sorted({item for items in listing for item in items})
+    touched = _chunks(shown, universe)
+    assert sum(len(universe[c * 256 : (c + 1) * 256]) for c in touched) > CHUNK_WASTE_LIMIT * len(
+        shown
+    )
+    result = invoke(
+        [
+            "evaluate", "--model", "demo-cnn.digits", "--adapter", "mean-centroid",
+            "--manifest", str(small), "--out", str(tmp_path / "run"), "--hpe", "single",
+            "--feature-cache-dir", str(tmp_path / "features"), "--quiet", "--device", "cpu",
+            "--isolation", "inline",
+        ],
+        pm=pm,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert sum(embedded) == len(shown)
+    identity = load_run(tmp_path / "run").provenance.identity
+    assert identity.feature_universe is None
+    assert rerun_universe(identity.feature_universe, DIGITS, None, manifest) == sorted(shown)

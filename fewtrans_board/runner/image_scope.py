@@ -14,13 +14,14 @@ once per dataset copy and backbone too (:data:`FEATURE_UNIVERSE`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.episodes.build import listing_fingerprint
+from fewtrans_board.runner.features import CHUNK
 from fewtrans_board.runner.plan import RunPlan, episode_items
 
 if TYPE_CHECKING:
@@ -33,8 +34,15 @@ FEATURE_UNIVERSE = "dataset"
 """A run's ``feature_universe``: frozen features are embedded in fixed chunks of the copy's
 items (:func:`decoded_scope`), so every manifest of a dataset copy shares one feature-cache
 entry per backbone. Runs recorded without it chunked their own episodes' items (older runs,
-and ``--limit`` smoke runs, which would otherwise embed whole chunks for a few episodes);
+``--limit`` smoke runs, and runs of a manifest too small for the copy:
+:data:`CHUNK_WASTE_LIMIT`), which would otherwise embed whole chunks for a few episodes;
 verification replays whichever the run records."""
+
+CHUNK_WASTE_LIMIT = 3
+"""A run chunks its own items when the copy's chunks its manifest touches hold more than this
+many times the images the manifest shows: eight 5-way 1-shot episodes of the digits show 471
+images and touch all eight chunks (1,797 images), as a few episodes of a large copy would.
+The digits' 600-episode manifests show 896 (classes 5-9, spread over every chunk): 2.0."""
 
 
 @dataclass(frozen=True)
@@ -92,12 +100,24 @@ def decoded_scope(plan: RunPlan) -> DecodedScope:
     )
 
 
-def feature_universe(plan: RunPlan) -> str | None:
+def feature_universe(plan: RunPlan, scope: Callable[[], DecodedScope] | None = None) -> str | None:
     """The run's ``feature_universe`` (:data:`FEATURE_UNIVERSE`), or ``None``.
 
     ``None`` where its frozen features are chunked over its own episodes' items: no cache,
-    a fine-tuning adapter, or a ``--limit`` run.
+    a fine-tuning adapter, a ``--limit`` run, or a manifest too small for its copy
+    (:data:`CHUNK_WASTE_LIMIT`; decided on the whole manifest, so every shard agrees).
+
+    Args:
+        plan: the run.
+        scope: gives its :func:`decoded_scope` where the caller keeps one (called only
+            for a run whose features are cached).
     """
     spec = plan.spec
     served = spec.feature_cache and plan.adapter_cls.frozen_backbone
-    return FEATURE_UNIVERSE if served and spec.limit is None else None
+    if not served or spec.limit is not None:
+        return None
+    shown = set(episode_items(plan.manifest.episodes()))
+    items = (scope() if scope is not None else decoded_scope(plan)).items
+    touched = {position // CHUNK for position, item in enumerate(items) if item in shown}
+    embedded = sum(len(items[chunk * CHUNK : (chunk + 1) * CHUNK]) for chunk in touched)
+    return FEATURE_UNIVERSE if embedded <= CHUNK_WASTE_LIMIT * len(shown) else None

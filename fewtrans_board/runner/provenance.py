@@ -19,13 +19,12 @@ from fewtrans_board.hpe.protocols import hpe_roles
 from fewtrans_board.registry.files import files_record
 from fewtrans_board.results.documents import RunProvenance
 from fewtrans_board.results.row_schema import SCHEMA_VERSION, run_id_of
-from fewtrans_board.runner.image_scope import feature_universe
 from fewtrans_board.runner.plan import RunPlan, lockstep_settings
 from fewtrans_board.runner.spec import cpu_flags_digest, cpu_model, resolved_threads
 from fewtrans_board.runner.worker.remote import ModelFacts
 
 
-def run_identity(plan: RunPlan, weights_id: str) -> dict[str, Any]:
+def run_identity(plan: RunPlan, weights_id: str, universe: str | None) -> dict[str, Any]:
     """The fields that define a run's results (paths and executor choices excluded).
 
     Stored in ``run.json`` and checked on resume. A published recipe (name and version)
@@ -35,6 +34,7 @@ def run_identity(plan: RunPlan, weights_id: str) -> dict[str, Any]:
     Args:
         plan: the run.
         weights_id: the loaded model's weights identity.
+        universe: its ``feature_universe`` (:func:`~fewtrans_board.runner.image_scope.feature_universe`).
     """
     spec = plan.spec
     identity: dict[str, Any] = {
@@ -55,15 +55,14 @@ def run_identity(plan: RunPlan, weights_id: str) -> dict[str, Any]:
     recipe = plan.centre.recipe
     if recipe is not None:
         identity["recipe"] = {"name": recipe.name, "version": recipe.version}
-    universe = feature_universe(plan)
     if universe is not None:  # verification must chunk the features the same way
         identity["feature_universe"] = universe
     return identity
 
 
-def run_id(plan: RunPlan, weights_id: str) -> str:
+def run_id(plan: RunPlan, weights_id: str, universe: str | None) -> str:
     """Short hash of the run's identity."""
-    return str(run_id_of(run_identity(plan, weights_id)))
+    return str(run_id_of(run_identity(plan, weights_id, universe)))
 
 
 def run_environment(plan: RunPlan, device: str) -> dict[str, Any]:
@@ -118,19 +117,22 @@ def preprocessing(plan: RunPlan, facts: ModelFacts) -> Preprocessing:
     return Preprocessing.named(plan.manifest.preprocessing, facts.image_size)
 
 
-def run_provenance(plan: RunPlan, facts: ModelFacts, device: str) -> dict[str, Any]:
+def run_provenance(
+    plan: RunPlan, facts: ModelFacts, device: str, universe: str | None
+) -> dict[str, Any]:
     """Everything a reader needs to trust a number (stored in every shard).
 
     Args:
         plan: the run.
         facts: the loaded model's facts, wherever it runs.
         device: the device this process computes on (its batching settings).
+        universe: its ``feature_universe``, as for :func:`run_identity`.
 
     Returns:
         Identity, code and model versions, protocol, manifest, preprocessing, the numeric
         environment (with the isolation the plugins ran under) and batching settings.
     """
-    identity = run_identity(plan, facts.weights_id)
+    identity = run_identity(plan, facts.weights_id, universe)
     return {
         "run_id": run_id_of(identity),
         "identity": identity,

@@ -109,6 +109,8 @@ class RunSession:
         self._images: ImageStore | None = None
         self._features: FeatureCache | None = None
         self._scope: DecodedScope | None = None
+        self._feature_universe: str | None = None
+        self._universe_decided = False
         self._run_id: str | None = None
 
     def __enter__(self) -> RunSession:
@@ -194,6 +196,14 @@ class RunSession:
         return self._scope
 
     @property
+    def feature_universe(self) -> str | None:
+        """What frozen features are chunked over (recorded in the run's identity)."""
+        if not self._universe_decided:
+            self._feature_universe = feature_universe(self.plan, lambda: self.scope)
+            self._universe_decided = True
+        return self._feature_universe
+
+    @property
     def images(self) -> ImageStore:
         """The per-process image store (reading the shared decoded file when one is set)."""
         if self._images is None:
@@ -228,7 +238,7 @@ class RunSession:
             # The copy's items: every manifest of the copy reads one entry per backbone.
             universe = (
                 self.scope.items
-                if feature_universe(plan) is not None
+                if self.feature_universe is not None
                 else sorted(set(episode_items(plan.episodes)))
             )
             embedder = (
@@ -259,12 +269,16 @@ class RunSession:
 
     def identity(self) -> dict[str, Any]:
         """The run identity stored in ``run.json`` and checked on resume."""
-        return provenance.run_identity(self.plan, self.model_facts.weights_id)
+        return provenance.run_identity(
+            self.plan, self.model_facts.weights_id, self.feature_universe
+        )
 
     def run_id(self) -> str:
         """Short hash of the identity (loads the model, or starts the worker, once)."""
         if self._run_id is None:
-            self._run_id = provenance.run_id(self.plan, self.model_facts.weights_id)
+            self._run_id = provenance.run_id(
+                self.plan, self.model_facts.weights_id, self.feature_universe
+            )
         return self._run_id
 
     def numeric_environment(self) -> dict[str, Any]:
@@ -273,7 +287,9 @@ class RunSession:
 
     def provenance(self) -> dict[str, Any]:
         """Everything a reader needs to trust a number (stored in every shard)."""
-        return provenance.run_provenance(self.plan, self.model_facts, self.device)
+        return provenance.run_provenance(
+            self.plan, self.model_facts, self.device, self.feature_universe
+        )
 
     # --- one episode ----------------------------------------------------------------------
 
