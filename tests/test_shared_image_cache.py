@@ -71,6 +71,21 @@ def _chunks(items: set[str], universe: list[str], size: int = 256) -> set[int]:
     return {position[item] // size for item in items}
 
 
+def count_embedded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of images of each in-process embedding call, appended as they happen."""
+    from fewtrans_board.runner.features import BackboneEmbedder
+
+    embedded: list[int] = []
+    embed = BackboneEmbedder.embed_batches
+
+    def counting(self, batches, batch_size, progress):  # type: ignore[no-untyped-def]
+        embedded.append(sum(len(b) for b in batches))
+        return embed(self, batches, batch_size, progress)
+
+    monkeypatch.setattr(BackboneEmbedder, "embed_batches", counting)
+    return embedded
+
+
 @pytest.mark.slow
 def test_manifests_of_one_copy_share_frozen_features(
     tmp_path: Path, invoke, monkeypatch: pytest.MonkeyPatch
@@ -86,16 +101,8 @@ def test_manifests_of_one_copy_share_frozen_features(
     from fewtrans_board.leaderboard.verification.rerun import rerun_universe
     from fewtrans_board.registry.manager import get_plugin_manager
     from fewtrans_board.results.load import load_run
-    from fewtrans_board.runner.features import BackboneEmbedder
 
-    embedded: list[int] = []
-    embed = BackboneEmbedder.embed_batches
-
-    def counting(self, batches, batch_size, progress):  # type: ignore[no-untyped-def]
-        embedded.append(sum(len(b) for b in batches))
-        return embed(self, batches, batch_size, progress)
-
-    monkeypatch.setattr(BackboneEmbedder, "embed_batches", counting)
+    embedded = count_embedded(monkeypatch)
     shared = tmp_path / "features"
     listing = DIGITS.list_items(None, "all")
     universe = sorted({item for items in listing for item in items})
@@ -152,17 +159,9 @@ def test_a_manifest_too_small_for_its_copy_embeds_only_its_own_items(
     from fewtrans_board.leaderboard.verification.rerun import rerun_universe
     from fewtrans_board.registry.manager import get_plugin_manager
     from fewtrans_board.results.load import load_run
-    from fewtrans_board.runner.features import BackboneEmbedder
     from fewtrans_board.runner.image_scope import CHUNK_WASTE_LIMIT
 
-    embedded: list[int] = []
-    embed = BackboneEmbedder.embed_batches
-
-    def counting(self, batches, batch_size, progress):  # type: ignore[no-untyped-def]
-        embedded.append(sum(len(b) for b in batches))
-        return embed(self, batches, batch_size, progress)
-
-    monkeypatch.setattr(BackboneEmbedder, "embed_batches", counting)
+    embedded = count_embedded(monkeypatch)
     pm = get_plugin_manager(entry_points=False)
     small = tmp_path / "small.parquet"
     built = invoke(

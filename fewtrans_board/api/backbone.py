@@ -69,7 +69,7 @@ class Preprocessing:
         both as torchvision's ``resize``, ``center_crop`` and ``pil_to_tensor`` do on PIL
         images (Pillow's antialiased bilinear resize), pixel for pixel. Pillow is called
         directly: importing torchvision (and the torch._dynamo it pulls in) cost every
-        plugin worker and shard process that decodes images about a second
+        plugin worker and shard process that decodes images 1.5 s
         (``benchmarks/demo_embedding.py``).
         """
         import numpy as np

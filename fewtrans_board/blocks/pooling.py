@@ -1,8 +1,9 @@
-"""2x2 max pooling with ``F.max_pool2d(x, 2)``'s values, about 4x faster on CPU without autograd.
+"""2x2 max pooling with ``F.max_pool2d(x, 2)``'s values, faster on CPU without autograd.
 
 PyTorch's CPU kernel computes the argmax of every window even where nothing needs it, and on
-the demo CNN it took as long as the convolutions when embedding images (measured:
-``benchmarks/demo_embedding.py``). A maximum of four strided views gives the same values bit for
+the demo CNN it took as long as the convolutions when embedding images; with this pooling the
+embedding runs 1.36x faster (``benchmarks/demo_embedding.py``). A maximum of four strided
+views gives the same values bit for
 bit (a maximum does no arithmetic; a NaN anywhere in a window wins in both). Only values
 agree, not gradients: ``torch.maximum`` splits a tie's gradient between its inputs where
 ``max_pool2d`` gives it to the first, so anything autograd records takes the reference kernel.
