@@ -95,7 +95,8 @@ def main() -> None:
     reference = with_reference_pooling(build_demo_cnn().eval())
     reference.load_state_dict(fast.state_dict())
     images = torch.rand(args.images, 3, IMAGE_SIZE, IMAGE_SIZE)
-    embed(fast, images[:CHUNK]), embed(reference, images[:CHUNK])  # warm-up
+    for model in (fast, reference):  # warm-up
+        embed(model, images[:CHUNK])
     times: dict[str, list[float]] = {"max_pool2d": [], "fast": []}
     features = {}
     for _ in range(args.repeats):  # interleaved, so a busy neighbour slows both alike

@@ -7,6 +7,7 @@ worker (``preflight``'s re-run).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -109,8 +110,6 @@ class RunSession:
         self._images: ImageStore | None = None
         self._features: FeatureCache | None = None
         self._scope: DecodedScope | None = None
-        self._feature_universe: str | None = None
-        self._universe_decided = False
         self._run_id: str | None = None
 
     def __enter__(self) -> RunSession:
@@ -195,13 +194,10 @@ class RunSession:
             self._scope = decoded_scope(self.plan)
         return self._scope
 
-    @property
+    @functools.cached_property
     def feature_universe(self) -> str | None:
         """What frozen features are chunked over (recorded in the run's identity)."""
-        if not self._universe_decided:
-            self._feature_universe = feature_universe(self.plan, lambda: self.scope)
-            self._universe_decided = True
-        return self._feature_universe
+        return feature_universe(self.plan, lambda: self.scope)
 
     @property
     def images(self) -> ImageStore:
