@@ -8,19 +8,23 @@ the fusion of the stored members (vote: their predictions; logit-mean: their log
 A stored entry read without its logits blobs (``RunResults.blobs`` not empty) is checked
 for everything but what needs logits: accuracies, completeness, the grid and the vote
 ensembles; its logit-mean rows are rechecked when the blobs are fetched.
+
+Every check first runs on all groups at once (:mod:`~fewtrans_board.leaderboard.row_arrays`);
+only a run that fails there (or has a form only the group checks handle) is checked group
+by group, which names the first fault.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from fewtrans_board.core.canonical import canonical_json
 from fewtrans_board.core.errors import SubmissionError
-from fewtrans_board.episodes.manifest import Manifest
+from fewtrans_board.episodes.manifest import Manifest, ManifestEpisode
 from fewtrans_board.hpe.aggregate import fuse
+from fewtrans_board.leaderboard.row_arrays import RowArrays, all_rows_pass
 from fewtrans_board.results.load import RunResults
 from fewtrans_board.results.row_schema import (
     CONFIG_KIND,
@@ -28,40 +32,6 @@ from fewtrans_board.results.row_schema import (
     ENSEMBLES,
     accuracy_percent,
 )
-
-_ROW_COLUMNS = "episode split kind aggregation config_index config n_way n_query accuracy"
-"""The scalar columns the checks read (as arrays)."""
-
-
-@dataclass
-class _Columns:
-    """The result table as arrays (one pass, no Python objects per logit)."""
-
-    rows: dict[str, np.ndarray]
-    predictions: np.ndarray
-    pred_offsets: np.ndarray
-    logits: np.ndarray
-    logit_offsets: np.ndarray
-    logit_valid: np.ndarray
-
-    @classmethod
-    def of(cls, run: RunResults) -> _Columns:
-        predictions = run.table.column("predictions").combine_chunks()
-        logits = run.table.column("logits").combine_chunks()
-        return cls(
-            rows={name: run.column(name) for name in _ROW_COLUMNS.split()},
-            predictions=predictions.flatten().to_numpy(zero_copy_only=False),
-            pred_offsets=predictions.offsets.to_numpy(),
-            logits=logits.flatten().to_numpy(zero_copy_only=False),
-            logit_offsets=logits.offsets.to_numpy(),
-            logit_valid=~logits.is_null().to_numpy(zero_copy_only=False),
-        )
-
-    def prediction(self, i: int) -> np.ndarray:
-        return self.predictions[self.pred_offsets[i] : self.pred_offsets[i + 1]]
-
-    def logit(self, i: int) -> np.ndarray:
-        return self.logits[self.logit_offsets[i] : self.logit_offsets[i + 1]]
 
 
 def check_rows(run: RunResults, manifest: Manifest, grid: list[dict[str, Any]]) -> bool:
@@ -78,9 +48,23 @@ def check_rows(run: RunResults, manifest: Manifest, grid: list[dict[str, Any]]) 
             that is not the manifest's), naming the episode and row.
     """
     with_logits = run.logits_present
-    columns = _Columns.of(run)
-    rows = columns.rows
+    arrays = RowArrays.of(run)
     episodes = manifest.episodes()
+    expected_configs = [canonical_json(c) for c in grid]
+    if not all_rows_pass(arrays, episodes, expected_configs, with_logits):
+        _check_each_group(run.dataset, arrays, episodes, expected_configs, with_logits)
+    return with_logits
+
+
+def _check_each_group(
+    dataset: str,
+    columns: RowArrays,
+    episodes: list[ManifestEpisode],
+    expected_configs: list[str],
+    with_logits: bool,
+) -> None:
+    """The group checks one (episode, split) group at a time, raising at the first fault."""
+    rows = columns.rows
     groups: dict[tuple[int, str], list[int]] = {}
     for i, (e, split) in enumerate(zip(rows["episode"], rows["split"], strict=True)):
         groups.setdefault((int(e), str(split)), []).append(i)
@@ -91,31 +75,29 @@ def check_rows(run: RunResults, manifest: Manifest, grid: list[dict[str, Any]]) 
     if missing or extra:
         raise SubmissionError(
             "incomplete",
-            f"{run.dataset}: (episode, split) groups missing {missing[:10]} or unknown {extra[:10]}; "
+            f"{dataset}: (episode, split) groups missing {missing[:10]} or unknown {extra[:10]}; "
             "every episode of the manifest must appear exactly once",
         )
-    expected_configs = [canonical_json(c) for c in grid]
-    stream = run.column("stream_index")
+    stream = rows["stream_index"]
     for (index, split), row_ids in sorted(groups.items()):
         episode = episodes[index]
         if (stream[row_ids] != episode.stream_index).any():
             raise SubmissionError(
                 "bad-rows",
-                f"{run.dataset}: episode {index} ({split}) rows give stream index "
+                f"{dataset}: episode {index} ({split}) rows give stream index "
                 f"{sorted(set(stream[row_ids].tolist()))[:3]}, the manifest's is "
                 f"{episode.stream_index}",
             )
         pairs = episode.novel_query if split == "novel" else episode.query
         labels = np.array([label for _, label in pairs])
         ways = len(episode.novel_classes) if split == "novel" else episode.ways
-        name = f"{run.dataset}: episode {index} ({split})"
+        name = f"{dataset}: episode {index} ({split})"
         _check_group(name, columns, row_ids, labels, ways, expected_configs, with_logits)
-    return with_logits
 
 
 def _check_group(
     name: str,
-    columns: _Columns,
+    columns: RowArrays,
     row_ids: list[int],
     labels: np.ndarray,
     ways: int,
@@ -173,7 +155,7 @@ def _check_group(
 
 
 def _checked_predictions(
-    columns: _Columns, i: int, where: str, labels: np.ndarray, w: int
+    columns: RowArrays, i: int, where: str, labels: np.ndarray, w: int
 ) -> np.ndarray:
     """Row ``i``'s predictions: the manifest's shape, labels in range, its stored accuracy."""
     rows, q = columns.rows, len(labels)
@@ -200,7 +182,7 @@ def _checked_predictions(
     return pred
 
 
-def _checked_logits(columns: _Columns, i: int, where: str, pred: np.ndarray, w: int) -> np.ndarray:
+def _checked_logits(columns: RowArrays, i: int, where: str, pred: np.ndarray, w: int) -> np.ndarray:
     """Row ``i``'s logits as ``[Q, W]``: finite, of the manifest's shape, argmax its predictions."""
     q = len(pred)
     values = columns.logit(i)
