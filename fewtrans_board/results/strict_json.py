@@ -49,6 +49,8 @@ def json_fault(value: Any, path: str = "", depth: int = 0) -> tuple[str, str] | 
     Nesting deeper than :data:`MAX_DEPTH`, a non-finite number, or something that is not a
     JSON value (metadata decoded by a laxer reader than :func:`load_json` may hold them).
     """
+    if _is_plain(value, depth):
+        return None
     where = path or "the document"
     if depth > MAX_DEPTH:
         return where, f"is nested more than {MAX_DEPTH} levels deep"
@@ -67,6 +69,34 @@ def json_fault(value: Any, path: str = "", depth: int = 0) -> tuple[str, str] | 
         if found:
             return found
     return None
+
+
+def _is_plain(value: Any, depth: int) -> bool:
+    """Whether :func:`json_fault` finds nothing (checked without building key paths).
+
+    Status and provenance documents hold long lists of numbers; naming the path of each
+    value only matters for the one at fault.
+    """
+    if depth > MAX_DEPTH:
+        return False
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, list):
+        items = value
+    elif isinstance(value, float):
+        return math.isfinite(value)
+    else:
+        return value is None or isinstance(value, str | int)
+    for item in items:
+        if isinstance(item, dict | list):
+            if not _is_plain(item, depth + 1):
+                return False
+        elif isinstance(item, float):
+            if not math.isfinite(item) or depth + 1 > MAX_DEPTH:
+                return False
+        elif not (item is None or isinstance(item, str | int)) or depth + 1 > MAX_DEPTH:
+            return False
+    return True
 
 
 def _refuse_constant(name: str) -> NoReturn:
