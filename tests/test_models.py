@@ -111,6 +111,34 @@ def test_open_clip_checkpoint_gives_the_in_memory_features(
     assert check_model(spec, weights=path).passed[-1] == "text features"
 
 
+def test_an_architectures_tokenizer_is_built_once_and_each_model_gets_its_own_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import open_clip
+
+    from fewtrans_board.models.open_clip_family import tokenizer_for
+
+    name = register_tiny_clip_config()
+    built: list[str] = []
+    real_get_tokenizer = open_clip.get_tokenizer
+
+    def counting(arch: str) -> object:
+        built.append(arch)
+        return real_get_tokenizer(arch)
+
+    monkeypatch.setattr(open_clip, "get_tokenizer", counting)
+    first, second = tokenizer_for(name), tokenizer_for(name)
+    assert built == [name]  # the vocabulary was read once
+    texts = ["a photo of a cat.", "a photo of a dog."]
+    assert torch.equal(first(texts), real_get_tokenizer(name)(texts))
+    assert torch.equal(second(texts), real_get_tokenizer(name)(texts))
+    second.context_length = 5  # one model's setting stays its own
+    assert first(texts).shape[1] == real_get_tokenizer(name).context_length
+    assert second(texts).shape[1] == 5
+    monkeypatch.undo()
+    assert tokenizer_for(name) is not first and built == [name]  # the real factory's own entry
+
+
 def test_open_clip_needs_a_tag_or_weights(registry: Registry) -> None:
     with pytest.raises(FewtransError, match="give a pretrained tag"):
         registry.model("open-clip:ViT-B-16").obj.load()

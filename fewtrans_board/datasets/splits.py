@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from fewtrans_board.api.dataset_spec import ClassSplit
@@ -10,8 +12,9 @@ FEWTRANS_SPLIT_SEED = 22
 """FewTrans's ``dataset_spec.SEED`` ("exactly matching the original Meta-Dataset code")."""
 
 
+@functools.cache
 def fewtrans_split(n_classes: int, n_base: int) -> ClassSplit:
-    """Draw the FewTrans base/novel split of a dataset.
+    """Draw the FewTrans base/novel split of a dataset (once per process: the draw is fixed).
 
     A fresh ``RandomState(22)`` draws ``choice(n_classes, n_base, replace=False)``; the base
     classes keep that random order (episode sampling depends on it) and the novel classes

@@ -62,12 +62,12 @@ def tiny_clip_backbone(seed: int = 0) -> Backbone:
     import open_clip
     import torch
 
-    from fewtrans_board.models.open_clip_family import backbone_from_open_clip
+    from fewtrans_board.models.open_clip_family import backbone_from_open_clip, tokenizer_for
 
     name = register_tiny_clip_config()
     torch.manual_seed(seed)
     model = open_clip.create_model(name, pretrained=None).eval()
-    tokenizer = open_clip.get_tokenizer(name)
+    tokenizer = tokenizer_for(name)
     return backbone_from_open_clip(
         model,
         tokenizer,
