@@ -244,6 +244,9 @@ def test_identical_methods_get_identical_replicates() -> None:
     assert all(np.array_equal(r, rows[0]) for r in rows)
     counts = resample_counts(np.random.default_rng(1), 600, 400, 600)
     assert (counts.sum(axis=1) == 600).all()
+    # The same draws, counted one resample at a time.
+    draws = np.random.default_rng(1).integers(0, 600, size=(400, 600))
+    assert np.array_equal(counts, np.stack([np.bincount(row, minlength=600) for row in draws]))
 
 
 def paired_base_novel(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

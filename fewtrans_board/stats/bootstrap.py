@@ -46,8 +46,8 @@ def resample_counts(
     so a seeded generator gives the same resamples as gathering those indices would.
     """
     index = rng.integers(0, episodes, size=(resamples, draws))
-    flat = (index + episodes * np.arange(resamples)[:, None]).ravel()
-    counts = np.bincount(flat, minlength=resamples * episodes)
+    index += (episodes * np.arange(resamples))[:, None]  # in place: a resample's own bins
+    counts = np.bincount(index.ravel(), minlength=resamples * episodes)
     return counts.reshape(resamples, episodes).astype(np.float64)
 
 
