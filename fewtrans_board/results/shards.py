@@ -250,6 +250,11 @@ def _canonical_parts(array: Any) -> Iterator[bytes]:
     import pyarrow as pa
 
     if pa.types.is_dictionary(array.type):
+        text = _dictionary_text(array)
+        if text is not None:
+            yield np.zeros(len(array), dtype=np.uint8).tobytes()  # no nulls
+            yield text
+            return
         array = array.dictionary_decode()
     yield np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=np.uint8).tobytes()
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
@@ -266,3 +271,24 @@ def _canonical_parts(array: Any) -> Iterator[bytes]:
         yield values.astype(values.dtype.newbyteorder("<")).tobytes()
     else:
         raise TypeError(f"no canonical form for column type {array.type}")
+
+
+def _dictionary_text(array: Any) -> bytes | None:
+    """``canonical_json`` of a dictionary-encoded text array, each distinct value encoded once.
+
+    ``None`` where the array holds nulls or is not text. The bytes equal
+    ``canonical_json(array.dictionary_decode().to_pylist())``: a list of strings is its
+    items' JSON joined by commas.
+    """
+    import pyarrow as pa
+
+    kind = array.type.value_type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        return None
+    if array.null_count or array.dictionary.null_count:
+        return None
+    encoded = np.asarray(
+        [canonical_json(value) for value in array.dictionary.to_pylist()], dtype=object
+    )
+    indices = array.indices.to_numpy(zero_copy_only=False)
+    return ("[" + ",".join(encoded[indices].tolist()) + "]").encode()
