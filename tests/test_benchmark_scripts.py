@@ -70,3 +70,10 @@ def test_demo_embedding_benchmark_runs(tmp_path: Path) -> None:
     output = run_script("demo_embedding.py", "--images", "40", "--repeats", "1", out=tmp_path)
     assert "speed-up of the embedding" in output and "features equal" in output
     assert "importing torchvision added" in output
+
+
+@pytest.mark.slow
+def test_store_reading_benchmark_runs(tmp_path: Path) -> None:
+    output = run_script("store_reading.py", "--repeats", "1", "--resamples", "200", out=tmp_path)
+    assert "every run passes at once: True" in output
+    assert "digests equal: True" in output and "counts equal: True" in output
