@@ -63,6 +63,7 @@ from fewtrans_board.website.regimes import (
 )
 from fewtrans_board.website.reporting import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, shots_of
 from fewtrans_board.website.settings_model import SettingsComparison
+from fewtrans_board.website.template_code import TEMPLATE_CODE
 from fewtrans_board.website.text import column_label, plain_tex
 
 AGGREGATION_TITLES = {
@@ -79,6 +80,7 @@ def environment(templates: Path) -> Environment:
         autoescape=select_autoescape(default=True, default_for_string=True),
         undefined=StrictUndefined,
         keep_trailing_newline=True,
+        bytecode_cache=TEMPLATE_CODE,
     )
     env.globals.update(version=__version__, paper_leader=paper_leader)
     env.filters.update(plain_tex=plain_tex, column_label=column_label)
