@@ -14,6 +14,10 @@ rechecks it. On the store given (the committed one by default) this times, in th
 3. Bootstrap counts: :func:`~fewtrans_board.stats.bootstrap.resample_counts` of 10,000
    resamples of 600 episodes against the former form (a second, offset copy of the draws);
    the counts must be equal.
+4. Site templates: every site template loaded by a fresh environment (each site build and
+   reproduction report makes one) with the process's compiled-template cache, warm, against
+   an environment without it (every template parsed and compiled). That cached builds write
+   the same pages is what ``tests/test_build_cache.py`` checks.
 
 The best of ``--repeats`` runs of each is compared; ratios are printed; no absolute time is a
 claim.
@@ -90,6 +94,19 @@ def former_counts(
     return counts.reshape(resamples, episodes).astype(np.float64)
 
 
+def template_loads(cached: bool) -> list[str]:
+    """Every site template loaded by a fresh environment (their names)."""
+    from fewtrans_board.website.build import environment
+    from fewtrans_board.website.data import site_files_dir
+
+    templates = site_files_dir() / "templates"
+    env = environment(templates)
+    if not cached:
+        env.bytecode_cache = None
+    names = sorted(p.name for p in templates.glob("*.html"))
+    return [env.get_template(name).name or "" for name in names]
+
+
 def compare(label: str, before: float, after: float, check: str) -> None:
     print(
         f"{label}: {before * 1000:.1f} ms before, {after * 1000:.1f} ms now, speed-up {before / after:.2f}x ({check})"
@@ -134,6 +151,11 @@ def main() -> None:
         after,
         f"counts equal: {np.array_equal(new, old)}",
     )
+
+    template_loads(True)  # the cache warm, as from the second build of a process on
+    after, loaded = best(args.repeats, lambda: template_loads(True))
+    before, _ = best(args.repeats, lambda: template_loads(False))
+    compare(f"loading {len(loaded)} site templates", before, after, "compiled once per process")
 
 
 if __name__ == "__main__":

@@ -77,3 +77,4 @@ def test_store_reading_benchmark_runs(tmp_path: Path) -> None:
     output = run_script("store_reading.py", "--repeats", "1", "--resamples", "200", out=tmp_path)
     assert "every run passes at once: True" in output
     assert "digests equal: True" in output and "counts equal: True" in output
+    assert "site templates" in output
