@@ -82,9 +82,9 @@ class ConfigField:
     choices: tuple[str, ...] | None = None
     """The values a string field may take (``None``: any string)."""
 
-    @property
+    @functools.cached_property
     def valid(self) -> Range:
-        """The range as a :class:`Range`."""
+        """The range as a :class:`Range` (built once: every config built checks each field)."""
         return Range.of(self.range)
 
 
