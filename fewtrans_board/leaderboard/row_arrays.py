@@ -137,13 +137,12 @@ def all_rows_pass(
     config_index = rows["config_index"][is_config]
     if not (rows["config"][is_config] == np.asarray(expected_configs)[config_index]).all():
         return False
-    members = np.flatnonzero(is_config)
-    members = members[np.lexsort((keys[members], config_index, ways[members]))]
-    if with_logits and not _logits_agree(arrays, members, queries, ways):
+    rows_of = np.flatnonzero(is_config)
+    rows_of = rows_of[np.lexsort((keys[rows_of], config_index, ways[rows_of]))]
+    members = _Members.of(arrays, rows_of, queries[rows_of], ways[rows_of], with_logits)
+    if members is None or not members.predictions_at_maxima():
         return False
-    return _ensembles_agree(
-        arrays, keys, members, queries, ways, len(expected_configs), with_logits
-    )
+    return _ensembles_agree(arrays, keys, queries, ways, members, len(expected_configs))
 
 
 def _plain(arrays: RowArrays) -> bool:
@@ -242,23 +241,47 @@ def _accuracies_agree(
     return not (np.abs(accuracy - arrays.rows["accuracy"]) > 1e-9).any()
 
 
-def _logits_agree(
-    arrays: RowArrays, members: np.ndarray, queries: np.ndarray, ways: np.ndarray
-) -> bool:
-    """Grid points' logits: present, finite, ``[Q, W]``, their predictions among the maxima."""
-    sizes = queries[members] * ways[members]
-    if not arrays.logit_valid[members].all():
-        return False
-    if not _spans_fit(arrays.logit_offsets, members, sizes, arrays.logits.size):
-        return False
-    logits = _gather(arrays.logits, arrays.logit_offsets[members], sizes)
-    if not np.isfinite(logits).all():
-        return False
-    row_starts = np.cumsum(sizes) - sizes
-    query_starts = _query_starts(row_starts, queries[members], ways[members])
-    predictions = _gather(arrays.predictions, arrays.pred_offsets[members], queries[members])
-    maxima = np.maximum.reduceat(logits, query_starts)
-    return bool((logits[query_starts + predictions] == maxima).all())
+@dataclass(frozen=True)
+class _Members:
+    """The grid-point rows' values laid end to end, rows ordered by (ways, grid point, group).
+
+    Predictions ``[sum Q]`` and, where checked, logits ``[sum Q x W]``.
+    """
+
+    queries: np.ndarray
+    ways: np.ndarray
+    predictions: np.ndarray
+    logits: np.ndarray | None
+
+    @classmethod
+    def of(
+        cls,
+        arrays: RowArrays,
+        rows: np.ndarray,
+        queries: np.ndarray,
+        ways: np.ndarray,
+        with_logits: bool,
+    ) -> _Members | None:
+        """``None`` unless every grid point's logits are present, ``[Q, W]`` and finite."""
+        predictions = _gather(arrays.predictions, arrays.pred_offsets[rows], queries)
+        if not with_logits:
+            return cls(queries, ways, predictions, None)
+        sizes = queries * ways
+        if not arrays.logit_valid[rows].all():
+            return None
+        if not _spans_fit(arrays.logit_offsets, rows, sizes, arrays.logits.size):
+            return None
+        logits = _gather(arrays.logits, arrays.logit_offsets[rows], sizes)
+        return cls(queries, ways, predictions, logits) if np.isfinite(logits).all() else None
+
+    def predictions_at_maxima(self) -> bool:
+        """Each grid point's predictions are among its logits' maxima (``True`` unchecked)."""
+        if self.logits is None:
+            return True
+        sizes = self.queries * self.ways
+        starts = _query_starts(np.cumsum(sizes) - sizes, self.queries, self.ways)
+        maxima = np.maximum.reduceat(self.logits, starts)
+        return bool((self.logits[starts + self.predictions] == maxima).all())
 
 
 def _query_starts(row_starts: np.ndarray, queries: np.ndarray, ways: np.ndarray) -> np.ndarray:
@@ -271,27 +294,20 @@ def _query_starts(row_starts: np.ndarray, queries: np.ndarray, ways: np.ndarray)
 def _ensembles_agree(
     arrays: RowArrays,
     keys: np.ndarray,
-    members: np.ndarray,
     queries: np.ndarray,
     ways: np.ndarray,
+    members: _Members,
     configs: int,
-    with_logits: bool,
 ) -> bool:
     """Stored ensembles equal the fusion of the stored members, recomputed per way count.
 
-    ``members`` are the grid-point rows ordered by (ways, grid point, group), so the rows of
-    one way count stack into the ``[M, Q, W]`` (and ``[M, Q]``) arrays ``fuse`` takes, with
-    the groups' queries laid end to end; fusion is per query, so this equals fusing each
-    group alone.
+    The members' rows of one way count stack into the ``[M, Q, W]`` (and ``[M, Q]``) arrays
+    ``fuse`` takes, with the groups' queries laid end to end; fusion is per query, so this
+    equals fusing each group alone. Without logits only the vote is recomputed.
     """
     rows = arrays.rows
-    member_predictions = _gather(arrays.predictions, arrays.pred_offsets[members], queries[members])
-    sizes = queries[members] * ways[members]
-    member_logits = (
-        _gather(arrays.logits, arrays.logit_offsets[members], sizes) if with_logits else None
-    )
     stored = {}
-    for aggregation in ENSEMBLES if with_logits else ("vote",):
+    for aggregation in ENSEMBLES if members.logits is not None else ("vote",):
         fused = np.flatnonzero(
             (rows["kind"] == ENSEMBLE_KIND) & (rows["aggregation"] == aggregation)
         )
@@ -300,13 +316,13 @@ def _ensembles_agree(
             arrays.predictions, arrays.pred_offsets[fused], queries[fused]
         )
     at_prediction = at_logit = at_query = 0
-    for way_count in np.unique(ways[members]):
-        count = int(queries[members][ways[members] == way_count].sum()) // configs
-        block = member_predictions[at_prediction : at_prediction + configs * count]
+    for way_count in np.unique(members.ways):
+        count = int(members.queries[members.ways == way_count].sum()) // configs
+        block = members.predictions[at_prediction : at_prediction + configs * count]
         logits = np.zeros((0, count, int(way_count)))
-        if member_logits is not None:
+        if members.logits is not None:
             size = configs * count * int(way_count)
-            logits = member_logits[at_logit : at_logit + size].reshape(configs, count, -1)
+            logits = members.logits[at_logit : at_logit + size].reshape(configs, count, -1)
             at_logit += size
         for aggregation, predictions in stored.items():
             recomputed, _ = fuse(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from fewtrans_board.core.errors import FewtransError
 from fewtrans_board.episodes.build import listing_fingerprint
-from fewtrans_board.runner.features import CHUNK
+from fewtrans_board.runner.features import chunk_index, embedding_batches
 from fewtrans_board.runner.plan import RunPlan, episode_items
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def decoded_scope(plan: RunPlan) -> DecodedScope:
     )
 
 
-def feature_universe(plan: RunPlan, scope: Callable[[], DecodedScope] | None = None) -> str | None:
+def feature_universe(plan: RunPlan, scope: Callable[[], DecodedScope]) -> str | None:
     """The run's ``feature_universe`` (:data:`FEATURE_UNIVERSE`), or ``None``.
 
     ``None`` where its frozen features are chunked over its own episodes' items: no cache,
@@ -109,15 +109,14 @@ def feature_universe(plan: RunPlan, scope: Callable[[], DecodedScope] | None = N
 
     Args:
         plan: the run.
-        scope: gives its :func:`decoded_scope` where the caller keeps one (called only
-            for a run whose features are cached).
+        scope: gives its :func:`decoded_scope` (called only for a run whose features are
+            cached; the caller keeps one).
     """
     spec = plan.spec
     served = spec.feature_cache and plan.adapter_cls.frozen_backbone
     if not served or spec.limit is not None:
         return None
-    shown = set(episode_items(plan.manifest.episodes()))
-    items = (scope() if scope is not None else decoded_scope(plan)).items
-    touched = {position // CHUNK for position, item in enumerate(items) if item in shown}
-    embedded = sum(len(items[chunk * CHUNK : (chunk + 1) * CHUNK]) for chunk in touched)
+    shown = sorted(set(episode_items(plan.manifest.episodes())))
+    items = scope().items
+    embedded = sum(len(b) for b in embedding_batches(shown, items, chunk_index(items)))
     return FEATURE_UNIVERSE if embedded <= CHUNK_WASTE_LIMIT * len(shown) else None
