@@ -43,7 +43,7 @@ results and HPE, never the other way round, and the CLI only wires commands.
 
 SUBLAYERS: dict[str, list[set[str]]] = {
     "core": [
-        {"errors", "version", "__init__", "progress"},
+        {"errors", "version", "__init__", "progress", "digest_cache"},
         {"canonical", "atomic", "threads", "plugin_calls"},
         {"sandbox"},
     ],
