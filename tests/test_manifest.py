@@ -328,3 +328,28 @@ def test_a_manifest_read_again_is_decoded_once_and_its_copies_are_its_callers(
     assert Manifest.load(out, check_sidecar=False).sha256 == first.sha256
     Manifest.load(frozen / "fewtrans-fixed-5w1s--digits.parquet").write(out)
     assert Manifest.load(out).protocol == "fewtrans-fixed"
+
+
+def test_dictionary_columns_decode_to_what_to_pylist_gives() -> None:
+    """The fast decoding of dictionary columns against Arrow's own ``to_pylist`` (the
+    oracle): several chunks with their own dictionaries, nulls (the general path), empty."""
+    import pyarrow as pa
+
+    from fewtrans_board.episodes.manifest import _python_values
+
+    chunks = [
+        pa.array(["query", "support", "query"]).dictionary_encode(),
+        pa.array(["novel", "query"]).dictionary_encode(),
+        pa.array([], type=pa.string()).dictionary_encode(),
+    ]
+    cases = [
+        pa.chunked_array(chunks),
+        pa.chunked_array([pa.array(["a", None, "b"]).dictionary_encode()]),
+        pa.chunked_array([pa.array([3, 1, 2], type=pa.int32())]),
+        pa.chunked_array([], type=pa.dictionary(pa.int32(), pa.string())),
+    ]
+    for column in cases:
+        assert _python_values(column) == column.to_pylist()
+    frozen = pq.read_table(FROZEN_DIR / "fewtrans-varied--digits.parquet")
+    for name in frozen.column_names:
+        assert _python_values(frozen.column(name)) == frozen.column(name).to_pylist(), name
