@@ -222,3 +222,36 @@ def test_composite_models_resolve_members_in_the_callers_registry(tmp_path: Path
     write_checkpoint(checkpoint_excluded, encoder, {}, {"method": "protonet", "base_model": member})
     with pytest.raises(UnknownNameError, match=member):
         excluding.load_model("meta-trained", checkpoint_excluded)
+
+
+def test_a_selection_fit_runs_with_one_blas_thread_and_restores_the_pools(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tiny logistic regressions run single-threaded (threads only contend); the pools are
+    found once per process and given back their sizes after each fit."""
+    from sklearn.linear_model import LogisticRegression
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from fewtrans_board.methods.adapters.layer_selection import lbfgs_loss
+
+    def pools() -> dict[str, int]:
+        return {p["filepath"]: p["num_threads"] for p in threadpool_info()}
+
+    seen: list[dict[str, int]] = []
+    real_fit = LogisticRegression.fit
+
+    def recording(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(pools())
+        return real_fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(LogisticRegression, "fit", recording)
+    rng = np.random.default_rng(0)
+    features, labels = rng.normal(size=(12, 4)), np.arange(12) % 3
+    with threadpool_limits(2):  # two threads each, whatever this machine's default
+        before = pools()
+        for _ in range(2):
+            lbfgs_loss(features, labels, features, labels)
+        after = pools()
+    assert before and set(before.values()) == {2}
+    assert len(seen) == 2 and all(s == dict.fromkeys(before, 1) for s in seen)
+    assert after == before
