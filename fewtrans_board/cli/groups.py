@@ -106,6 +106,8 @@ def device_problem(device: str) -> str | None:
     Args:
         device: a torch device string (``cpu``, ``cuda``, ``cuda:1``, ``mps``).
     """
+    if device == "cpu":
+        return None  # without importing torch (1-2 s) in a command that may never need it
     import torch
 
     try:
