@@ -11,6 +11,7 @@ the value, print no traceback, report no bug ("failed unexpectedly"), and write 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -371,11 +372,16 @@ def build_cache_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     """Size and mtime of everything under ``root`` (git's own bookkeeping excluded)."""
-    return {
-        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
-        for p in root.rglob("*")
-        if ".git" not in p.relative_to(root).parts
-    }
+    found = {}
+    for folder, folders, files in os.walk(root):
+        folders[:] = [name for name in folders if name != ".git"]
+        for name in (*folders, *files):
+            if name == ".git":
+                continue
+            path = os.path.join(folder, name)
+            facts = os.stat(path)
+            found[os.path.relpath(path, root)] = (facts.st_size, facts.st_mtime_ns)
+    return found
 
 
 def walk(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
