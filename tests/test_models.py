@@ -292,6 +292,8 @@ def test_fewtrans_and_bscd_transforms() -> None:
         ("RGB", (16, 16), Preprocessing.fewtrans(16)),  # already the size: no resize
         ("RGB", (97, 61), Preprocessing.bscd(48)),  # a 55 px resize: the crop offset 3.5 rounds
         ("RGB", (30, 30), Preprocessing("bscd", 40, 36)),  # crop larger than the resize: pads
+        ("RGBA", (9, 9), Preprocessing("bscd", 13, 8)),  # an odd padding, four bands
+        ("L", (5, 5), Preprocessing("bscd", 8, 3)),  # pads 5 px: 2 left and top, 3 right and bottom
         ("L", (33, 21), Preprocessing.bscd(16)),
         ("RGBA", (12, 50), Preprocessing.fewtrans(24)),
     ],

@@ -104,12 +104,19 @@ class Preprocessing:
 
 
 def _centre_crop(image: Any, size: int) -> Any:
-    """The crop of torchvision's ``center_crop(image, [size, size])`` of a PIL image."""
-    width, height = image.size
-    if size > width or size > height:  # torchvision pads first; rare enough to ask it
-        import torchvision.transforms.functional as TF
+    """The crop of torchvision's ``center_crop(image, [size, size])`` of a PIL image.
 
-        return TF.center_crop(image, [size, size])
+    A crop larger than the image pads it with zeros first, the larger half of an odd
+    padding on the right and bottom, as torchvision does.
+    """
+    width, height = image.size
+    if size > width or size > height:
+        from PIL import ImageOps
+
+        wide, tall = max(size - width, 0), max(size - height, 0)
+        border = (wide // 2, tall // 2, (wide + 1) // 2, (tall + 1) // 2)
+        image = ImageOps.expand(image, border=border, fill=0)
+        width, height = image.size
     top = round((height - size) / 2.0)
     left = round((width - size) / 2.0)
     return image.crop((left, top, left + size, top + size))
