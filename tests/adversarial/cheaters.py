@@ -312,7 +312,7 @@ class ProbeSlow(_TrainingFree):
     time verification spends, that cut the sample to its minimum."""
 
     name = "redteam-probe-slow"
-    SLEEP_S: ClassVar[float] = 6.0
+    SLEEP_S: ClassVar[float] = 2.5
 
     def fit(self, backbone, support, class_names, config):  # type: ignore[no-untyped-def]
         import time

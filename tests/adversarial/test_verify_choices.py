@@ -22,6 +22,7 @@ from fewtrans_board.leaderboard.sub_benchmarks import SubBenchmark
 from fewtrans_board.leaderboard.verification.rerun import EpisodeCheck
 from fewtrans_board.leaderboard.verification.sampling import Seed, plan_sample
 from fewtrans_board.leaderboard.verification.verdict import CostFacts, judge_dataset
+from tests.adversarial.cheaters import ProbeSlow
 from tests.adversarial.conftest import (
     FIXED,
     MANIFESTS,
@@ -195,9 +196,11 @@ def test_a_plugin_slow_only_when_probed_does_not_shrink_the_sample(sample_board:
     forged = edit_bundle(
         bundle, board.work / "probe-slow.zip", board.store / "manifests", forge_episode(target)
     )
-    # Two probed episodes sleep 6 s each in their inductiveness probe: counted in, they
-    # would have projected the 21 re-runs over the 12 s budget and stopped at 19.
-    code, report = board.verify_with(forged, seed=SEED, probe_episodes=2, budget_s=12.0)
+    # Two probed episodes sleep 2.5 s each in their inductiveness probe: counted in, they
+    # would have projected the 21 re-runs over the 5 s budget and stopped at 19. Left out,
+    # the re-runs project about 1 s (0.05 s each, measured): within it up to 0.24 s each.
+    budget_s = 2 * ProbeSlow.SLEEP_S
+    code, report = board.verify_with(forged, seed=SEED, probe_episodes=2, budget_s=budget_s)
     assert code == 1 and report["code"] == "verification-failed", report
     (dataset,) = report["report"]["datasets"]
     assert dataset["rerun_episodes"] == SAMPLE_EPISODES and not dataset["cut_by_budget"]
