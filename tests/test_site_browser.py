@@ -91,6 +91,26 @@ def server(site: Path) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """Headless Chromium, launched once for the module's tests (0.85 s of CPU a launch)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def browser(chromium: Any) -> Iterator[Any]:
+    """The module's Chromium; every page a test opens (each in a context of its own) is
+    closed after it, so no test sees another's."""
+    yield chromium
+    for context in chromium.contexts:
+        context.close()
+
+
 def layout_problems(report: list[dict[str, Any]], page: str) -> tuple[int, list[str]]:
     """Texts outside their SVG's viewport, and overlapping texts; with the count checked."""
     problems, checked = [], 0
@@ -119,54 +139,47 @@ def layout_problems(report: list[dict[str, Any]], page: str) -> tuple[int, list[
     return checked, problems
 
 
-def test_layout_requests_and_screenshots_in_chromium(site: Path, server: str) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_layout_requests_and_screenshots_in_chromium(site: Path, server: str, browser: Any) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     pages = sorted(p.name for p in site.glob("*.html"))
     errors: list[str] = []
     outside: list[str] = []
     problems: list[str] = []
     checked = 0
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on(
-            "request", lambda r: outside.append(r.url) if not r.url.startswith(server) else None
-        )
-        for name in pages:
-            response = page.goto(f"{server}/{name}")
-            assert response is not None and response.ok, name
-            count, found = layout_problems(page.evaluate(GEOMETRY_JS), name)
-            checked += count
-            problems += found
-        # Every regime view is laid out once it is selected.
-        page.goto(f"{server}/benchmark-demo.html")
-        regimes = page.locator("select.regime-select").first.evaluate(
-            "s => Array.from(s.options).map(o => o.value)"
-        )
-        assert len(regimes) >= 2
-        for regime in regimes:
-            page.goto(f"{server}/benchmark-demo.html#regime={regime}")
-            page.reload()
-            count, found = layout_problems(page.evaluate(GEOMETRY_JS), f"#regime={regime}")
-            checked += count
-            problems += found
-        page.goto(f"{server}/benchmark-demo.html#regime=shots-1")
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(server) else None)
+    for name in pages:
+        response = page.goto(f"{server}/{name}")
+        assert response is not None and response.ok, name
+        count, found = layout_problems(page.evaluate(GEOMETRY_JS), name)
+        checked += count
+        problems += found
+    # Every regime view is laid out once it is selected.
+    page.goto(f"{server}/benchmark-demo.html")
+    regimes = page.locator("select.regime-select").first.evaluate(
+        "s => Array.from(s.options).map(o => o.value)"
+    )
+    assert len(regimes) >= 2
+    for regime in regimes:
+        page.goto(f"{server}/benchmark-demo.html#regime={regime}")
         page.reload()
-        page.screenshot(path=str(ARTIFACTS / "benchmark-demo-shots-1.png"), full_page=True)
-        page.goto(f"{server}/index.html")
-        page.screenshot(path=str(ARTIFACTS / "browser-index.png"), full_page=True)
-        method = next(n for n in pages if n.startswith("method-"))
-        page.goto(f"{server}/{method}")
-        page.screenshot(path=str(ARTIFACTS / "browser-method.png"), full_page=True)
-        page.goto(f"{server}/benchmark-demo.html")
-        cost = page.locator("svg:has(title:text-matches('cost', 'i'))").first
-        cost.scroll_into_view_if_needed()
-        cost.screenshot(path=str(ARTIFACTS / "browser-cost-plot.png"))
-        browser.close()
+        count, found = layout_problems(page.evaluate(GEOMETRY_JS), f"#regime={regime}")
+        checked += count
+        problems += found
+    page.goto(f"{server}/benchmark-demo.html#regime=shots-1")
+    page.reload()
+    page.screenshot(path=str(ARTIFACTS / "benchmark-demo-shots-1.png"), full_page=True)
+    page.goto(f"{server}/index.html")
+    page.screenshot(path=str(ARTIFACTS / "browser-index.png"), full_page=True)
+    method = next(n for n in pages if n.startswith("method-"))
+    page.goto(f"{server}/{method}")
+    page.screenshot(path=str(ARTIFACTS / "browser-method.png"), full_page=True)
+    page.goto(f"{server}/benchmark-demo.html")
+    cost = page.locator("svg:has(title:text-matches('cost', 'i'))").first
+    cost.scroll_into_view_if_needed()
+    cost.screenshot(path=str(ARTIFACTS / "browser-cost-plot.png"))
     assert checked > 500, checked  # every plot of every page, not an empty selector
     assert errors == [] and outside == []
     assert not problems, "\n".join(problems[:40])
@@ -228,24 +241,19 @@ def test_every_download_link_resolves_to_a_file_that_parses(site: Path, server: 
 
 
 def test_no_page_is_wider_than_its_window_at_desktop_and_phone_widths(
-    site: Path, server: str
+    site: Path, server: str, browser: Any
 ) -> None:
     """Wide tables scroll inside themselves; headers, figures and text wrap (1400 and 390 px)."""
-    from playwright.sync_api import sync_playwright
-
     pages = sorted(p.name for p in site.glob("*.html"))
     wide: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        for width in (1400, 390):
-            page = browser.new_page(viewport={"width": width, "height": 900})
-            for name in pages:
-                page.goto(f"{server}/{name}")
-                scroll = page.evaluate("() => document.documentElement.scrollWidth")
-                if scroll > width:
-                    wide.append(f"{name} at {width} px: {scroll} px wide")
-            page.close()
-        browser.close()
+    for width in (1400, 390):
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        for name in pages:
+            page.goto(f"{server}/{name}")
+            scroll = page.evaluate("() => document.documentElement.scrollWidth")
+            if scroll > width:
+                wide.append(f"{name} at {width} px: {scroll} px wide")
+        page.close()
     assert len(pages) > 20 and not wide, "\n".join(wide)
 
 
@@ -269,58 +277,50 @@ def _order(keys: list[str]) -> list[tuple[int, Any]]:
     return out
 
 
-def test_every_column_sorts_by_keyboard_with_its_sort_state(site: Path, server: str) -> None:
+def test_every_column_sorts_by_keyboard_with_its_sort_state(
+    site: Path, server: str, browser: Any
+) -> None:
     """Enter on a focused header sorts ascending, again descending (numbers as numbers, the
     'vs reference' column by its difference, empty cells last), and aria-sort says so."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.goto(f"{server}/benchmark-demo.html")
-        headers = page.locator("table.sortable.results").first.locator("thead th")
-        count = headers.count()
-        assert count >= 5
-        for column in range(count):
-            header = headers.nth(column)
-            for direction in ("ascending", "descending"):
-                header.focus()
-                page.keyboard.press("Enter")
-                assert header.get_attribute("aria-sort") == direction
-                order = _order(page.evaluate(SORT_KEYS_JS, column))
-                filled = [k for k in order if k[0] < 2]
-                expected = sorted(filled, reverse=direction == "descending")
-                expected = sorted(expected, key=lambda k: k[0])  # stable: kinds stay in order
-                assert filled == expected, (column, direction, order)
-                assert all(k[0] == 2 for k in order[len(filled) :]), "empty cells sort last"
-        others = [headers.nth(i).get_attribute("aria-sort") for i in range(count - 1)]
-        assert others == ["none"] * (count - 1)
-        browser.close()
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{server}/benchmark-demo.html")
+    headers = page.locator("table.sortable.results").first.locator("thead th")
+    count = headers.count()
+    assert count >= 5
+    for column in range(count):
+        header = headers.nth(column)
+        for direction in ("ascending", "descending"):
+            header.focus()
+            page.keyboard.press("Enter")
+            assert header.get_attribute("aria-sort") == direction
+            order = _order(page.evaluate(SORT_KEYS_JS, column))
+            filled = [k for k in order if k[0] < 2]
+            expected = sorted(filled, reverse=direction == "descending")
+            expected = sorted(expected, key=lambda k: k[0])  # stable: kinds stay in order
+            assert filled == expected, (column, direction, order)
+            assert all(k[0] == 2 for k in order[len(filled) :]), "empty cells sort last"
+    others = [headers.nth(i).get_attribute("aria-sort") for i in range(count - 1)]
+    assert others == ["none"] * (count - 1)
 
 
 def test_a_regime_link_shows_its_regime_in_the_selectors_anchor_format(
-    site: Path, server: str
+    site: Path, server: str, browser: Any
 ) -> None:
     """Index links and the selector share one anchor (#regime=ID); a link shows its regime."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.goto(f"{server}/benchmark-demo.html")
-        links = page.locator("p.regime-index a")
-        assert links.count() >= 2
-        href = str(links.nth(1).get_attribute("href"))
-        assert href.startswith("#regime=")
-        links.nth(1).click()
-        wanted = href.removeprefix("#regime=")
-        shown = page.evaluate(
-            "() => Array.from(document.querySelectorAll('section.regime'))"
-            ".filter((s) => !s.hidden).map((s) => s.dataset.regime)"
-        )
-        assert shown and set(shown) == {wanted}
-        assert page.locator("select.regime-select").first.input_value() == wanted
-        browser.close()
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{server}/benchmark-demo.html")
+    links = page.locator("p.regime-index a")
+    assert links.count() >= 2
+    href = str(links.nth(1).get_attribute("href"))
+    assert href.startswith("#regime=")
+    links.nth(1).click()
+    wanted = href.removeprefix("#regime=")
+    shown = page.evaluate(
+        "() => Array.from(document.querySelectorAll('section.regime'))"
+        ".filter((s) => !s.hidden).map((s) => s.dataset.regime)"
+    )
+    assert shown and set(shown) == {wanted}
+    assert page.locator("select.regime-select").first.input_value() == wanted
 
 
 # Each point label with its marker (same data-point) and leader line, in the SVG's own user
@@ -383,26 +383,23 @@ def label_distance_problems(labels: list[dict[str, Any]], page: str) -> list[str
     return problems
 
 
-def test_every_point_label_is_by_its_own_point_or_joined_to_it(site: Path, server: str) -> None:
+def test_every_point_label_is_by_its_own_point_or_joined_to_it(
+    site: Path, server: str, browser: Any
+) -> None:
     """Issue 40: labels sat ~10 points from their markers under a neighbour's label; the layout
     test saw no overlap. Here each label's rendered box must touch its own marker, or a leader
     line must run from that marker's edge to the label."""
-    from playwright.sync_api import sync_playwright
-
     pages = sorted(p.name for p in site.glob("*.html") if "point-label" in p.read_text("utf-8"))
     assert any(p.startswith("clip-settings-") for p in pages), pages
     assert any(p.startswith("benchmark-") for p in pages), pages  # the cost plots
     problems: list[str] = []
     checked = 0
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        for name in pages:
-            page.goto(f"{server}/{name}")
-            labels = page.evaluate(POINT_LABELS_JS)
-            checked += len(labels)
-            problems += label_distance_problems(labels, name)
-        browser.close()
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    for name in pages:
+        page.goto(f"{server}/{name}")
+        labels = page.evaluate(POINT_LABELS_JS)
+        checked += len(labels)
+        problems += label_distance_problems(labels, name)
     assert checked >= 10, checked
     assert not problems, "\n".join(problems[:40])
 
@@ -487,39 +484,34 @@ def sort_problems(page: str, table: dict[str, Any]) -> tuple[set[str], list[str]
 
 
 def test_every_sortable_column_sorts_by_what_it_shows(
-    site: Path, server: str, tmp_path: Path
+    site: Path, server: str, tmp_path: Path, browser: Any
 ) -> None:
     """Text, numbers, numbers with a CI and ranks with ties, on every page that sorts; the
     check itself catches means with CIs sorted as text (red team) and passes them keyed."""
-    from playwright.sync_api import sync_playwright
-
     sort_red_team(tmp_path)
 
     pages = sorted(p.name for p in site.glob("*.html") if "sortable" in p.read_text("utf-8"))
     kinds: set[str] = set()
     ties = 0
     problems: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        for name in pages:
-            page.goto(f"{server}/{name}")
-            for table in page.evaluate(SORT_ALL_JS):
-                found, wrong = sort_problems(name, table)
-                kinds |= found
-                problems += wrong
-                ties += sum(
-                    "(tie)" in " ".join(c["ascending"])
-                    for c in table["columns"]
-                    if c["header"] == "Rank"
-                )
-        with serving(tmp_path) as red:
-            found = {}
-            for name in ("text.html", "keyed.html"):
-                page.goto(f"{red}/{name}")
-                (table,) = page.evaluate(SORT_ALL_JS)
-                found[name] = sort_problems(name, table)
-        browser.close()
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    for name in pages:
+        page.goto(f"{server}/{name}")
+        for table in page.evaluate(SORT_ALL_JS):
+            found, wrong = sort_problems(name, table)
+            kinds |= found
+            problems += wrong
+            ties += sum(
+                "(tie)" in " ".join(c["ascending"])
+                for c in table["columns"]
+                if c["header"] == "Rank"
+            )
+    with serving(tmp_path) as red:
+        found = {}
+        for name in ("text.html", "keyed.html"):
+            page.goto(f"{red}/{name}")
+            (table,) = page.evaluate(SORT_ALL_JS)
+            found[name] = sort_problems(name, table)
     assert any("Average" in problem for problem in found["text.html"][1]), found
     assert found["keyed.html"][1] == []
     assert {"text", "number", "number with CI", "rank"} <= kinds, kinds
@@ -536,52 +528,47 @@ VISIBLE_ROWS_JS = """
 
 
 def test_the_filter_shows_only_matching_rows_and_the_page_is_whole_without_it(
-    site: Path, server: str
+    site: Path, server: str, browser: Any
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.goto(f"{server}/benchmark-demo.html")
-        rows = page.evaluate(VISIBLE_ROWS_JS)
-        total = len(rows)
-        assert rows and all(r["visible"] for r in rows)
-        # Type one entry's method name: exactly the rows naming it stay.
-        first = page.locator("table.results td.pin a").first.inner_text()
-        word = first.split(" ")[0].lower()
-        page.fill("form.filter input[type=search]", word)
-        rows = page.evaluate(VISIBLE_ROWS_JS)
-        assert any(r["visible"] for r in rows) and not all(r["visible"] for r in rows)
-        assert all(r["visible"] == (word in r["text"]) for r in rows), word
-        headline = [r for r in rows if r["results"]]
-        assert sum(r["visible"] for r in headline) < len(headline)
-        status = page.locator("form.filter .filter-status").inner_text()
-        assert status == f"{sum(r['visible'] for r in rows)} of {len(rows)} rows shown"
-        page.fill("form.filter input[type=search]", "")
-        assert all(r["visible"] for r in page.evaluate(VISIBLE_ROWS_JS))
-        # Press a model's tag: only that model's rows stay; press again to undo.
-        model = next(r["tags"] for r in rows if r["tags"] and r["results"])
-        button = page.locator("form.filter button.filter-tag", has_text=model).first
-        button.click()
-        assert button.get_attribute("aria-pressed") == "true"
-        rows = page.evaluate(VISIBLE_ROWS_JS)
-        assert all(r["visible"] == (model in r["tags"].split(";")) for r in rows)
-        button.click()
-        assert all(r["visible"] for r in page.evaluate(VISIBLE_ROWS_JS))
-        # The index filters its sub-benchmarks the same way.
-        page.goto(f"{server}/index.html")
-        page.fill("form.filter input[type=search]", "bscd")
-        rows = page.evaluate(VISIBLE_ROWS_JS)
-        assert any(r["visible"] for r in rows) and not all(r["visible"] for r in rows)
-        assert all(r["visible"] == ("bscd" in r["text"]) for r in rows)
-        # Without JavaScript: no control, every row there and shown.
-        bare = browser.new_page(java_script_enabled=False)
-        bare.goto(f"{server}/benchmark-demo.html")
-        assert bare.locator("form.filter").count() == 0
-        assert bare.locator("tbody tr[data-tags]").count() == total
-        assert bare.locator("tbody tr[data-tags][hidden]").count() == 0
-        browser.close()
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(f"{server}/benchmark-demo.html")
+    rows = page.evaluate(VISIBLE_ROWS_JS)
+    total = len(rows)
+    assert rows and all(r["visible"] for r in rows)
+    # Type one entry's method name: exactly the rows naming it stay.
+    first = page.locator("table.results td.pin a").first.inner_text()
+    word = first.split(" ")[0].lower()
+    page.fill("form.filter input[type=search]", word)
+    rows = page.evaluate(VISIBLE_ROWS_JS)
+    assert any(r["visible"] for r in rows) and not all(r["visible"] for r in rows)
+    assert all(r["visible"] == (word in r["text"]) for r in rows), word
+    headline = [r for r in rows if r["results"]]
+    assert sum(r["visible"] for r in headline) < len(headline)
+    status = page.locator("form.filter .filter-status").inner_text()
+    assert status == f"{sum(r['visible'] for r in rows)} of {len(rows)} rows shown"
+    page.fill("form.filter input[type=search]", "")
+    assert all(r["visible"] for r in page.evaluate(VISIBLE_ROWS_JS))
+    # Press a model's tag: only that model's rows stay; press again to undo.
+    model = next(r["tags"] for r in rows if r["tags"] and r["results"])
+    button = page.locator("form.filter button.filter-tag", has_text=model).first
+    button.click()
+    assert button.get_attribute("aria-pressed") == "true"
+    rows = page.evaluate(VISIBLE_ROWS_JS)
+    assert all(r["visible"] == (model in r["tags"].split(";")) for r in rows)
+    button.click()
+    assert all(r["visible"] for r in page.evaluate(VISIBLE_ROWS_JS))
+    # The index filters its sub-benchmarks the same way.
+    page.goto(f"{server}/index.html")
+    page.fill("form.filter input[type=search]", "bscd")
+    rows = page.evaluate(VISIBLE_ROWS_JS)
+    assert any(r["visible"] for r in rows) and not all(r["visible"] for r in rows)
+    assert all(r["visible"] == ("bscd" in r["text"]) for r in rows)
+    # Without JavaScript: no control, every row there and shown.
+    bare = browser.new_page(java_script_enabled=False)
+    bare.goto(f"{server}/benchmark-demo.html")
+    assert bare.locator("form.filter").count() == 0
+    assert bare.locator("tbody tr[data-tags]").count() == total
+    assert bare.locator("tbody tr[data-tags][hidden]").count() == 0
 
 
 PINNED_JS = """
@@ -606,25 +593,20 @@ PINNED_JS = """
 
 
 def test_the_method_column_stays_in_view_while_a_wide_table_scrolls_at_390_px(
-    site: Path, server: str
+    site: Path, server: str, browser: Any
 ) -> None:
     """Scrolled to its far right, a wide table still shows each row's entry at its left edge,
     on a background of its own, in a few lines (the protocol is the section's, not the row's)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        page = browser.new_page(viewport={"width": 390, "height": 800})
-        checked = 0
-        for name in ("benchmark-demo.html", "benchmark-bscd.html", "index.html"):
-            page.goto(f"{server}/{name}")
-            for table in page.evaluate(PINNED_JS):
-                checked += 1
-                assert table["scrolled"] > 0, (name, table)
-                assert abs(table["offset"]) <= 1 and table["covers"], (name, table)
-                assert table["background"] not in ("rgba(0, 0, 0, 0)", "transparent"), name
-                assert table["lines"] <= 5 and table["share"] <= 0.5, (name, table)
-        browser.close()
+    page = browser.new_page(viewport={"width": 390, "height": 800})
+    checked = 0
+    for name in ("benchmark-demo.html", "benchmark-bscd.html", "index.html"):
+        page.goto(f"{server}/{name}")
+        for table in page.evaluate(PINNED_JS):
+            checked += 1
+            assert table["scrolled"] > 0, (name, table)
+            assert abs(table["offset"]) <= 1 and table["covers"], (name, table)
+            assert table["background"] not in ("rgba(0, 0, 0, 0)", "transparent"), name
+            assert table["lines"] <= 5 and table["share"] <= 0.5, (name, table)
     assert checked >= 3
 
 
