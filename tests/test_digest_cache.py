@@ -107,3 +107,50 @@ def test_a_folder_under_a_shards_name_is_refused(tmp_path: Path) -> None:
     shutil.copyfile(SHARDS[0], folder / "part-0.parquet")
     with pytest.raises(CorruptShardError, match="unreadable Parquet"):
         read_shard(folder)
+
+
+def test_a_manifest_swapped_after_its_bytes_are_hashed_is_not_what_is_decoded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team: replace a frozen manifest by another valid one as soon as the first read of
+    it closes. Hashed from one read and decoded from a second, the replacement passed the
+    original's checksum file and was kept under the original's digest; read once, the
+    original is what is decoded. Control: the replacement itself is refused by the
+    original's checksum file, and the original loads as it always did."""
+    from fewtrans_board.episodes import manifest as manifest_module
+    from fewtrans_board.episodes.manifest import Manifest, ManifestError, sidecar_path
+
+    frozen = STORE.parent / "manifests"
+    original, other = (
+        frozen / f"{n}--digits.parquet" for n in ("fewtrans-fixed-5w1s", "fewtrans-varied")
+    )
+    path = tmp_path / original.name
+    shutil.copyfile(original, path)
+    shutil.copyfile(sidecar_path(original), sidecar_path(path))
+    expected = Manifest.load(original)  # read alone, before any swap
+    monkeypatch.setattr(manifest_module, "DECODED_MANIFESTS", DigestCache(max_entries=16))
+    real_open = Path.open
+    swapped: list[bool] = []
+
+    def open_then_swap(self: Path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        handle = real_open(self, *args, **kwargs)
+        if self == path and not swapped:
+            real_close = handle.close
+
+            def close() -> None:
+                real_close()
+                if not swapped:
+                    swapped.append(True)
+                    shutil.copyfile(other, path)
+
+            handle.close = close  # type: ignore[method-assign]
+        return handle
+
+    monkeypatch.setattr(Path, "open", open_then_swap)
+    loaded = Manifest.load(path)
+    assert swapped, "the file was swapped after its first read"
+    assert loaded.sha256 == expected.sha256 and loaded.rows == expected.rows
+    again = Manifest.load(original)  # the digest the first read kept: the original's content
+    assert again.sha256 == expected.sha256 and again.rows == expected.rows
+    with pytest.raises(ManifestError, match="do not match"):
+        Manifest.load(path)  # now the other manifest, against the original's checksum file

@@ -9,6 +9,7 @@ in ``sha256sum`` format for frozen copies.
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ def _python_values(column: Any) -> list[Any]:
     import pyarrow as pa
 
     if not pa.types.is_dictionary(column.type) or column.null_count:
-        return list(column.to_pylist())
+        return column.to_pylist()  # type: ignore[no-any-return]
     values: list[Any] = []
     for chunk in column.chunks:
         words = chunk.dictionary.to_pylist()
@@ -201,16 +202,17 @@ class Manifest:
         if not path.is_file():
             raise ManifestError(f"manifest {path} does not exist")
         try:
-            digest = file_sha256(path)
+            data = path.read_bytes()  # once: the bytes checked are the bytes decoded
         except OSError as exc:
             raise corrupt_manifest(path, f"it is unreadable: {describe(exc)}") from exc
+        digest = hashlib.sha256(data).hexdigest()
         side = sidecar_path(path)
         if check_sidecar and side.is_file():
             _check_sidecar(path, side, digest)
         decoded = DECODED_MANIFESTS.get(digest)
         if decoded is None:
             try:
-                decoded = cls._decode(path)
+                decoded = cls._decode(data, path)
             except ManifestError:
                 raise
             except Exception as exc:  # whatever the decoders raise, the file is damaged
@@ -225,11 +227,12 @@ class Manifest:
         return copy
 
     @classmethod
-    def _decode(cls, path: Path) -> tuple[Manifest, Any]:
+    def _decode(cls, data: bytes, path: Path) -> tuple[Manifest, Any]:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         try:
-            table = pq.read_table(path, page_checksum_verification=True)
+            table = pq.read_table(pa.BufferReader(data), page_checksum_verification=True)
             table.validate(full=True)
         except Exception as exc:
             raise corrupt_manifest(path, f"not a readable Parquet file: {describe(exc)}") from exc
